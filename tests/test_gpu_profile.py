@@ -50,7 +50,9 @@ def test_baseline_profile_names_its_bottleneck(name, bottleneck):
         assert m.memory_pct > m.compute_pct and summary.dram_fraction > 0.3
     else:
         assert m.compute_pct > m.memory_pct
-        assert m.tflops and summary.compute_fraction and summary.compute_fraction > 0.05
+        # a 3xTF32 tensor-core GEMM: ncu's fp32 instruction counts miss its work, the cost model does not
+        assert summary.model_tflops and summary.compute_fraction and summary.compute_fraction > 0.05
+        assert summary.model_tflops > 5 * (m.tflops or 0)
     text = verdict.data["text"]
     assert f"{bottleneck}-bound" in text and "registers/thread" in text and "top warp stalls" in text
 

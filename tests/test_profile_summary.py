@@ -97,6 +97,22 @@ def test_summary_compute_bound():
     assert "compute-bound" in s.to_text() and "also: bias_relu" in s.to_text()
 
 
+def test_cost_model_rate_counts_tensor_core_work():
+    """A tensor-core GEMM issues few fp32 instructions: the useful-work rate comes from the task's cost model
+    over the time of one call (every distinct kernel once), and sets the compute fraction."""
+    kernels = load("mnist_linear_fwd_compute_bound.csv")
+    plain = summarise(kernels, PEAKS, config="batch1024")
+    flops = 40e9
+    s = summarise(kernels, PEAKS, config="batch1024", flops=flops)
+    call_s = sum(k.duration_us for k in s.kernels) * 1e-6
+    assert s.model_tflops == pytest.approx(flops / call_s / 1e12)
+    assert s.compute_fraction == pytest.approx(s.model_tflops / PEAKS.fp32_accurate_tflops)
+    assert s.main.tflops == plain.main.tflops                 # the ncu count stays, labelled as CUDA-core
+    text = s.to_text()
+    assert "useful work" in text and "by the cost model" in text and "CUDA-core fp32" in text
+    assert type(s).from_json(s.to_json()).model_tflops == s.model_tflops
+
+
 def test_classify_latency_and_json_round_trip():
     assert classify(20.0, 30.0) == "latency"
     assert classify(None, None) == "latency"
@@ -210,9 +226,14 @@ def test_profile_stage_never_raises_and_passes_peaks(monkeypatch):
     assert v.status == Status.SKIPPED and "nvcc exploded" in v.reason
 
 
-def test_eval_options_profile_is_opt_in_until_seen_on_a_gpu():
+def test_profile_stage_is_on_by_default_and_configurable():
+    from engine.config import load_config
+    from engine.evolve.factory import eval_options
     from engine.harness.evaluate import EvalOptions
-    assert EvalOptions().profile is False and EvalOptions(profile=True).profile is True
+    assert EvalOptions().profile is True and EvalOptions(profile=False).profile is False
+    assert eval_options(load_config(None, env={}, user_file="/nonexistent")).profile is True
+    off = load_config(None, {"eval.profile": False}, env={}, user_file="/nonexistent")
+    assert eval_options(off).profile is False
 
 
 def test_ncu_that_cannot_start_is_skipped(tmp_path):

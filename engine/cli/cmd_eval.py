@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, default=2, help="fresh-seed trials per config (default 2)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only")
     p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
+    p.add_argument("--no-profile", action="store_true", help="skip the profile stage (ncu + torch profiler)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the evaluator is killed")
     p.add_argument("--gpu", type=int, default=None, help="GPU index to pin the evaluation to")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -36,7 +37,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     direction = "backward" if args.backward else "forward"
     opts = EvalOptions(configs=args.configs, timing_configs=args.timing_configs, trials=args.trials, timing=not args.no_timing,
                        baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
-                       timeout_s=args.timeout, gpu=args.gpu)
+                       timeout_s=args.timeout, gpu=args.gpu, profile=not args.no_profile)
     quiet = args.json
     report = evaluate(task, candidate, direction, opts,
                       progress=None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True)))

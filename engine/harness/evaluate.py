@@ -40,9 +40,9 @@ class EvalOptions:
     roofline: bool = True                   # place results on the measured roofline (measured once per GPU)
     integrity: bool = True                  # static reward-hack scan before compile, dynamic checks in the child
     override_static: bool = False           # a person's override: go on to compile despite a static `fail`
-    # After timing, for candidates that pass: the `profile` stage (engine/profile). Off until the ncu and
-    # torch-profiler children have been seen on a GPU; `kbench profile` runs it on demand meanwhile.
-    profile: bool = False
+    # After timing, for candidates that pass: the `profile` stage (engine/profile), whose summary feeds the
+    # mutate and repair prompts. `skipped` with the reason where ncu is missing or not permitted.
+    profile: bool = True
 
 
 @dataclass

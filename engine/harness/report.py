@@ -37,6 +37,9 @@ def render(report: EvalReport) -> str:
     lines.append("")
     for v in report.verdicts:
         lines.append(f"  {v.stage:<12} {v.status.value.upper():<10} {v.reason}")
+    profile = report.verdict("profile")
+    if profile is not None and profile.data.get("text"):
+        lines.append("\n  " + "\n  ".join(str(profile.data["text"]).splitlines()))
     if report.geomean_speedup_eager:
         lines.append(f"\n  geomean speedup: {_x(report.geomean_speedup_eager)} vs eager, "
                      f"{_x(report.geomean_speedup_compile)} vs torch.compile")

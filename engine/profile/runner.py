@@ -134,8 +134,9 @@ def profile_candidate(task: Any, candidate: Any, direction: str = "forward", opt
     request = {"task": task.to_json(), "direction": direction, "candidate": spec, "config": config}
     kernels, skipped = run_ncu(request, opts, extra_env)
     cand_ops, ref_ops, torch_error = run_torch_profiler(request, opts, extra_env)
+    cost = next(c for c in task.configs if c.name == config).cost.get(direction)
     summary = summarise(kernels, peaks, config=config, torch_ops=cand_ops, reference_ops=ref_ops,
-                        ncu_skipped=skipped)
+                        ncu_skipped=skipped, flops=cost.flops if cost is not None else None)
     verdict = profile_verdict(summary, torch_error)
     verdict.data["seconds"] = round(time.monotonic() - t0, 2)
     return verdict

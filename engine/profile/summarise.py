@@ -68,7 +68,10 @@ class ProfileSummary:
     config: str = ""
     gpu: str = ""
     dram_fraction: float | None = None       # achieved DRAM GB/s / measured copy GB/s
-    compute_fraction: float | None = None    # achieved TFLOP/s / fp32-accurate TFLOP/s
+    # Useful work rate: the task's cost-model FLOPs of one call over the profiled kernels' time. Counts what
+    # tensor cores do too (ncu's fadd/fmul/ffma counts, KernelProfile.tflops, see CUDA cores only).
+    model_tflops: float | None = None
+    compute_fraction: float | None = None    # model_tflops (else CUDA-core TFLOP/s) / fp32-accurate TFLOP/s
     torch_ops: list[dict[str, Any]] = field(default_factory=list)        # candidate: [{name, device_us, calls}]
     reference_ops: list[dict[str, Any]] = field(default_factory=list)
     ncu_skipped: str = ""                    # why there is no ncu part
@@ -100,9 +103,15 @@ class ProfileSummary:
             bw = f"- DRAM {_f(m.dram_gbps, '.0f')} GB/s"
             if self.dram_fraction is not None:
                 bw += f" ({self.dram_fraction:.0%} of measured copy bandwidth)"
-            bw += f"; fp32 {_f(m.tflops, '.2f')} TFLOP/s"
-            if self.compute_fraction is not None:
-                bw += f" ({self.compute_fraction:.0%} of fp32 peak)"
+            if self.model_tflops is not None:
+                bw += f"; useful work {self.model_tflops:.2f} TFLOP/s by the cost model"
+                if self.compute_fraction is not None:
+                    bw += f" ({self.compute_fraction:.0%} of the fp32-accurate peak)"
+                bw += f"; CUDA-core fp32 {_f(m.tflops, '.2f')} TFLOP/s"
+            else:
+                bw += f"; fp32 {_f(m.tflops, '.2f')} TFLOP/s"
+                if self.compute_fraction is not None:
+                    bw += f" ({self.compute_fraction:.0%} of fp32 peak)"
             lines.append(bw)
             if m.stalls:
                 lines.append("- top warp stalls (warps per issued instruction): "
@@ -168,9 +177,10 @@ def classify(memory_pct: float | None, compute_pct: float | None) -> str:
 
 def summarise(kernels: Sequence[NcuKernel], peaks: Any = None, *, config: str = "",
               torch_ops: Sequence[dict[str, Any]] = (), reference_ops: Sequence[dict[str, Any]] = (),
-              ncu_skipped: str = "") -> ProfileSummary:
+              ncu_skipped: str = "", flops: float | None = None) -> ProfileSummary:
     """Merge repeated launches of a kernel (mean of each figure), order kernels by total time, classify
-    the one that takes the most. `peaks`: an `engine.harness.roofline.Peaks` (or None)."""
+    the one that takes the most. `peaks`: an `engine.harness.roofline.Peaks` (or None). `flops`: the cost
+    model's FLOPs of one call on this config, for the useful-work rate."""
     by_name: dict[str, list[KernelProfile]] = {}
     for k in kernels:
         p = kernel_profile(k)
@@ -183,16 +193,20 @@ def summarise(kernels: Sequence[NcuKernel], peaks: Any = None, *, config: str = 
     profiles = [m for _, m in merged]
     main = profiles[0] if profiles else None
     bottleneck = classify(main.memory_pct, main.compute_pct) if main else "unknown"
-    dram_fraction = compute_fraction = None
+    dram_fraction = compute_fraction = model_tflops = None
+    call_us = sum(p.duration_us or 0.0 for p in profiles)      # one launch of each distinct kernel: one call
+    if flops and call_us > 0:
+        model_tflops = flops / (call_us * 1e-6) / 1e12
     if main and peaks is not None:
         if main.dram_gbps is not None and getattr(peaks, "copy_gbps", 0):
             dram_fraction = main.dram_gbps / peaks.copy_gbps
-        if main.tflops is not None and getattr(peaks, "fp32_accurate_tflops", 0):
-            compute_fraction = main.tflops / peaks.fp32_accurate_tflops
+        rate = model_tflops if model_tflops is not None else main.tflops
+        if rate is not None and getattr(peaks, "fp32_accurate_tflops", 0):
+            compute_fraction = rate / peaks.fp32_accurate_tflops
     gpu = kernels[0].device if kernels else ""
     return ProfileSummary(bottleneck=bottleneck, kernels=profiles, config=config,
                           gpu=getattr(peaks, "gpu", "") or gpu, dram_fraction=dram_fraction,
-                          compute_fraction=compute_fraction, torch_ops=list(torch_ops),
+                          model_tflops=model_tflops, compute_fraction=compute_fraction, torch_ops=list(torch_ops),
                           reference_ops=list(reference_ops), ncu_skipped=ncu_skipped)
 
 
