@@ -95,16 +95,44 @@ class VerifyConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    """How candidates are evaluated in sessions (evolve, the app, reevaluate); flags override per run."""
+
+    trials: int = 2                       # fresh-seed correctness trials per config
+    timeout_s: float = 600.0              # one evaluation's sandbox is killed after this long
+    compile_baseline: bool = True         # also time torch.compile (slow to warm up: off for quick sessions)
+    timing_configs: list[str] | None = None  # time only these configs (correctness still covers all)
+    profile: bool = True                  # the profile stage (ncu + torch profiler) for candidates that pass
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """Where evaluations run: this machine's worker processes, or a Ray cluster (`pip install kbench[ray]`)."""
+
+    kind: str = "local"                   # local | ray
+    gpus: str | None = None               # local: GPU indices "0,1" (default: every visible GPU)
+    build_workers: int | None = None      # local: compile processes (default: CPU cores - GPUs)
+    ray_address: str | None = None        # ray: "auto", "ray://host:10001", "host:6379"; None starts a local one
+    retries: int = 2                      # ray: re-runs of an evaluation whose worker or node was lost
+    compile_on_cluster: bool = True       # ray: compile in CPU tasks of the cluster (else on the GPU task's node)
+    build_cpus: float = 1.0               # ray: CPUs one compile task requests
+    ship_code: bool = True                # ray: send this checkout's engine/ to the workers (runtime_env)
+
+
+@dataclass(frozen=True)
 class Config:
     llm: LLMConfig = field(default_factory=LLMConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     keys: dict[str, str] = field(default_factory=dict)  # TUI binding id -> key
     extra: dict[str, Any] = field(default_factory=dict)  # sections owned by other modules, raw
     sources: tuple[str, ...] = ()  # the files and layers that were applied, in order
 
 
-_SECTIONS: dict[str, type] = {"llm": LLMConfig, "budget": BudgetConfig, "verify": VerifyConfig}
+_SECTIONS: dict[str, type] = {"llm": LLMConfig, "budget": BudgetConfig, "verify": VerifyConfig,
+                              "eval": EvalConfig, "executor": ExecutorConfig}
 
 
 def user_config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -277,15 +305,21 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     elif origin is dict:
         if isinstance(value, Mapping):
             return dict(value)
+    elif origin is list:
+        (item,) = typing.get_args(hint)
+        if isinstance(value, (list, tuple)):
+            return [_coerce(v, item, where) for v in value]
     else:
         return value
     raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}.")
 
 
 def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) is list:
+        return f"a list of {_describe(typing.get_args(hint)[0])}"
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if args:
-        return " or ".join(getattr(a, "__name__", str(a)) for a in args)
+        return " or ".join(_describe(a) for a in args)
     return getattr(hint, "__name__", str(hint))
 
 
@@ -313,3 +347,12 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("[verify] max_tokens must be positive.")
     if not 0.0 <= cfg.verify.min_confidence <= 1.0:
         raise ConfigError(f"[verify] min_confidence must be between 0 and 1, got {cfg.verify.min_confidence}.")
+    if cfg.eval.trials < 1 or cfg.eval.timeout_s <= 0:
+        raise ConfigError("[eval] trials must be at least 1 and timeout_s positive.")
+    ex = cfg.executor
+    if ex.kind not in ("local", "ray"):
+        raise ConfigError(f"[executor] kind: expected local or ray, got {ex.kind!r}.")
+    if ex.retries < 0 or ex.build_cpus <= 0 or (ex.build_workers is not None and ex.build_workers < 1):
+        raise ConfigError("[executor] retries must be non-negative, build_cpus positive, build_workers at least 1.")
+    if ex.gpus is not None and not all(p.strip().isdigit() for p in ex.gpus.split(",")):
+        raise ConfigError(f"[executor] gpus: expected GPU indices like \"0,1\", got {ex.gpus!r}.")

@@ -8,6 +8,9 @@ Run on the GPU machine (each mode is one run; run them as separate commands if a
         --mode sequential --json $OUT/sequential.json
     python scripts/bench_evolve.py --report $OUT/pipelined.json $OUT/sequential.json   # the BENCHMARKS.md table
 
+`--max-wall S` stops proposing after S seconds (running evaluations finish), so a long mode can be sampled
+over a fixed window; `--deadline S` (and SIGTERM) abandons whatever still runs and reports what finished.
+
 Each mode gets a fresh workspace and a fresh compile cache (the precompiled torch header is built first,
 outside the timed window, so both modes pay the same cold nvcc builds). The session is the tuner from the
 task's baseline: generation 0 (the baseline) plus ceil(candidates / population) generations of `population`.
@@ -26,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,7 +115,8 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
     ws = Workspace.create(root / "ws")
     gens = math.ceil(args.candidates / args.population)
     opts = EvalOptions(trials=args.trials, cache_root=cache, timeout_s=args.timeout, timing_configs=args.time_config,
-                       baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"))
+                       baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
+                       profile=args.profile)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     ex = LocalPipelineExecutor(task, direction, opts, gpus=gpus, build_workers=args.build_workers,
                                pipelined=(mode == "pipelined"), **fakes)
@@ -122,8 +127,23 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
     s.subscribe(lambda e: print(f"[{mode}] {e.line()}", flush=True) if args.verbose or e.kind in (
         "CandidateEvaluated", "GenerationFinished", "Stopped", "BudgetExhausted") else None)
     t0 = time.monotonic()
-    result = s.run()
-    ex.close()
+    cut = threading.Event()
+
+    def stop_now(*_):   # SIGTERM (e.g. `timeout`) or --deadline: keep what finished, write the results
+        cut.set()
+        s.stop(wait_for_evaluations=False)
+    old_term = signal.signal(signal.SIGTERM, stop_now)
+    timer = threading.Timer(args.deadline, stop_now) if args.deadline else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    try:
+        result = s.run()
+    finally:
+        if timer:
+            timer.cancel()
+        signal.signal(signal.SIGTERM, old_term)
+    ex.close(wait=not cut.is_set())
     stats = ex.stats()
     smi.stop()
     first = min((a for iv in stats["intervals"].values() for a, _ in iv), default=t0)
@@ -140,6 +160,7 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
         "pch": {"seconds": getattr(pch, "seconds", None)}, "stopped": result.reason,
         "baseline_speedup": base, "best": best.id if best else None, "best_speedup": best.speedup if best else None,
         "failed": sum(1 for v in views if v.status.blocked), "workspace": str(root / "ws"),
+        "max_wall": args.max_wall, "profile": args.profile, "cut_short": cut.is_set(),
     }
     ws.close()
     return out
@@ -176,11 +197,15 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--no-compile-baseline", action="store_true", help="time against eager only (faster)")
+    ap.add_argument("--profile", action="store_true", help="run the profile stage too (off: it measures the "
+                                                           "evaluation pipeline, not Nsight Compute)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-config", action="append", default=None, metavar="NAME",
                     help="time only this config (repeatable), e.g. bench")
     ap.add_argument("--max-wall", type=float, default=None, metavar="S",
                     help="stop proposing after S seconds (running evaluations finish); rates stay comparable")
+    ap.add_argument("--deadline", type=float, default=None, metavar="S",
+                    help="after S seconds abandon running evaluations and report what finished (also on SIGTERM)")
     ap.add_argument("--json", default=None, help="write the result rows here")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--fake", nargs=2, type=float, default=None, metavar=("BUILD_S", "GPU_S"),
@@ -196,9 +221,11 @@ def main() -> int:
         return 0
     os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
     modes = ["pipelined", "sequential"] if args.mode == "both" else [args.mode]
-    rows = [run_mode(args, m) for m in modes]
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
+    rows = []
+    for m in modes:
+        rows.append(run_mode(args, m))
+        if args.json:   # after each mode, so a later cut loses nothing already measured
+            Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
     print(json.dumps(rows, indent=2, default=str))
     print(report(rows))
     return 0

@@ -240,6 +240,45 @@ def test_second_build_is_a_fast_cache_hit(built: BuildResult, toolchain: Toolcha
 
 
 @pytest.mark.slow
+def test_build_entry_travels_to_another_machines_cache(built: BuildResult, toolchain: Toolchain,
+                                                       tmp_path: Path) -> None:
+    """What the Ray executor does between a compile node and a GPU node: pack the entry, install it in
+    another cache, and the build there is a cache hit on the same bytes, importable from its new place."""
+    from engine.harness.build_archive import pack_entry, unpack_entry
+
+    data = pack_entry(built.entry_dir)
+    other = tmp_path / "gpu-node-cache"
+    entry = unpack_entry(data, other, toolchain.key(), built.source_hash)
+    assert entry == entry_dir(other, toolchain, load_candidate(FIXTURE))
+    assert unpack_entry(data, other, toolchain.key(), built.source_hash) == entry     # an existing entry wins
+    res = build_candidate(load_candidate(FIXTURE), other, toolchain)
+    assert res.ok and res.cache_hit and res.so_path.parent == entry
+    assert res.so_path.read_bytes() == built.so_path.read_bytes()
+    code = ("import json, sys\nfrom engine.harness.build import BuildResult, load_module\n"
+            "m = load_module(BuildResult.from_json(json.loads(sys.argv[1])))\nprint(callable(m.forward))\n")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(res.to_json())], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+    assert not list(entry.parent.glob(".tmp-*"))                                       # no leftovers
+
+
+def test_build_archive_refuses_unsafe_members(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    from engine.harness.build_archive import unpack_entry
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../escape.so")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(ValueError, match="unsafe member"):
+        unpack_entry(buf.getvalue(), tmp_path / "cache", "key", "abc")
+    assert not (tmp_path / "escape.so").exists() and not list((tmp_path / "cache" / "builds" / "key").iterdir())
+
+
+@pytest.mark.slow
 def test_compile_error_names_kernel_cu_and_line(built: BuildResult, toolchain: Toolchain, cache_root: Path) -> None:
     lines = load_candidate(FIXTURE).files["kernel.cu"].splitlines()
     at = next(i for i, l in enumerate(lines) if "out[i] =" in l)

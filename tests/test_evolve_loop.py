@@ -468,3 +468,45 @@ def test_default_static_integrity_check_keeps_a_reward_hack_off_the_gpu(ws, tmp_
     assert fake.seen == [views[0].record.source_hash]
     assert any(e.kind == "CandidateEvaluated" and e.rejected and e.failed_stage == "static" for e in events)
     fake.close()
+
+
+def test_notice_takes_overrides_measurements_and_hand_edits_into_a_running_loop(ws, task):
+    """What a person does in the app while the loop runs reaches the loop: an override to `suspicious` takes
+    a candidate out of the parent pool, a hand edit committed beside the loop joins the population and is
+    evaluated by the loop's own evaluator."""
+    base = load_candidate(task.baseline_dir("forward"))
+    prop = ScriptedProposer(base)
+    fake = FakeEvaluator(task)
+    s = EvolutionSession(ws, "live2", task, prop, fake, budgets=Budgets(generations=2, population=1),
+                         checks=[reject_marker], policy=OperatorPolicy({"mutate": 1.0}))
+    events = collect(s)
+    s.pause()
+    s.start()
+    wait_for(events, lambda e: e.kind == "Paused")
+    s.step(1)                                                # the baseline, evaluated
+    wait_for(events, lambda e: e.kind == "CandidateEvaluated")
+    base_id = next(e.candidate for e in events if e.kind == "CandidateEvaluated")
+    assert s.population.get(base_id).eligible
+    ws.override(base_id, "timing", "suspicious", "too fast to be true", by="tester")
+    s.notice(base_id)
+    wait_for(events, lambda e: e.kind == "Log" and base_id in e.message and "not eligible" in e.message)
+    assert not s.population.get(base_id).eligible and s.population.eligible() == []
+    ws.override(base_id, "timing", "pass", "re-measured by hand, it is real", by="tester")
+    s.notice(base_id)
+    wait_for(events, lambda e: e.kind == "Log" and base_id in e.message and "now" in e.message
+             and "x" in e.message.split("now", 1)[1])
+    assert s.population.get(base_id).eligible
+    # a hand edit, committed by someone else (the app) while the loop runs
+    edited = Candidate("native", {**base.files, "kernel.cu": base.files["kernel.cu"] + "\n// FAKE_SPEEDUP=3.0 by hand\n"},
+                       "hand")
+    rec = ws.commit_candidate("live2", edited, parents=[base_id], operator="mutate", proposer="human",
+                              generation=1, title="hand edit", rationale="by hand")
+    s.notice(rec.id)
+    wait_for(events, lambda e: e.kind == "CandidateEvaluated" and e.candidate == rec.id)
+    assert edited.source_hash in fake.seen and s.population.get(rec.id).speedup == pytest.approx(3.0)
+    s.resume()
+    r = s.join(10)
+    assert r.completed and ws.best("live2").id == rec.id
+    assert r.best == rec.id                                  # the loop's own view agrees
+    assert fake.seen.count(edited.source_hash) == 1          # evaluated once, by the loop
+    fake.close()

@@ -80,6 +80,13 @@ def test_flag_beats_env_base_url(tmp_path):
     ('[keys]\nquit = 1\n', ["[keys]"]),
     ('llm = 3\n', ["[llm] must be a table"]),
     ('[llm\n', ["TOML"]),
+    ('[eval]\ntrials = 0\n', ["[eval]", "trials"]),
+    ('[eval]\ntiming_configs = "bench"\n', ["timing_configs", "expected a list of str"]),
+    ('[eval]\ntiming_configs = [1]\n', ["timing_configs", "expected a list of str, got [1]"]),
+    ('[executor]\nkind = "slurm"\n', ["[executor] kind", "local or ray"]),
+    ('[executor]\ngpus = "0,x"\n', ["[executor] gpus"]),
+    ('[executor]\nretries = -1\n', ["retries"]),
+    ('[executor]\nray_adress = "auto"\n', ["unknown key", "ray_adress"]),
 ])
 def test_bad_files_name_the_file_and_key(tmp_path, text, words):
     path = write(tmp_path / "c.toml", text)
@@ -113,3 +120,18 @@ def test_infinite_budget_means_no_limit(tmp_path):
     ledger = CostLedger(cfg.budget.usd)
     assert ledger.budget_usd is None and ledger.remaining_usd is None
     ledger.check()
+
+
+def test_eval_and_executor_sections_and_their_flags(tmp_path):
+    from engine.evolve.factory import eval_options
+
+    path = write(tmp_path / "c.toml", '[eval]\ncompile_baseline = false\ntiming_configs = ["bench"]\n'
+                                       '[executor]\nkind = "ray"\nray_address = "auto"\nretries = 3\n')
+    cfg = load_config(user_file=path, env={})
+    assert cfg.executor.kind == "ray" and cfg.executor.ray_address == "auto" and cfg.executor.retries == 3
+    opts = eval_options(cfg)
+    assert opts.baselines == ("eager",) and opts.timing_configs == ["bench"] and opts.trials == 2 and opts.profile
+    cfg = load_config(user_file=path, env={}, flags={"executor.kind": "local", "eval.trials": 3, "eval.profile": False})
+    assert cfg.executor.kind == "local" and eval_options(cfg).trials == 3 and not eval_options(cfg).profile
+    defaults = load_config(user_file=tmp_path / "none.toml", env={})
+    assert defaults.executor.kind == "local" and defaults.eval.compile_baseline and defaults.eval.timeout_s == 600

@@ -34,14 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hints", default="", help="free text passed to the proposer")
     p.add_argument("--model", default=None, help="anthropic: the model (default: [llm] model)")
     p.add_argument("--no-verify", action="store_true", help="anthropic: skip the LLM verifiers")
-    p.add_argument("--gpus", default=None, metavar="0,1", help="GPU indices (default: every visible GPU)")
+    _evaluation_args(p)
     p.add_argument("--build-workers", type=int, default=None, help="compile processes (default: CPU cores - GPUs)")
     p.add_argument("--sequential", action="store_true", help="no pipelining: compile then measure, one at a time")
-    p.add_argument("--trials", type=int, default=2, help="fresh-seed correctness trials per config (default 2)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before one evaluation is killed")
-    p.add_argument("--no-compile-baseline", action="store_true", help="time against eager only (faster)")
-    p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
-                   help="time only this config (repeatable; correctness still runs on every config)")
     p.add_argument("--json", action="store_true", help="print events as JSON lines")
     p.add_argument("--stats-json", metavar="PATH", default=None, help="write executor statistics here at the end")
     p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)  # tests: no compiler, no GPU
@@ -52,13 +47,40 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "notes; nothing is rewritten. The session branch follows the new best.")
     p.add_argument("target", help="candidate id (or unique prefix) or session name")
     p.add_argument("--all", action="store_true", help="with a session: every candidate, not just measured ones")
-    p.add_argument("--gpus", default=None, metavar="0,1", help="GPU indices (default: every visible GPU)")
-    p.add_argument("--trials", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--no-compile-baseline", action="store_true")
-    p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME")
+    _evaluation_args(p)
     p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_reevaluate)
+
+
+def _evaluation_args(p: argparse.ArgumentParser) -> None:
+    """Flags over the config's [eval] and [executor] sections (None: the config decides)."""
+    p.add_argument("--gpus", default=None, metavar="0,1", help="local: GPU indices (default: every visible GPU)")
+    p.add_argument("--executor", choices=["local", "ray"], default=None,
+                   help="where evaluations run (default: [executor] kind, local)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="ray: the cluster (auto, HOST:6379, ray://HOST:10001); default: start a local Ray instance")
+    p.add_argument("--trials", type=int, default=None, help="fresh-seed correctness trials per config (default 2)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before one evaluation is killed (600)")
+    p.add_argument("--no-compile-baseline", action="store_true", help="time against eager only (faster)")
+    p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
+                   help="time only this config (repeatable; correctness still runs on every config)")
+    p.add_argument("--no-profile", action="store_true", help="skip the profile stage (ncu + torch profiler)")
+
+
+def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
+    flags: dict[str, Any] = {"executor.kind": args.executor, "executor.ray_address": args.ray_address,
+                             "executor.gpus": args.gpus, "executor.build_workers": getattr(args, "build_workers", None),
+                             "eval.trials": args.trials, "eval.timeout_s": args.timeout,
+                             "eval.timing_configs": args.timing_configs}
+    if args.no_compile_baseline:
+        flags["eval.compile_baseline"] = False
+    if args.no_profile:
+        flags["eval.profile"] = False
+    if args.ray_address and not args.executor:
+        flags["executor.kind"] = "ray"
+    if getattr(args, "model", None):
+        flags["llm.model"] = args.model
+    return flags
 
 
 def _workspace(args: argparse.Namespace):
@@ -67,27 +89,14 @@ def _workspace(args: argparse.Namespace):
     return Workspace.create(Path(getattr(args, "workspace", None) or "workspace"))
 
 
-def _gpus(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise KbenchError(f"--gpus {text!r}: give GPU indices like 0,1") from None
-
-
-def _evaluator(args: argparse.Namespace, task: Any, direction: str):
-    from engine.evolve.executor import FakeEvaluator, LocalPipelineExecutor
-    from engine.harness.evaluate import EvalOptions
+def _evaluator(args: argparse.Namespace, task: Any, direction: str, config: Any):
+    from engine.evolve.executor import FakeEvaluator
+    from engine.evolve.factory import make_evaluator
 
     if args.fake_evaluator:
         import os
         return FakeEvaluator(task, delay_s=float(os.environ.get("KBENCH_FAKE_EVAL_DELAY", "0") or 0))
-    opts = EvalOptions(trials=args.trials, timeout_s=args.timeout, timing_configs=args.timing_configs,
-                       baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"))
-    return LocalPipelineExecutor(task, direction, opts, gpus=_gpus(args.gpus),
-                                 build_workers=getattr(args, "build_workers", None),
-                                 pipelined=not getattr(args, "sequential", False))
+    return make_evaluator(task, direction, config, sequential=getattr(args, "sequential", False))
 
 
 def _proposer(args: argparse.Namespace, ws: Any, config: Any, ledger: Any):
@@ -121,8 +130,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     if args.generations < 0 or args.population < 1:
         raise KbenchError("--generations must be >= 0 and --population >= 1")
     ws = _workspace(args)
-    flags = {"llm.model": args.model} if args.model else None
-    config = load_config(ws.path, flags)
+    config = load_config(ws.path, _config_flags(args))
     ledger = CostLedger(None)   # the loop enforces the session budget, counting what earlier runs spent
     usd = args.budget_usd if args.budget_usd is not None else (
         config.budget.usd if args.proposer == "anthropic" else None)
@@ -135,7 +143,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         client = LLMClient(config.llm, ledger)
         verifier = lambda cand: verify(client, config, task, direction, cand)
     name = args.session or f"{task.name}-{'bwd' if args.backward else 'fwd'}-{args.proposer}"
-    evaluator = _evaluator(args, task, direction)
+    evaluator = _evaluator(args, task, direction, config)
     session = EvolutionSession(
         ws, name, task, proposer, evaluator, direction=direction,
         budgets=Budgets(generations=args.generations, population=args.population, usd=usd, wall_s=args.wall_time),
@@ -183,6 +191,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
+    from engine.config import load_config
+    from engine.evolve.resume import INFRA_FAILURE
     from engine.tasks.loader import load_task
     from engine.tasks.model import Task
     from engine.verdict import Status
@@ -214,12 +224,18 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         task = Task.from_json(task_json)
     if task is None:
         task = load_task(info.task)
-    evaluator = _evaluator(args, task, info.direction)
+    evaluator = _evaluator(args, task, info.direction, load_config(ws.path, _config_flags(args)))
     futs = [(v, evaluator.submit(ws.files(v.id))) for v in views]
     code = 0
     try:
         for v, fut in futs:
             out = fut.result()
+            if out.infra_error:   # the executor lost it: not a judgement, nothing but the event is written
+                ws.record(v.id, [Event(INFRA_FAILURE, {"reason": out.infra_error, "attempts": out.attempts,
+                                                       "by": "reevaluate"}, now_iso())])
+                print(f"{v.id}: not re-measured, infrastructure failure: {out.infra_error}", flush=True)
+                code = 1
+                continue
             entries: list[Any] = [VerdictNote(x, now_iso(), "reevaluate") for x in out.verdicts]
             meas = out.measurement()
             if meas is not None:

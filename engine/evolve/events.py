@@ -89,10 +89,13 @@ class CandidateEvaluated(EvolveEvent):
     failed_stage: str | None = None
     reason: str = ""
     rejected: bool = False           # stopped before the GPU by a static or LLM check
+    infrastructure: bool = False     # the executor lost it (worker / node died): not judged, re-run on resume
 
     def line(self) -> str:
         if self.speedup is not None and self.eligible:
             what = f"{self.speedup:.3f}x"
+        elif self.infrastructure:
+            what = f"not judged, infrastructure failure: {self.reason} (evaluated again on resume)"
         else:
             what = f"{'rejected' if self.rejected else 'failed'} at {self.failed_stage or '?'}: {self.reason}"
         return f"[{self.session}] evaluated {self.candidate}: {what}"

@@ -1,7 +1,9 @@
 """Evaluators: where committed candidates go to be compiled, checked and timed.
 
 The loop needs only the narrow `Evaluator` protocol: `submit(candidate, on_stage) -> Future[EvalOutcome]`,
-`cancel_pending()`, `close()`, `stats()`. A Ray (or any remote) executor can implement the same four.
+`cancel_pending()`, `close()`, `stats()`. Two implementations run real evaluations: `LocalPipelineExecutor`
+(this machine's worker processes, the default) and `engine.evolve.ray_executor.RayExecutor` (a Ray
+cluster); `engine.evolve.factory.make_evaluator` picks one from the config.
 
 `LocalPipelineExecutor` overlaps the two halves of an evaluation:
 
@@ -24,6 +26,7 @@ import os
 import queue
 import re
 import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -56,6 +59,10 @@ class EvalOutcome:
     gpu_s: float | None = None
     gpu: int | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    # Set when the machinery failed, not the kernel (a Ray worker or node lost on every attempt): no verdict
+    # is recorded, the candidate is not judged, and a resumed session evaluates it again.
+    infra_error: str = ""
+    attempts: int = 1
 
     @property
     def failed_stage(self) -> str | None:
@@ -81,6 +88,23 @@ class EvalOutcome:
                            torch=str(d.get("torch") or ""), cuda=str(d.get("cuda") or ""),
                            data={"seconds": round(self.seconds, 3), "build_s": self.build_s, "gpu_s": self.gpu_s,
                                  "gpu_index": self.gpu, **self.data})
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON, for crossing a process or machine boundary (the Ray executor)."""
+        return {"verdicts": [v.to_json() for v in self.verdicts], "configs": [c.to_obj() for c in self.configs],
+                "speedup_eager": self.speedup_eager, "speedup_compile": self.speedup_compile,
+                "device": self.device, "seconds": self.seconds, "build_s": self.build_s, "gpu_s": self.gpu_s,
+                "gpu": self.gpu, "data": self.data, "infra_error": self.infra_error, "attempts": self.attempts}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> EvalOutcome:
+        return cls(verdicts=[Verdict.from_json(v) for v in obj.get("verdicts") or ()],
+                   configs=[ConfigTiming.from_obj(c) for c in obj.get("configs") or ()],
+                   speedup_eager=obj.get("speedup_eager"), speedup_compile=obj.get("speedup_compile"),
+                   device=dict(obj.get("device") or {}), seconds=float(obj.get("seconds") or 0.0),
+                   build_s=obj.get("build_s"), gpu_s=obj.get("gpu_s"), gpu=obj.get("gpu"),
+                   data=dict(obj.get("data") or {}), infra_error=str(obj.get("infra_error") or ""),
+                   attempts=int(obj.get("attempts") or 1))
 
     @classmethod
     def from_report(cls, report: Any) -> EvalOutcome:
@@ -174,11 +198,17 @@ def compile_verdict(build: dict[str, Any]) -> Verdict:
 
 
 @dataclass
-class _Job:
+class Submission:
+    """One candidate handed to an executor: what it reports to, and since when."""
+
     candidate: Candidate
     on_stage: StageCallback | None
     future: Future
     submitted: float
+
+
+@dataclass
+class _Job(Submission):
     build: dict[str, Any] | None = None
     build_future: Future | None = None
 
@@ -204,6 +234,7 @@ class LocalPipelineExecutor:
         self._pool: Executor | None = None
         if pipelined:
             if processes:
+                start_resource_tracker()
                 self._pool = ProcessPoolExecutor(n_build, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_ignore_sigint)
             else:
@@ -376,6 +407,26 @@ class LocalPipelineExecutor:
                 job.future.set_result(out)
 
 
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker against the real stderr. The tracker hands sys.stderr's fd to
+    its helper process; inside a Textual app sys.stderr is a capture object whose fileno() is -1, and the
+    spawn then fails ("bad value(s) in fds_to_keep"), so a process pool could not be made from the app."""
+    from multiprocessing import resource_tracker
+
+    try:
+        usable = sys.stderr is not None and sys.stderr.fileno() >= 0
+    except (AttributeError, OSError, ValueError):
+        usable = True          # no fileno at all: the tracker skips it by itself
+    if usable or sys.__stderr__ is None:
+        return
+    saved = sys.stderr
+    sys.stderr = sys.__stderr__
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.stderr = saved
+
+
 def _ignore_sigint() -> None:
     """Build workers leave Ctrl-C to the parent (which stops the loop); compilers run in their own sessions."""
     import signal
@@ -436,6 +487,24 @@ def fake_result(task: Task | None, candidate: Candidate) -> EvalOutcome:
 
 
 def fake_gpu(task: Task, candidate: Candidate, direction: str, options: Any, sleep_s: float = 0.0) -> EvalOutcome:
+    """The GPU half stand-in. For fault tests, markers in the source: `FAKE_PIDFILE=<path>` appends a line
+    "<pid> <ray node id or ->" per attempt; `FAKE_GPU_SLEEP=<s>` then holds the first `FAKE_SLEEP_ATTEMPTS=<n>`
+    attempts (default 1) there, so a test can kill the worker or its node mid-evaluation."""
+    text = "".join(candidate.files.values())
+    attempt = 1
+    if m := re.search(r"FAKE_PIDFILE=(\S+)", text):
+        node = "-"
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+        with open(m.group(1), "a+") as f:
+            f.seek(0)
+            attempt = len(f.read().splitlines()) + 1
+            f.write(f"{os.getpid()} {node}\n")
+    if m := re.search(r"FAKE_GPU_SLEEP=([0-9.]+)", text):
+        n = re.search(r"FAKE_SLEEP_ATTEMPTS=(\d+)", text)
+        if attempt <= (int(n.group(1)) if n else 1):
+            time.sleep(float(m.group(1)))
     delay = float(os.environ.get("KBENCH_FAKE_GPU_S", sleep_s) or 0.0)
     if delay:
         time.sleep(delay)

@@ -38,6 +38,7 @@ from engine.evolve.population import DONE, PENDING, Member, Population
 from engine.evolve.resume import (
     DIRECTIVES,
     EVALUATED,
+    INFRA_FAILURE,
     load_state,
     proposal_costs,
     title_of,
@@ -58,6 +59,7 @@ class Budgets:
     usd: float | None = None             # LLM dollars (proposals + verifiers); None: the ledger's own budget
     wall_s: float | None = None          # wall time of this run, seconds
     attempts_per_slot: int = 3           # failed/empty proposals allowed per slot before the generation closes
+    infra_failures_in_a_row: int = 5     # the executor lost this many evaluations in a row: stop, it is broken
 
 
 @dataclass
@@ -116,6 +118,7 @@ class EvolutionSession:
         self._meta_done: dict[int, int] = {}
         self._empty_parents: dict[int, set[str]] = {}
         self._evaluated = 0
+        self._infra_streak = 0
         self._stepping = False
         self._stop_reason = ""
         self._t0 = 0.0
@@ -159,11 +162,17 @@ class EvolutionSession:
         self._flags.stop.set()
         self._flags.wake.set()
 
-    def requeue(self, candidate_id: str) -> None:
-        """After a person overrode a rejecting static / LLM verdict: evaluate that candidate now (the loop
-        re-reads its notes and sends it to the evaluator if nothing blocks it any more). Thread-safe."""
-        self._inbox.put(("requeue", candidate_id, None))
+    def notice(self, candidate_id: str) -> None:
+        """Something changed a candidate of this session behind the loop's back (a person's override, a
+        re-measurement, a hand edit committed by the app): re-read it from the workspace. Thread-safe.
+
+        A member that is no longer blocked and has no measurement goes (back) to the evaluator; a finished
+        one takes its new fitness (an override to `suspicious` takes it out of the parent pool); a new
+        candidate of this session joins the population, and is evaluated here if it has not been yet."""
+        self._inbox.put(("notice", candidate_id, None))
         self._flags.wake.set()
+
+    requeue = notice   # the older name: after an override of a pre-GPU rejection
 
     @property
     def paused(self) -> bool:
@@ -607,8 +616,8 @@ class EvolutionSession:
     def _handle(self, item: tuple[str, str, Any]) -> None:
         kind, cid, payload = item
         m = self.population.get(cid)
-        if kind == "requeue":
-            self._requeue(m)
+        if kind == "notice":
+            self._notice(cid)
             return
         if m is None or m.state == DONE:
             return
@@ -631,21 +640,58 @@ class EvolutionSession:
             out = EvalOutcome([Verdict("correctness", Status.FAIL, f"evaluator error: {exc!r}")])
         self._record_outcome(m, out)
 
-    def _requeue(self, m: Member | None) -> None:
-        if m is None or m.id in self._in_flight or not m.rejected:
-            return
+    def _notice(self, cid: str) -> None:
+        from engine.errors import KbenchError
         from engine.evolve.resume import member_from_view
 
-        fresh, finished = member_from_view(self.ws.view(m.id))
-        if finished:
-            self._emit(ev.Log(self.session, message=f"{m.id} is still blocked: not re-queued", level="warning"))
+        if cid in self._in_flight:
+            return          # its evaluation is running here: the result will be re-read when recorded
+        try:
+            view = self.ws.view(cid)
+        except KbenchError as exc:
+            self._emit(ev.Log(self.session, message=f"{cid}: cannot re-read it: {exc}", level="warning"))
             return
-        m.state, m.rejected, m.failed_stage, m.reason = PENDING, False, None, ""
-        self._evaluated -= 1
-        self._emit(ev.Log(self.session, message=f"{m.id}: override seen, sent to the evaluator"))
-        self._submit(m)
+        if view.record.session != self.session:
+            return
+        fresh, finished = member_from_view(view)
+        m = self.population.get(fresh.id)
+        if m is None:
+            m = self.population.add(fresh)
+            for p in m.parents:
+                if p in self.population.members:
+                    self.population.members[p].times_parent += 1
+            self._emit(ev.CandidateCommitted(self.session, candidate=m.id, generation=m.generation,
+                                             operator=m.operator, parents=m.parents, title=m.title))
+            if finished:
+                return
+            self._emit(ev.Log(self.session, message=f"{m.id}: joined the session ({view.record.proposer}), "
+                                                    "sent to the evaluator"))
+            self._submit(m)
+            return
+        if finished:
+            if fresh.rejected:
+                self._emit(ev.Log(self.session, level="warning", message=(
+                    f"{m.id} is still blocked at {fresh.failed_stage}: not re-queued")))
+            changed = (m.eligible, m.speedup) != (fresh.eligible, fresh.speedup)
+            m.state, m.speedup, m.eligible = DONE, fresh.speedup, fresh.eligible
+            m.failed_stage, m.reason, m.rejected = fresh.failed_stage, fresh.reason, fresh.rejected
+            if changed:
+                what = f"{m.speedup:.3f}x" if m.eligible and m.speedup else f"not eligible ({m.failed_stage})"
+                self._emit(ev.Log(self.session, message=f"{m.id}: re-read from the workspace: now {what}"))
+            return
+        if m.state == DONE:
+            self._evaluated -= 1
+            m.state, m.rejected, m.failed_stage, m.reason = PENDING, False, None, ""
+            self._emit(ev.Log(self.session, message=f"{m.id}: override seen, sent to the evaluator"))
+            self._submit(m)
+        elif not m.rejected and m.id not in self._in_flight and m.state == PENDING:
+            self._submit(m)
 
     def _record_outcome(self, m: Member, out: EvalOutcome) -> None:
+        if out.infra_error:
+            self._record_infra_failure(m, out)
+            return
+        self._infra_streak = 0
         before = self.population.best()
         done = self._recorded.pop(m.id, set())
         entries: list[Any] = [VerdictNote(v, now_iso()) for v in out.verdicts if v.stage not in done]
@@ -672,6 +718,29 @@ class EvolutionSession:
             self._emit(ev.BestImproved(self.session, candidate=after.id, speedup=after.speedup or 0.0,
                                        previous=before.id if before else None,
                                        previous_speedup=before.speedup if before else None))
+
+    def _record_infra_failure(self, m: Member, out: EvalOutcome) -> None:
+        """The executor lost the evaluation on every attempt (worker or node died): nothing is judged. The
+        stages that did finish are kept, an `infrastructure_failure` event says what happened, and no
+        `evaluated` event is written, so a resumed session evaluates the candidate again."""
+        done = self._recorded.pop(m.id, set())
+        entries: list[Any] = [VerdictNote(v, now_iso()) for v in out.verdicts if v.stage not in done]
+        entries.append(Event(INFRA_FAILURE, {"reason": out.infra_error, "attempts": out.attempts,
+                                             "executor": type(self.evaluator).__name__}, now_iso()))
+        self.ws.record(m.id, entries)
+        m.state, m.eligible, m.speedup = DONE, False, None
+        m.failed_stage, m.reason = "infrastructure", out.infra_error
+        self._evaluated += 1
+        self._infra_streak += 1
+        self._emit(ev.CandidateEvaluated(self.session, candidate=m.id, generation=m.generation, speedup=None,
+                                         eligible=False, failed_stage="infrastructure", reason=out.infra_error,
+                                         infrastructure=True))
+        limit = self.budgets.infra_failures_in_a_row
+        if limit and self._infra_streak >= limit and not self._flags.stop.is_set():
+            self._stop_reason = (f"the executor lost {self._infra_streak} evaluations in a row (last: "
+                                 f"{out.infra_error}); fix it and run the same command to resume")
+            self._emit(ev.Log(self.session, message=self._stop_reason, level="error"))
+            self._flags.stop.set()
 
     # ------------------------------------------------------------------------------------- events
 

@@ -1,7 +1,8 @@
 """Rebuild a session's population and progress from the workspace alone.
 
 A candidate is *finished* when its note has the `evaluated` event (written in the same notes commit as its
-last verdicts and its measurement), or a measurement. Everything else that is committed is *pending*: the
+last verdicts and its measurement), or a measurement. Everything else that is committed is *pending*
+(an `infrastructure_failure` event, a lost worker or node, leaves it pending on purpose): the
 loop sends it back to the evaluator, never proposes it again (its source hash is known) and never commits
 it twice. A candidate that a static or LLM check rejected is finished too, unless a person has since
 overridden the blocking verdict and it never compiled: then it is pending again and goes to the GPU.
@@ -17,6 +18,7 @@ from engine.verdict import Status
 
 EVALUATED = "evaluated"        # the note event that marks a finished evaluation
 DIRECTIVES = "directives"      # the note event that keeps the meta operator's directives
+INFRA_FAILURE = "infrastructure_failure"   # the executor lost the evaluation; not a judgement (re-run on resume)
 PRE_GPU = ("static", "llm_verify")
 BLOCKING = (Status.FAIL, Status.SUSPICIOUS)
 

@@ -1,0 +1,49 @@
+"""Choose and build the evaluator a session uses, from the config's [eval] and [executor] sections (flags have
+already been merged into them): the local pipelined executor by default, a Ray cluster when asked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import KbenchError
+
+
+def eval_options(config: Any, **overrides: Any) -> Any:
+    """EvalOptions from `[eval]`; keyword overrides win where they are not None."""
+    from engine.harness.evaluate import EvalOptions
+
+    e = config.eval
+    kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile,
+                          "timing_configs": list(e.timing_configs) if e.timing_configs else None,
+                          "baselines": ("eager", "compile") if e.compile_baseline else ("eager",)}
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    return EvalOptions(**kw)
+
+
+def parse_gpus(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise KbenchError(f"gpus {text!r}: give GPU indices like 0,1") from None
+
+
+def make_evaluator(task: Any, direction: str, config: Any, options: Any = None, *, sequential: bool = False) -> Any:
+    """The configured executor for one task direction. Raises KbenchError with the cause in one paragraph
+    (Ray missing or unreachable, a cluster without GPUs)."""
+    opts = options if options is not None else eval_options(config)
+    ex = config.executor
+    if ex.kind == "ray":
+        if sequential:
+            raise KbenchError("--sequential is a local-executor mode; the Ray executor schedules on the cluster")
+        try:
+            from engine.evolve.ray_executor import RayExecutor
+        except ImportError as exc:
+            raise KbenchError(f"the Ray executor is not available here: {exc}") from None
+        return RayExecutor(task, direction, opts, address=ex.ray_address, retries=ex.retries,
+                           compile_on_cluster=ex.compile_on_cluster, build_cpus=ex.build_cpus,
+                           ship_code=ex.ship_code if ex.ray_address else False)
+    from engine.evolve.executor import LocalPipelineExecutor
+    return LocalPipelineExecutor(task, direction, opts, gpus=parse_gpus(ex.gpus), build_workers=ex.build_workers,
+                                 pipelined=not sequential)
