@@ -93,19 +93,37 @@ def status_text(view: Any) -> str:
             return f"{s.status.value} {s.stage}{mark}"
     if st.speedup is not None:
         return f"ok{mark}"
+    if st.events and st.events[-1].event == "infrastructure_failure":
+        return "infra error"          # the executor lost it; not judged (evaluated again on resume)
     if not st.stages:
         return "pending"
     last = list(st.stages.values())[-1]
     return f"{last.stage} {last.status.value}{mark}"
 
 
-def default_evaluator_factory(task: Any, direction: str) -> Any:
+@dataclass(frozen=True)
+class Reevaluation:
+    status: Any          # the candidate's CandidateStatus after the new notes
+    summary: str         # what this evaluation found, in one line
+
+
+def _reevaluation_summary(out: Any, meas: Any) -> str:
+    if meas is not None:
+        return f"{meas.speedup_eager:.3f}x on {meas.gpu or 'the GPU'}"
+    if out.failed_stage:
+        return f"failed at {out.failed_stage}: {out.reason}"
+    timing = next((v for v in out.verdicts if v.stage == "timing"), None)
+    return "not measured" + (f": {timing.reason}" if timing is not None and timing.reason else "")
+
+
+def default_evaluator_factory(task: Any, direction: str, config: Any = None) -> Any:
+    """The configured executor ([eval] and [executor] in the config files: local by default, or Ray)."""
     if os.environ.get("KBENCH_TUI_FAKE_EVALUATOR"):
         from engine.evolve.executor import FakeEvaluator
         return FakeEvaluator(task, delay_s=float(os.environ.get("KBENCH_TUI_FAKE_DELAY", "0.3") or 0))
-    from engine.evolve.executor import LocalPipelineExecutor
-    from engine.harness.evaluate import EvalOptions
-    return LocalPipelineExecutor(task, direction, EvalOptions())
+    from engine.config import Config
+    from engine.evolve.factory import make_evaluator
+    return make_evaluator(task, direction, config if config is not None else Config())
 
 
 class Backend:
@@ -133,6 +151,11 @@ class Backend:
         self._eval_lock = threading.Lock()          # re-evaluations run one at a time (a queue)
         self._queued = 0
         self._queue_guard = threading.Lock()
+
+    def _make_evaluator(self, task: Any, direction: str) -> Any:
+        if self._evaluator_factory is default_evaluator_factory:
+            return default_evaluator_factory(task, direction, self.config)
+        return self._evaluator_factory(task, direction)
 
     def close(self) -> None:
         for r in list(self.runners.values()):
@@ -288,7 +311,7 @@ class Backend:
             prop = make_proposer("tuner", self.config)
         else:
             raise KbenchError(f"the {proposer} proposer cannot drive a session from the app")
-        evaluator = self._evaluator_factory(t, direction)
+        evaluator = self._make_evaluator(t, direction)
         es = EvolutionSession(self.ws, name, t, prop, evaluator, direction=direction,
                               budgets=Budgets(generations=generations, population=population, usd=usd),
                               policy=default_policy(proposer), ledger=ledger,
@@ -322,12 +345,24 @@ class Backend:
 
     # ------------------------------------------------------------------------------ judgements
 
-    def override(self, cid: str, stage: str, to: str, reason: str, by: str | None = None) -> tuple[Any, bool]:
-        """Record the override; returns (entry, may re-enter): True when the candidate is no longer blocked
-        and has no measurement yet, so it should be evaluated (again)."""
+    def live_runner(self, cid: str) -> Any:
+        """The running loop of the candidate's session, if there is one (it must hear of changes)."""
+        from engine.workspace.records import parse_candidate_id
+        parsed = parse_candidate_id(cid)
+        r = self.runners.get(parsed[0]) if parsed else None
+        return r if r is not None and r.running else None
+
+    def override(self, cid: str, stage: str, to: str, reason: str, by: str | None = None) -> tuple[Any, str]:
+        """Record the override. Returns (entry, next step): "session" when the session's running loop took
+        the candidate back (it re-reads the notes and evaluates it if it may now go on), "evaluate" when it is
+        no longer blocked and has no measurement, so the app should evaluate it, else ""."""
         entry = self.ws.override(cid, stage, to, reason, by=by)
         st = self.ws.status(cid)
-        return entry, (not st.blocked and st.measurement is None)
+        runner = self.live_runner(cid)
+        if runner is not None:
+            runner.notice(cid)
+            return entry, "session"
+        return entry, ("evaluate" if not st.blocked and st.measurement is None else "")
 
     @property
     def queued(self) -> int:
@@ -335,7 +370,8 @@ class Backend:
 
     def reevaluate(self, cid: str, on_stage: Callable[[Verdict], None] | None = None) -> Any:
         """Evaluate the candidate again (queued behind any other re-evaluation) and append its verdicts, the
-        measurement and a `reevaluated` event, as `kbench reevaluate` does. Returns the new CandidateStatus."""
+        measurement and a `reevaluated` event, as `kbench reevaluate` does. Returns the new status and a line
+        saying what this evaluation found (not what the latest measurement says: without a GPU there is none)."""
         from engine.workspace.records import Event, VerdictNote, now_iso
 
         with self._queue_guard:
@@ -349,15 +385,23 @@ class Backend:
                 key = f"{session}"
                 ev = self._evaluators.get(key)
                 if ev is None:
-                    ev = self._evaluators[key] = self._evaluator_factory(task, direction)
+                    ev = self._evaluators[key] = self._make_evaluator(task, direction)
                 out = ev.submit(self.ws.files(cid), on_stage).result()
+                if out.infra_error:   # the executor lost it: not a judgement of the kernel, only the event
+                    status = self.ws.record(cid, [Event("infrastructure_failure", {
+                        "reason": out.infra_error, "attempts": out.attempts, "by": "tui"}, now_iso())])
+                    return Reevaluation(status, f"not re-measured, infrastructure failure: {out.infra_error}")
                 entries: list[Any] = [VerdictNote(x, now_iso(), "reevaluate") for x in out.verdicts]
                 meas = out.measurement()
                 if meas is not None:
                     entries.append(meas)
                 entries.append(Event("reevaluated", {"speedup": out.speedup_eager, "failed_stage": out.failed_stage,
                                                      "gpu": (out.device or {}).get("gpu"), "by": "tui"}, now_iso()))
-                return self.ws.record(cid, entries)
+                status = self.ws.record(cid, entries)
+                runner = self.live_runner(cid)
+                if runner is not None:
+                    runner.notice(cid)      # the running loop takes the new fitness
+                return Reevaluation(status, _reevaluation_summary(out, meas))
         finally:
             with self._queue_guard:
                 self._queued -= 1
@@ -367,7 +411,8 @@ class Backend:
     def edit(self, cid: str) -> Any:
         """Open the candidate in $VISUAL/$EDITOR (blocks: the app suspends around it) and commit the result as
         a `human` candidate, child of `cid`. Returns the new CandidateRecord, or raises KbenchError with the
-        proposer's reason (unchanged files, editor failed)."""
+        proposer's reason (unchanged files, editor failed). A running loop of the session adopts and evaluates
+        it (see `live_runner`); otherwise the caller evaluates it."""
         from engine.proposers.base import ProposalRequest
         from engine.proposers.human import HumanProposer
 
@@ -385,9 +430,13 @@ class Backend:
         p = prop.propose(ProposalRequest(task, "mutate", direction, parents=(self.ws.files(cid),), known_hashes=known))
         if not p.ok or p.candidate is None:
             raise KbenchError(f"no candidate from the edit: {p.reason}")
-        return self.ws.commit_candidate(session, p.candidate, parents=[rec.id], operator=p.operator, proposer="human",
-                                        generation=rec.generation + 1, title=f"hand edit of {rec.id}",
-                                        rationale=p.rationale, prompt=p.prompt_md())
+        new = self.ws.commit_candidate(session, p.candidate, parents=[rec.id], operator=p.operator, proposer="human",
+                                       generation=rec.generation + 1, title=f"hand edit of {rec.id}",
+                                       rationale=p.rationale, prompt=p.prompt_md())
+        runner = self.live_runner(new.id)
+        if runner is not None:
+            runner.notice(new.id)
+        return new
 
     def export(self, cid: str, out: str | Path, *, name: str | None = None, force: bool = False,
                overwrite: bool = False) -> tuple[Path, list[str]]:

@@ -119,3 +119,48 @@ def test_stop_while_running_and_run_again(tmp_path):
         assert app.backend.ws.session(name).candidates > n_before
         return task
     run_app(backend, scenario)
+
+
+def test_hand_edit_and_override_during_a_running_session_reach_its_loop(tmp_path):
+    """With the session's loop running (paused), `E` commits a human candidate that the loop adopts and
+    evaluates with its own evaluator (no separate re-evaluation), and an override that unblocks a candidate
+    sends it back through the loop."""
+    import subprocess
+    from pathlib import Path
+
+    def fake_editor(cmd, cwd=None, **kw):
+        kernel = Path(cmd[1])
+        kernel.write_text(kernel.read_text() + "\n// FAKE_SPEEDUP=2.50 hand tuned\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    backend = fake_backend(tmp_path / "ws", delay_s=0.05, env={"EDITOR": "ed"}, editor_run=fake_editor)
+
+    async def scenario(app, pilot):
+        r = app.backend.start_evolution(task="gelu_bias", direction="forward", proposer="tuner", generations=1,
+                                        population=1, session="live", paused=True)
+        await wait_until(pilot, lambda: r.paused)
+        r.step(1)                                            # the baseline
+        await wait_until(pilot, lambda: r._evaluated == 1)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.screen.query_one("#sessions").row_count == 1)
+        app.screen.query_one("#sessions").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "SessionScreen" and app.screen.loaded)
+        s = app.screen
+        await pilot.press("E")
+        await wait_until(pilot, lambda: "live-g1-1" in (s.data.index if s.data else {}))
+        await wait_until(pilot, lambda: app.backend.ws.status("live-g1-1").measurement is not None)
+        log = "\n".join(s.query_one("#log").lines_written)
+        assert "joined the running session" in log and "re-evaluate live-g1-1" not in log, log
+        assert r.population.get("live-g1-1") is not None and r.population.best().id == "live-g1-1"
+        assert not app.backend._evaluators                   # the app evaluated nothing itself
+        entry, step = app.backend.override("live-g1-1", "timing", "suspicious", "faster than I believe")
+        assert step == "session"                             # the running loop re-reads it
+        await wait_until(pilot, lambda: not r.population.get("live-g1-1").eligible)
+        assert r.population.best().id == "live-g0-1"
+        r.stop()
+        await wait_until(pilot, lambda: not r.running, timeout=20)
+    run_app(backend, scenario)
+    with Workspace.open(tmp_path / "ws") as ws:
+        assert ws.resolve("live-g1-1").proposer == "human"
+        assert [e.event for e in ws.status("live-g1-1").events].count("evaluated") == 1

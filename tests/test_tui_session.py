@@ -235,3 +235,61 @@ def test_export_refused_for_failing_candidate_unless_forced(demo, tmp_path):
         await wait_until(pilot, lambda: any("export refused" in n.message for n in app._notifications))
         assert not (out / "pyproject.toml").exists()
     run_app(fake_backend(demo), scenario)
+
+
+def test_reevaluate_through_a_process_pool_inside_the_app(demo):
+    """The local executor's compile pool (spawned processes) made from inside the running app: Textual's
+    stderr capture has no file descriptor, which multiprocessing's resource tracker used to trip over."""
+    from engine.evolve.executor import LocalPipelineExecutor, fake_build, fake_gpu
+    from engine.harness.evaluate import EvalOptions
+    from kbench_tui.backend import Backend
+
+    def factory(task, direction):
+        return LocalPipelineExecutor(task, direction, EvalOptions(), gpus=[None], build_workers=1,
+                                     build_fn=fake_build, gpu_fn=fake_gpu)
+
+    backend = Backend(demo, evaluator_factory=factory, gpus=[], env={})
+
+    async def scenario(app, pilot):
+        s = await open_session(app, pilot)
+        await pilot.press("j", "e")                          # g1-1
+        await wait_until(pilot, lambda: "re-evaluated demo-g1-1" in "\n".join(s.query_one("#log").lines_written),
+                         timeout=60)
+        log = "\n".join(s.query_one("#log").lines_written)
+        assert "re-evaluated demo-g1-1: 1.800x" in log and "failed" not in log, log
+        assert len(app.backend.ws.status("demo-g1-1").measurements) == 2
+    run_app(backend, scenario)
+
+
+def test_reevaluation_without_a_gpu_says_so_instead_of_the_old_measurement(demo):
+    from concurrent.futures import Future
+
+    from engine.evolve.executor import EvalOutcome
+    from engine.verdict import Status, Verdict
+    from kbench_tui.backend import Backend
+
+    why = "no CUDA GPU is visible: correctness and timing need a GPU (compiled fine)"
+
+    class NoGpu:
+        def submit(self, candidate, on_stage=None):
+            out = EvalOutcome([Verdict("compile", Status.PASS, "compiled"),
+                               Verdict("correctness", Status.SKIPPED, why), Verdict("timing", Status.SKIPPED, why)])
+            f = Future()
+            f.set_result(out)
+            return f
+
+        def close(self, wait=True):
+            pass
+
+    backend = Backend(demo, evaluator_factory=lambda t, d: NoGpu(), gpus=[], env={})
+
+    async def scenario(app, pilot):
+        s = await open_session(app, pilot)
+        await pilot.press("e")                               # g0-1, measured 1.25x before (FakeGPU)
+        await wait_until(pilot, lambda: "re-evaluated demo-g0-1" in "\n".join(s.query_one("#log").lines_written))
+        log = "\n".join(s.query_one("#log").lines_written)
+        assert f"re-evaluated demo-g0-1: not measured: {why}" in log, log
+        assert "1.250x" not in log.split("re-evaluated demo-g0-1")[1]
+    run_app(backend, scenario)
+    with Workspace.open(demo) as ws:
+        assert len(ws.status("demo-g0-1").measurements) == 1       # the old measurement stays, nothing new

@@ -42,15 +42,17 @@ class CandidateActions:
         self.app.push_screen(OverrideScreen(view.record.id, stages, blocking), done)
 
     def _do_override(self, cid: str, answer: dict):
-        entry, reenter = self.backend.override(cid, answer["stage"], answer["to"], answer["reason"])
-        return cid, entry, reenter
+        entry, step = self.backend.override(cid, answer["stage"], answer["to"], answer["reason"])
+        return cid, entry, step
 
     def done_override(self, result) -> None:
-        cid, entry, reenter = result
+        cid, entry, step = result
         self.app.notify(f"{cid}: {entry.stage} {entry.from_status} → {entry.to_status.value} (recorded)")
         self.log_line(f"override {cid} {entry.stage}: {entry.from_status} -> {entry.to_status.value}: {entry.reason}")
         self.after_change(cid)
-        if reenter:
+        if step == "session":
+            self.log_line(f"{cid}: the running session re-reads it (and evaluates it if it may now go on)")
+        elif step == "evaluate":
             self.log_line(f"{cid} is no longer blocked: queued for evaluation")
             self.start_reevaluate(cid)
 
@@ -72,12 +74,14 @@ class CandidateActions:
         return cid, self.backend.reevaluate(cid, on_stage)
 
     def done_reeval(self, result) -> None:
-        cid, status = result
-        sp = f"{status.speedup:.3f}x" if status.speedup is not None else "no measurement"
-        gpu = status.measurement.gpu if status.measurement else "no GPU"
-        self.app.notify(f"{cid}: re-evaluated: {sp} ({gpu})")
-        self.log_line(f"re-evaluated {cid}: {sp} on {gpu}")
+        cid, done = result
+        self.app.notify(f"{cid}: re-evaluated: {done.summary}")
+        self.log_line(f"re-evaluated {cid}: {done.summary}")
         self.after_change(cid)
+
+    def failed_reeval(self, error) -> None:
+        self.app.notify(f"re-evaluation failed: {error}", severity="error", timeout=12)
+        self.log_line(f"re-evaluation failed: {type(error).__name__}: {error}")
 
     # -- hand edit
     def action_edit(self) -> None:
@@ -105,7 +109,10 @@ class CandidateActions:
         self.app.notify(f"committed {rec.id} (human) from {cid}")
         self.log_line(f"hand edit: committed {rec.id} from {cid}")
         self.after_change(rec.id)
-        self.start_reevaluate(rec.id)
+        if self.backend.live_runner(rec.id) is not None:
+            self.log_line(f"{rec.id}: joined the running session, which evaluates it")
+        else:
+            self.start_reevaluate(rec.id)
 
     # -- export
     def action_export(self) -> None:
