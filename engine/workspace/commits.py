@@ -182,6 +182,20 @@ def record_from_parts(sha: str, parent_commits: tuple[str, ...], when: int, auth
 REF_RECORD_FORMAT = "%(objectname)%00%(refname)%00%(parent)%00%(authordate:unix)%00%(authorname) %(authoremail)%00%(contents)%00"
 
 
+# The cheap listing: which commit each candidate ref names (git need not open the commits).
+REF_LIST_FORMAT = "%(objectname) %(refname)"
+
+
+def parse_ref_list(out: bytes) -> list[tuple[str, str]]:
+    """(sha, refname) per line of REF_LIST_FORMAT output."""
+    rows = []
+    for line in out.splitlines():
+        sha, _, ref = line.partition(b" ")
+        if ref:
+            rows.append((sha.decode(), ref.decode("utf-8", "surrogateescape")))
+    return rows
+
+
 def parse_ref_records(out: bytes) -> list[tuple[str, str, tuple[str, ...], int, str, str]]:
     """(sha, refname, parent shas, author time, author, message) per ref, from REF_RECORD_FORMAT output."""
     fields = out.split(b"\0")
