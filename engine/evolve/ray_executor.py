@@ -255,21 +255,23 @@ class RayExecutor:
     def cancel_pending(self) -> int:
         """Cancel what has not reached a GPU yet (builds in flight are cancelled too); running GPU tasks
         finish. Their futures end cancelled."""
-        n = 0
         with self._lock:
             jobs = [(ref, j) for ref, j in self._jobs.items() if j.phase == "build"]
-            for ref, j in jobs:
+            for ref, _ in jobs:
                 del self._jobs[ref]
+        return self._drop(jobs)
+
+    def _drop(self, jobs: list[tuple[Any, _Job]]) -> int:
+        """Cancel these Ray tasks and end their futures cancelled (the loop re-queues them on resume)."""
         for ref, j in jobs:
             try:
                 ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - already finished or gone: nothing to cancel
                 pass
             j.cancelled = True
             self._settle(j)
             _cancel(j.future)
-            n += 1
-        return n
+        return len(jobs)
 
     def close(self, wait: bool = True) -> None:
         if getattr(self, "_closed", False):
@@ -284,18 +286,10 @@ class RayExecutor:
                     time.sleep(self.poll_s)
             else:
                 self._abandon = True
-                self.cancel_pending()
                 with self._lock:
                     running = list(self._jobs.items())
                     self._jobs.clear()
-                for ref, j in running:
-                    try:
-                        ray.cancel(ref, force=True)
-                    except Exception:  # noqa: BLE001
-                        pass
-                    j.cancelled = True
-                    self._settle(j)
-                    _cancel(j.future)
+                self._drop(running)
             self._wake.set()
             self._thread.join(5)
         if self._owns_ray and ray.is_initialized():
