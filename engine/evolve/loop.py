@@ -40,6 +40,7 @@ from engine.evolve.resume import (
     EVALUATED,
     INFRA_FAILURE,
     load_state,
+    member_from_view,
     proposal_costs,
     title_of,
 )
@@ -642,7 +643,6 @@ class EvolutionSession:
 
     def _notice(self, cid: str) -> None:
         from engine.errors import KbenchError
-        from engine.evolve.resume import member_from_view
 
         if cid in self._in_flight:
             return          # its evaluation is running here: the result will be re-read when recorded
