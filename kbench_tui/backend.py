@@ -372,8 +372,6 @@ class Backend:
         """Evaluate the candidate again (queued behind any other re-evaluation) and append its verdicts, the
         measurement and a `reevaluated` event, as `kbench reevaluate` does. Returns the new status and a line
         saying what this evaluation found (not what the latest measurement says: without a GPU there is none)."""
-        from engine.workspace.records import Event, VerdictNote, now_iso
-
         with self._queue_guard:
             self._queued += 1
         try:
@@ -388,16 +386,10 @@ class Backend:
                     ev = self._evaluators[key] = self._make_evaluator(task, direction)
                 out = ev.submit(self.ws.files(cid), on_stage).result()
                 if out.infra_error:   # the executor lost it: not a judgement of the kernel, only the event
-                    status = self.ws.record(cid, [Event("infrastructure_failure", {
-                        "reason": out.infra_error, "attempts": out.attempts, "by": "tui"}, now_iso())])
+                    status = self.ws.record(cid, [out.infra_event(by="tui")])
                     return Reevaluation(status, f"not re-measured, infrastructure failure: {out.infra_error}")
-                entries: list[Any] = [VerdictNote(x, now_iso(), "reevaluate") for x in out.verdicts]
+                status = self.ws.record(cid, out.reevaluation_notes(by="tui"))
                 meas = out.measurement()
-                if meas is not None:
-                    entries.append(meas)
-                entries.append(Event("reevaluated", {"speedup": out.speedup_eager, "failed_stage": out.failed_stage,
-                                                     "gpu": (out.device or {}).get("gpu"), "by": "tui"}, now_iso()))
-                status = self.ws.record(cid, entries)
                 runner = self.live_runner(cid)
                 if runner is not None:
                     runner.notice(cid)      # the running loop takes the new fitness

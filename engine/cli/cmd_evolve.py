@@ -192,11 +192,9 @@ def cmd_evolve(args: argparse.Namespace) -> int:
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
     from engine.config import load_config
-    from engine.evolve.resume import INFRA_FAILURE
     from engine.tasks.loader import load_task
     from engine.tasks.model import Task
     from engine.verdict import Status
-    from engine.workspace.records import Event, VerdictNote, now_iso
 
     ws = _workspace(args)
     sessions = {s.name: s for s in ws.sessions()}
@@ -231,18 +229,12 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         for v, fut in futs:
             out = fut.result()
             if out.infra_error:   # the executor lost it: not a judgement, nothing but the event is written
-                ws.record(v.id, [Event(INFRA_FAILURE, {"reason": out.infra_error, "attempts": out.attempts,
-                                                       "by": "reevaluate"}, now_iso())])
+                ws.record(v.id, [out.infra_event(by="reevaluate")])
                 print(f"{v.id}: not re-measured, infrastructure failure: {out.infra_error}", flush=True)
                 code = 1
                 continue
-            entries: list[Any] = [VerdictNote(x, now_iso(), "reevaluate") for x in out.verdicts]
             meas = out.measurement()
-            if meas is not None:
-                entries.append(meas)
-            entries.append(Event("reevaluated", {"speedup": out.speedup_eager, "failed_stage": out.failed_stage,
-                                                 "gpu": (out.device or {}).get("gpu")}, now_iso()))
-            st = ws.record(v.id, entries)
+            st = ws.record(v.id, out.reevaluation_notes())
             before = v.status.speedup
             was = f"{before:.3f}x" if before else "-"
             now = f"{st.speedup:.3f}x" if meas is not None and st.speedup else f"failed at {out.failed_stage}"

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from engine.candidates import Candidate
 from engine.tasks.model import Task
 from engine.verdict import Status, Verdict
-from engine.workspace.records import ConfigTiming, Measurement
+from engine.workspace.records import ConfigTiming, Event, Measurement, VerdictNote, now_iso
 
 StageCallback = Callable[[Verdict], None]
 BLOCKING = (Status.FAIL, Status.SUSPICIOUS)
@@ -88,6 +88,22 @@ class EvalOutcome:
                            torch=str(d.get("torch") or ""), cuda=str(d.get("cuda") or ""),
                            data={"seconds": round(self.seconds, 3), "build_s": self.build_s, "gpu_s": self.gpu_s,
                                  "gpu_index": self.gpu, **self.data})
+
+    def infra_event(self, **data: Any) -> Event:
+        """The note that records an infrastructure failure (instead of any verdict)."""
+        from engine.evolve.resume import INFRA_FAILURE
+        return Event(INFRA_FAILURE, {"reason": self.infra_error, "attempts": self.attempts, **data}, now_iso())
+
+    def reevaluation_notes(self, **event_data: Any) -> list[Any]:
+        """What a re-evaluation appends (`kbench reevaluate` and the app alike): its verdicts (by
+        `reevaluate`), the measurement if it was timed, and a `reevaluated` event with `event_data` added."""
+        entries: list[Any] = [VerdictNote(v, now_iso(), "reevaluate") for v in self.verdicts]
+        meas = self.measurement()
+        if meas is not None:
+            entries.append(meas)
+        entries.append(Event("reevaluated", {"speedup": self.speedup_eager, "failed_stage": self.failed_stage,
+                                             "gpu": (self.device or {}).get("gpu"), **event_data}, now_iso()))
+        return entries
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON, for crossing a process or machine boundary (the Ray executor)."""

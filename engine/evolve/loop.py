@@ -38,7 +38,6 @@ from engine.evolve.population import DONE, PENDING, Member, Population
 from engine.evolve.resume import (
     DIRECTIVES,
     EVALUATED,
-    INFRA_FAILURE,
     load_state,
     member_from_view,
     proposal_costs,
@@ -725,8 +724,7 @@ class EvolutionSession:
         `evaluated` event is written, so a resumed session evaluates the candidate again."""
         done = self._recorded.pop(m.id, set())
         entries: list[Any] = [VerdictNote(v, now_iso()) for v in out.verdicts if v.stage not in done]
-        entries.append(Event(INFRA_FAILURE, {"reason": out.infra_error, "attempts": out.attempts,
-                                             "executor": type(self.evaluator).__name__}, now_iso()))
+        entries.append(out.infra_event(executor=type(self.evaluator).__name__))
         self.ws.record(m.id, entries)
         m.state, m.eligible, m.speedup = DONE, False, None
         m.failed_stage, m.reason = "infrastructure", out.infra_error

@@ -207,8 +207,13 @@ def builds_dir(cache_root: Path, toolchain: Toolchain) -> Path:
     return Path(cache_root) / "builds" / toolchain.key()
 
 
+def entry_path(cache_root: Path, toolchain_key: str, source_hash: str) -> Path:
+    """Where a build of `source_hash` by the toolchain with `toolchain_key` lives in the cache."""
+    return Path(cache_root) / "builds" / toolchain_key / source_hash
+
+
 def entry_dir(cache_root: Path, toolchain: Toolchain, candidate: Candidate) -> Path:
-    return builds_dir(cache_root, toolchain) / candidate.source_hash
+    return entry_path(cache_root, toolchain.key(), candidate.source_hash)
 
 
 def kernelbench_extensions_dir(cache_root: Path, candidate: Candidate, toolchain: Toolchain | None = None) -> Path:

@@ -15,11 +15,9 @@ import tarfile
 import uuid
 from pathlib import Path
 
+from engine.harness.build import entry_path
+
 MAX_ARCHIVE_BYTES = 256 * 1024 * 1024   # a candidate's .so is a few MB; anything near this is not one
-
-
-def entry_path(cache_root: Path, toolchain_key: str, source_hash: str) -> Path:
-    return Path(cache_root) / "builds" / toolchain_key / source_hash
 
 
 def pack_entry(entry: Path) -> bytes:

@@ -47,9 +47,7 @@ def load(git_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         if data.get("digest") != code_digest():
             return {}, {}
         return dict(data["records"]), dict(data["statuses"])
-    except FileNotFoundError:
-        return {}, {}
-    except Exception:  # noqa: BLE001 - a damaged or foreign file is only a lost speed-up
+    except Exception:  # noqa: BLE001 - missing, damaged or foreign: only a lost speed-up
         return {}, {}
 
 
