@@ -30,3 +30,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "slow" in item.keywords and not HAS_NVCC:
             item.add_marker(skip_nvcc)
+
+
+@pytest.fixture
+def layernorm_task(tmp_path):
+    """The built-in layernorm task copied into `tmp_path/task-layernorm` and loaded from there: a task folder
+    of the user's own, outside the repository, that a test may change without touching the built-in one."""
+    from pathlib import Path
+
+    from engine.tasks.loader import load_task
+
+    folder = tmp_path / "task-layernorm"
+    folder.mkdir()
+    for name in ("task.toml", "reference.py"):
+        shutil.copy(Path(__file__).resolve().parents[1] / "tasks" / "layernorm" / name, folder / name)
+    return load_task(folder)

@@ -327,13 +327,19 @@ def wait_for(events, pred, timeout=10.0):
     raise AssertionError("event did not come: " + ", ".join(kinds(events)[-8:]))
 
 
+def start_paused(session):
+    """Start `session` in a background thread, paused before its first candidate; its event list."""
+    events = collect(session)
+    session.pause()
+    session.start()
+    wait_for(events, lambda e: e.kind == "Paused")
+    return events
+
+
 def test_pause_step_resume_stop(ws, task):
     fake = FakeEvaluator(task, delay_s=0.02)
     s = EvolutionSession(ws, "ctl", task, TunerProposer(), fake, budgets=Budgets(generations=3, population=3))
-    events = collect(s)
-    s.pause()
-    s.start()
-    wait_for(events, lambda e: e.kind == "Paused")
+    events = start_paused(s)
     time.sleep(0.2)
     assert ws.candidates("ctl") == []                 # paused before anything was proposed
     s.step()
@@ -432,10 +438,7 @@ def test_live_override_requeues_a_rejected_candidate(ws, task):
     fake = FakeEvaluator(task)
     s = EvolutionSession(ws, "live", task, prop, fake, budgets=Budgets(generations=1, population=1),
                          checks=[reject_marker], policy=OperatorPolicy({"mutate": 1.0}))
-    events = collect(s)
-    s.pause()
-    s.start()
-    wait_for(events, lambda e: e.kind == "Paused")
+    events = start_paused(s)
     s.step(2)                                            # the baseline, then one rejected mutation
     wait_for(events, lambda e: e.kind == "CandidateEvaluated" and e.rejected)
     cid = next(e.candidate for e in events if e.kind == "CandidateEvaluated" and e.rejected)
@@ -479,10 +482,7 @@ def test_notice_takes_overrides_measurements_and_hand_edits_into_a_running_loop(
     fake = FakeEvaluator(task)
     s = EvolutionSession(ws, "live2", task, prop, fake, budgets=Budgets(generations=2, population=1),
                          checks=[reject_marker], policy=OperatorPolicy({"mutate": 1.0}))
-    events = collect(s)
-    s.pause()
-    s.start()
-    wait_for(events, lambda e: e.kind == "Paused")
+    events = start_paused(s)
     s.step(1)                                                # the baseline, evaluated
     wait_for(events, lambda e: e.kind == "CandidateEvaluated")
     base_id = next(e.candidate for e in events if e.kind == "CandidateEvaluated")

@@ -257,12 +257,8 @@ def test_templates_placeholders_are_all_known():
 
 
 @pytest.fixture
-def ws(tmp_path):
-    folder = tmp_path / "task-layernorm"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(TASKS / "layernorm" / name, folder / name)
-    task = load_task(folder)
+def ws(tmp_path, layernorm_task):
+    task = layernorm_task
     w = Workspace.create(tmp_path / "ws")
     w.start_session("ln", task, "forward", proposer="human")
     w.start_session("lnb", task, "backward", proposer="human")

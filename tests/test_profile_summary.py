@@ -165,21 +165,15 @@ def test_profile_feedback_from_notes():
     assert profile_feedback({}) == ""
 
 
-def test_mutate_feedback_reads_the_parents_profile_note(tmp_path):
-    import shutil
+def test_mutate_feedback_reads_the_parents_profile_note(tmp_path, layernorm_task):
     from types import SimpleNamespace
 
     from engine.candidates import Candidate
     from engine.evolve.loop import EvolutionSession
-    from engine.tasks.loader import load_task
     from engine.workspace import Workspace
 
-    folder = tmp_path / "t"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(Path(__file__).resolve().parents[1] / "tasks" / "layernorm" / name, folder / name)
     ws = Workspace.create(tmp_path / "ws")
-    ws.start_session("ln", load_task(folder))
+    ws.start_session("ln", layernorm_task)
     rec = ws.commit_candidate("ln", Candidate("native", {"kernel.cu": "// k\n", "binding.cpp": "// b\n"}, "k", {}))
     fake = SimpleNamespace(ws=ws)
     assert EvolutionSession._profile_feedback(fake, SimpleNamespace(id=rec.id)) == ""

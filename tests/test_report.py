@@ -3,10 +3,8 @@ LLM usage and time, the markdown and the PNG beside it."""
 
 from __future__ import annotations
 
-import shutil
 import struct
 import zlib
-from pathlib import Path
 
 import pytest
 
@@ -14,11 +12,9 @@ from engine.candidates import Candidate
 from engine.cli import main as cli_main
 from engine.profile.png import Canvas, line_plot
 from engine.profile.session_report import build_report, to_markdown, write_report
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, Workspace
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def cand(tag: str, **meta) -> Candidate:
@@ -34,12 +30,8 @@ PASS = {s: Verdict(s, Status.PASS, "ok") for s in ("static", "compile", "correct
 
 
 @pytest.fixture
-def ws_path(tmp_path):
-    folder = tmp_path / "task-layernorm"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(REPO / "tasks" / "layernorm" / name, folder / name)
-    task = load_task(folder)
+def ws_path(tmp_path, layernorm_task):
+    task = layernorm_task
     path = tmp_path / "ws"
     ws = Workspace.create(path)
     ws.start_session("ln", task, proposer="anthropic", model="claude-test")
@@ -136,13 +128,9 @@ def test_png_pixels_decode(tmp_path):
     assert _png_size(p.read_bytes()) == (640, 360)
 
 
-def test_empty_session_report(tmp_path):
-    folder = tmp_path / "t"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(REPO / "tasks" / "layernorm" / name, folder / name)
+def test_empty_session_report(tmp_path, layernorm_task):
     ws = Workspace.create(tmp_path / "ws")
-    ws.start_session("empty", load_task(folder))
+    ws.start_session("empty", layernorm_task)
     rep = build_report(ws, "empty")
     ws.close()
     assert rep.proposed == 0 and rep.fast_p[1.0] == 0.0

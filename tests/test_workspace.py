@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from engine.candidates import Candidate
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import (ConfigTiming, CorruptNoteError, Measurement, UnknownCandidateError,
                               UnknownSessionError, Workspace, WorkspaceError)
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 ENV.update(GIT_AUTHOR_NAME="Tester", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="Tester",
            GIT_COMMITTER_EMAIL="t@example.com")
@@ -30,12 +27,8 @@ def git(cwd: Path, *args: str, input: str | None = None, check: bool = True) -> 
 
 
 @pytest.fixture
-def task(tmp_path):
-    folder = tmp_path / "task-layernorm"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(REPO / "tasks" / "layernorm" / name, folder / name)
-    return load_task(folder)
+def task(layernorm_task):
+    return layernorm_task
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,11 +13,9 @@ import pytest
 
 from engine.candidates import Candidate
 from engine.cli import main
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import NotAWorkspaceError, UnknownCandidateError, Workspace, WorkspaceError
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 ENV.update(GIT_AUTHOR_NAME="User", GIT_AUTHOR_EMAIL="u@example.com", GIT_COMMITTER_NAME="User",
            GIT_COMMITTER_EMAIL="u@example.com")
@@ -39,12 +36,8 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def task(tmp_path):
-    folder = tmp_path / "task"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(REPO / "tasks" / "layernorm" / name, folder / name)
-    return load_task(folder)
+def task(layernorm_task):
+    return layernorm_task
 
 
 @pytest.fixture

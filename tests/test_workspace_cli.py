@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,11 +11,9 @@ import pytest
 
 from engine.candidates import Candidate
 from engine.cli import main
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, Workspace
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
 
@@ -32,14 +29,10 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def populated(tmp_path):
-    folder = tmp_path / "task"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(REPO / "tasks" / "layernorm" / name, folder / name)
+def populated(tmp_path, layernorm_task):
     path = tmp_path / "ws"
     with Workspace.create(path) as ws:
-        ws.start_session("ln", load_task(folder), proposer="anthropic", model="claude-test")
+        ws.start_session("ln", layernorm_task, proposer="anthropic", model="claude-test")
         mk = lambda t: Candidate("native", {"kernel.cu": f"// {t}\n", "binding.cpp": "// glue\n"}, t,
                                  {"rationale": f"because {t}"})
         a = ws.commit_candidate("ln", mk("warp per row"), prompt="translate it")

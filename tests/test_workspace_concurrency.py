@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import Candidate
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import Measurement, Workspace
 
@@ -68,13 +66,9 @@ def wait_for_git_children(path: Path, timeout: float = 10.0) -> None:
 
 
 @pytest.fixture
-def ws(tmp_path):
-    folder = tmp_path / "task"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(REPO / "tasks" / "layernorm" / name, folder / name)
+def ws(tmp_path, layernorm_task):
     w = Workspace.create(tmp_path / "ws")
-    w.start_session("ln", load_task(folder), proposer="anthropic")
+    w.start_session("ln", layernorm_task, proposer="anthropic")
     yield w
     w.close()
 

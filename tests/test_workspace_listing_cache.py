@@ -3,31 +3,23 @@ since, and ignores files it cannot trust (another code version, damage)."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 
 import pytest
 
 from engine.candidates import Candidate
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import Workspace, listing_cache
 from engine.workspace import commits as commits_mod
 from engine.workspace import workspace as workspace_mod
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def built(tmp_path, monkeypatch):
+def built(tmp_path, monkeypatch, layernorm_task):
     """A session of 6 candidates with verdicts, listed once and closed (which writes the cache)."""
     monkeypatch.setattr(listing_cache, "MIN_NEW_TO_SAVE", 1)
-    folder = tmp_path / "task"
-    folder.mkdir()
-    for name in ("task.toml", "reference.py"):
-        shutil.copy(REPO / "tasks" / "layernorm" / name, folder / name)
     ws = Workspace.create(tmp_path / "ws")
-    ws.start_session("s", load_task(folder), proposer="tuner")
+    ws.start_session("s", layernorm_task, proposer="tuner")
     for i in range(6):
         rec = ws.commit_candidate("s", Candidate("native", {"kernel.cu": f"// k{i}\n", "binding.cpp": "// g\n"},
                                                  f"c{i}"), generation=1, operator="tune", title=f"c{i}")
