@@ -3,8 +3,8 @@
 is in the table and the plot is drawn) and to move between candidates (a `j` key press until the app is
 idle again, i.e. the cursor moved and the selection line was redrawn).
 
-    /work/venv/bin/python scripts/bench_workspace.py --dir /tmp/ws-bench --keep     # builds session "big"
-    /work/venv/bin/python scripts/bench_tui.py --dir /tmp/ws-bench [--session big] [--moves 50]
+    python scripts/bench_workspace.py --dir /tmp/ws-bench --keep     # builds session "big"
+    python scripts/bench_tui.py --dir /tmp/ws-bench [--session big] [--moves 50]
 
 Runs the app headless (App.run_test) at 120x35; the workspace is opened fresh (no warm caches).
 """

@@ -11,8 +11,8 @@ measurement with per-config timings. Then times:
   * listing every candidate of the big session with its latest verdicts (`Workspace.candidates`, a fresh
     Workspace each time), and `kbench log SESSION --json` end to end (Python start-up included).
 
-    /work/venv/bin/python scripts/bench_workspace.py                  # 10,000 candidates in a temp dir
-    /work/venv/bin/python scripts/bench_workspace.py -n 2000 --keep --dir /tmp/ws-bench
+    python scripts/bench_workspace.py                  # 10,000 candidates in a temp dir
+    python scripts/bench_workspace.py -n 2000 --keep --dir /tmp/ws-bench
 """
 
 from __future__ import annotations
