@@ -182,8 +182,9 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         frac = stats.get("gpu_busy_fraction")
         cph = stats.get("candidates_per_hour")
         if cph:
-            print(f"evaluated {stats.get('completed')} candidate(s): {cph:.0f}/hour, GPU busy "
-                  f"{(frac or 0) * 100:.0f}%", flush=True)
+            busy = (f"GPU busy {(frac or 0) * 100:.0f}%" if stats.get("gpu_visible", True)
+                    else "no GPU visible, nothing was measured")
+            print(f"evaluated {stats.get('completed')} candidate(s): {cph:.0f}/hour, {busy}", flush=True)
         print(f"resume with the same command; `kbench log {name}` lists the candidates", flush=True)
     if interrupted:
         return 130

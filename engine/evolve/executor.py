@@ -331,6 +331,8 @@ class LocalPipelineExecutor:
         total_busy = sum(busy.values())
         return {"completed": done, "wall_s": wall, "gpu_busy_s": busy, "build_s": build_busy,
                 "gpus": len(self.gpus), "build_workers": self.build_workers, "pipelined": self.pipelined,
+                # False: the one worker is unpinned because no GPU was found; its busy time is not a GPU's
+                "gpu_visible": any(g is not None for g in self.gpus),
                 "gpu_busy_fraction": (total_busy / (wall * len(self.gpus))) if wall > 0 else None,
                 "candidates_per_hour": (done * 3600.0 / wall) if wall > 0 else None,
                 "intervals": {str(g): list(iv) for g, iv in self._busy.items()}}
