@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from engine.cli import main
+from engine.verdict import Status
 from engine.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +65,26 @@ def test_ctrl_c_stops_and_leaves_it_resumable(tmp_path):
         views = w.candidates("gelu_bias-fwd-tuner")
         assert len(views) == 10 and len({v.record.source_hash for v in views}) == 10
         assert all(sum(e.event == "evaluated" for e in v.status.events) == 1 for v in views)
+
+
+@pytest.mark.slow
+def test_evolve_without_a_gpu_leaves_the_baseline_pending_for_a_gpu_machine(tmp_path):
+    """The real local executor where no GPU is visible (forced with CUDA_VISIBLE_DEVICES=""): the baseline is
+    compiled, not judged; the notes keep the compile verdict and an infrastructure event, no `evaluated`
+    event, so the same command on a GPU machine evaluates it instead of finding a 'failed' baseline."""
+    ws = str(tmp_path / "ws")
+    cmd = [sys.executable, "-m", "engine.cli", "--workspace", ws, "evolve", "gelu_bias", "--proposer", "tuner",
+           "--generations", "1", "--population", "1", "--no-profile"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert "no GPU visible to the evaluator, nothing was measured" in first.stdout, first.stdout[-2000:]
+    assert "GPU busy" not in first.stdout
+    assert first.returncode == 1, first.stdout[-2000:]         # nothing eligible to evolve from, said why
+    with Workspace.open(ws) as w:
+        (base,) = w.candidates("gelu_bias-fwd-tuner")
+        st = w.status(base.id)
+        assert st.status_of("compile") == Status.PASS and st.status_of("correctness") is None
+        assert [e.event for e in st.events] == ["infrastructure_failure"]
+        assert "no CUDA GPU" in st.events[0].data["reason"]
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert "0 evaluated, 1 re-queued" in again.stdout, again.stdout[-2000:]

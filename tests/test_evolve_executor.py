@@ -75,7 +75,7 @@ def test_pipelined_compile_overlaps_gpu(task, tmp_path):
     gpu_iv = [(a, b) for a, b, _, _ in rec.gpus]
     assert overlap(rec.builds, gpu_iv) > 0.5        # seconds of compile that ran while the GPU measured
     assert wall < 0.8 * (8 * 0.3)                   # strictly sequential would take 2.4 s
-    assert stats["gpu_busy_fraction"] > 0.6 and stats["completed"] == 8 and stats["gpu_visible"]
+    assert stats["gpu_busy_fraction"] > 0.6 and stats["completed"] == 8 and stats["unmeasured"] == 0
     assert stats["candidates_per_hour"] > 0
 
 
@@ -125,7 +125,19 @@ def test_process_pool_builds_and_cancel(task, tmp_path):
     for f in done:
         assert isinstance(f.result(timeout=30), EvalOutcome)
     ex.close()
-    assert not ex.stats()["gpu_visible"]             # one unpinned worker: its busy time is no GPU's
+
+
+def test_evaluations_that_found_no_gpu_are_counted_as_unmeasured(task, tmp_path):
+    from engine.harness.evaluate import NO_GPU
+
+    def no_gpu(task, candidate, direction, opts):
+        return EvalOutcome([], infra_error=NO_GPU)
+    ex = LocalPipelineExecutor(task, "forward", EvalOptions(cache_root=tmp_path), gpus=[None], build_workers=1,
+                               build_fn=Recorder(0.0, 0.0).build, gpu_fn=no_gpu, processes=False)
+    outs = run_all(ex, cands(3))
+    ex.close()
+    assert all(o.no_gpu and o.measurement() is None for o in outs)
+    assert ex.stats()["unmeasured"] == 3 and ex.stats()["completed"] == 3
 
 
 def test_visible_gpus_reads_cuda_visible_devices(monkeypatch):

@@ -223,6 +223,20 @@ def test_verdicts_without_gpu_are_skipped_not_failed(layernorm):
     rep = _report(layernorm)
     _fill_from_outcome(rep, layernorm, EvalOptions(), outcome)
     assert rep.verdict("correctness").status == Status.SKIPPED and not rep.passed
+    assert rep.unmeasured == "no CUDA GPU is visible to the evaluator"
+
+
+def test_an_evaluation_without_gpu_is_no_judgement_for_the_loop(layernorm):
+    """What the executors hand the evolution loop when the machine had no GPU: the stages that ran (compile)
+    and an infrastructure error, not skipped correctness/timing verdicts that would finish the candidate."""
+    from engine.evolve.executor import EvalOutcome
+
+    outcome = ChildOutcome({"finished": True, "error": "no CUDA GPU is visible to the evaluator"}, 0, False, 1.0, "")
+    rep = _report(layernorm)
+    _fill_from_outcome(rep, layernorm, EvalOptions(), outcome)
+    out = EvalOutcome.from_report(rep)
+    assert out.infra_error == "no CUDA GPU is visible to the evaluator"
+    assert [v.stage for v in out.verdicts] == ["compile"] and out.measurement() is None
 
 
 def test_verdicts_of_a_passing_timed_run(layernorm):

@@ -261,26 +261,27 @@ def test_reevaluate_through_a_process_pool_inside_the_app(demo):
     run_app(backend, scenario)
 
 
-def test_reevaluation_without_a_gpu_says_so_instead_of_the_old_measurement(demo):
+def test_reevaluation_without_a_gpu_says_so_and_writes_nothing(demo):
+    """An executor on a machine without a GPU hands back `infra_error=NO_GPU` (the sandbox found none): the log
+    says so instead of repeating the old measurement, and the candidate's notes are left as they were."""
     from concurrent.futures import Future
 
     from engine.evolve.executor import EvalOutcome
+    from engine.harness.evaluate import NO_GPU
     from engine.verdict import Status, Verdict
     from kbench_tui.backend import Backend
 
-    why = "no CUDA GPU is visible: correctness and timing need a GPU (compiled fine)"
-
     class NoGpu:
         def submit(self, candidate, on_stage=None):
-            out = EvalOutcome([Verdict("compile", Status.PASS, "compiled"),
-                               Verdict("correctness", Status.SKIPPED, why), Verdict("timing", Status.SKIPPED, why)])
             f = Future()
-            f.set_result(out)
+            f.set_result(EvalOutcome([Verdict("compile", Status.PASS, "compiled")], infra_error=NO_GPU))
             return f
 
         def close(self, wait=True):
             pass
 
+    with Workspace.open(demo) as ws:
+        before = ws.status("demo-g0-1")
     backend = Backend(demo, evaluator_factory=lambda t, d: NoGpu(), gpus=[], env={})
 
     async def scenario(app, pilot):
@@ -288,8 +289,10 @@ def test_reevaluation_without_a_gpu_says_so_instead_of_the_old_measurement(demo)
         await pilot.press("e")                               # g0-1, measured 1.25x before (FakeGPU)
         await wait_until(pilot, lambda: "re-evaluated demo-g0-1" in "\n".join(s.query_one("#log").lines_written))
         log = "\n".join(s.query_one("#log").lines_written)
-        assert f"re-evaluated demo-g0-1: not measured: {why}" in log, log
+        assert f"re-evaluated demo-g0-1: not re-measured: {NO_GPU}" in log, log
         assert "1.250x" not in log.split("re-evaluated demo-g0-1")[1]
     run_app(backend, scenario)
     with Workspace.open(demo) as ws:
-        assert len(ws.status("demo-g0-1").measurements) == 1       # the old measurement stays, nothing new
+        after = ws.status("demo-g0-1")
+        assert after.measurements == before.measurements and after.events == before.events
+        assert after.stages == before.stages

@@ -182,8 +182,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         frac = stats.get("gpu_busy_fraction")
         cph = stats.get("candidates_per_hour")
         if cph:
-            busy = (f"GPU busy {(frac or 0) * 100:.0f}%" if stats.get("gpu_visible", True)
-                    else "no GPU visible, nothing was measured")
+            busy = (f"GPU busy {(frac or 0) * 100:.0f}%" if stats.get("unmeasured", 0) < stats.get("completed", 0)
+                    else "no GPU visible to the evaluator, nothing was measured")
             print(f"evaluated {stats.get('completed')} candidate(s): {cph:.0f}/hour, {busy}", flush=True)
         print(f"resume with the same command; `kbench log {name}` lists the candidates", flush=True)
     if interrupted:
@@ -229,6 +229,10 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     try:
         for v, fut in futs:
             out = fut.result()
+            if out.no_gpu:        # this machine cannot measure: nothing about the kernel to note
+                print(f"{v.id}: not re-measured: {out.infra_error}", flush=True)
+                code = 1
+                continue
             if out.infra_error:   # the executor lost it: not a judgement, nothing but the event is written
                 ws.record(v.id, [out.infra_event(by="reevaluate")])
                 print(f"{v.id}: not re-measured, infrastructure failure: {out.infra_error}", flush=True)

@@ -59,8 +59,8 @@ class EvalOutcome:
     gpu_s: float | None = None
     gpu: int | None = None
     data: dict[str, Any] = field(default_factory=dict)
-    # Set when the machinery failed, not the kernel (a Ray worker or node lost on every attempt): no verdict
-    # is recorded, the candidate is not judged, and a resumed session evaluates it again.
+    # Set when the machinery failed, not the kernel (a Ray worker or node lost on every attempt, no GPU
+    # visible to the evaluator): the candidate is not judged, and a resumed session evaluates it again.
     infra_error: str = ""
     attempts: int = 1
 
@@ -68,6 +68,12 @@ class EvalOutcome:
     def failed_stage(self) -> str | None:
         v = next((v for v in self.verdicts if v.status in BLOCKING), None)
         return v.stage if v else None
+
+    @property
+    def no_gpu(self) -> bool:
+        """The evaluator's machine had no GPU: nothing about the kernel is known, and nothing to note."""
+        from engine.harness.evaluate import NO_GPU
+        return self.infra_error == NO_GPU
 
     @property
     def reason(self) -> str:
@@ -125,6 +131,10 @@ class EvalOutcome:
     @classmethod
     def from_report(cls, report: Any) -> EvalOutcome:
         """From engine.harness.evaluate.EvalReport."""
+        if report.unmeasured:   # the machine could not measure: the skipped stages judge nothing, say why
+            return cls(verdicts=[v for v in report.verdicts if v.stage not in ("correctness", "timing")],
+                       device=dict(report.device or {}), seconds=report.seconds, data={"build": report.build},
+                       infra_error=report.unmeasured)
         configs = [ConfigTiming(r.name, r.candidate_ms, r.candidate_iqr_ms, r.eager_ms, r.compile_ms)
                    for r in report.rows if r.candidate_ms is not None]
         return cls(verdicts=list(report.verdicts), configs=configs, speedup_eager=report.geomean_speedup_eager,
@@ -264,6 +274,7 @@ class LocalPipelineExecutor:
         self._first: float | None = None
         self._last: float | None = None
         self._done = 0
+        self._unmeasured = 0
         self._closed = False
         self._threads = [threading.Thread(target=self._gpu_worker, args=(g,), daemon=True,
                                           name=f"kbench-gpu-{g}") for g in self.gpus]
@@ -326,13 +337,12 @@ class LocalPipelineExecutor:
             first, last = self._first, self._last
             busy = {str(g): sum(b - a for a, b in iv) for g, iv in self._busy.items()}
             build_busy = sum(b - a for a, b in self._build_busy)
-            done = self._done
+            done, unmeasured = self._done, self._unmeasured
         wall = (last - first) if first is not None and last is not None else 0.0
         total_busy = sum(busy.values())
         return {"completed": done, "wall_s": wall, "gpu_busy_s": busy, "build_s": build_busy,
                 "gpus": len(self.gpus), "build_workers": self.build_workers, "pipelined": self.pipelined,
-                # False: the one worker is unpinned because no GPU was found; its busy time is not a GPU's
-                "gpu_visible": any(g is not None for g in self.gpus),
+                "unmeasured": unmeasured,   # evaluations whose sandbox found no GPU: their busy time is no GPU's
                 "gpu_busy_fraction": (total_busy / (wall * len(self.gpus))) if wall > 0 else None,
                 "candidates_per_hour": (done * 3600.0 / wall) if wall > 0 else None,
                 "intervals": {str(g): list(iv) for g, iv in self._busy.items()}}
@@ -417,6 +427,7 @@ class LocalPipelineExecutor:
         out.seconds = out.seconds or (self.clock() - job.submitted)
         with self._lock:
             self._done += 1
+            self._unmeasured += out.no_gpu
             self._last = self.clock()
             if job in self._jobs:
                 self._jobs.remove(job)

@@ -73,6 +73,9 @@ class EvalReport:
     device: dict[str, Any]
     build: dict[str, Any]
     seconds: float = 0.0
+    # Set when this machine could not check or time at all (no GPU visible): the kernel was not judged, so
+    # an evolution loop leaves the candidate pending for a machine that can (EvalOutcome.infra_error).
+    unmeasured: str = ""
 
     @property
     def passed(self) -> bool:
@@ -104,6 +107,8 @@ class EvalReport:
 
 
 Progress = Callable[[str], None]
+
+NO_GPU = "no CUDA GPU is visible to the evaluator"   # EvalReport.unmeasured when the sandbox child found none
 
 
 def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOptions | None = None,
@@ -215,6 +220,7 @@ def _fill_from_outcome(report: EvalReport, task: Task, opts: EvalOptions, outcom
     error = res.get("error")
     if error and "no CUDA GPU" in error:
         reason = "no CUDA GPU is visible: correctness and timing need a GPU (compiled fine)"
+        report.unmeasured = NO_GPU
         report.verdicts.append(Verdict("correctness", Status.SKIPPED, reason))
         report.verdicts.append(Verdict("timing", Status.SKIPPED, reason))
         return
