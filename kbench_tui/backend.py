@@ -385,12 +385,10 @@ class Backend:
                 if ev is None:
                     ev = self._evaluators[key] = self._make_evaluator(task, direction)
                 out = ev.submit(self.ws.files(cid), on_stage).result()
-                if out.no_gpu:        # this machine cannot measure: nothing about the kernel to note
-                    return Reevaluation(self.ws.status(cid), f"not re-measured: {out.infra_error}")
-                if out.infra_error:   # the executor lost it: not a judgement of the kernel, only the event
-                    status = self.ws.record(cid, [out.infra_event(by="tui")])
-                    return Reevaluation(status, f"not re-measured, infrastructure failure: {out.infra_error}")
-                status = self.ws.record(cid, out.reevaluation_notes(by="tui"))
+                notes = out.reevaluation_notes(by="tui")
+                status = self.ws.record(cid, notes) if notes else self.ws.status(cid)
+                if out.not_judged:
+                    return Reevaluation(status, out.not_judged)
                 meas = out.measurement()
                 runner = self.live_runner(cid)
                 if runner is not None:

@@ -88,3 +88,10 @@ def test_evolve_without_a_gpu_leaves_the_baseline_pending_for_a_gpu_machine(tmp_
         assert "no CUDA GPU" in st.events[0].data["reason"]
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert "0 evaluated, 1 re-queued" in again.stdout, again.stdout[-2000:]
+    with Workspace.open(ws) as w:
+        before = w.status(base.id)
+    re = subprocess.run([sys.executable, "-m", "engine.cli", "--workspace", ws, "reevaluate", base.id, "--no-profile"],
+                        env=env, capture_output=True, text=True, timeout=900)
+    assert re.returncode == 1 and f"{base.id}: not re-measured: no CUDA GPU" in re.stdout, re.stdout[-2000:]
+    with Workspace.open(ws) as w:
+        assert w.status(base.id) == before                       # nothing written

@@ -229,17 +229,13 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     try:
         for v, fut in futs:
             out = fut.result()
-            if out.no_gpu:        # this machine cannot measure: nothing about the kernel to note
-                print(f"{v.id}: not re-measured: {out.infra_error}", flush=True)
-                code = 1
-                continue
-            if out.infra_error:   # the executor lost it: not a judgement, nothing but the event is written
-                ws.record(v.id, [out.infra_event(by="reevaluate")])
-                print(f"{v.id}: not re-measured, infrastructure failure: {out.infra_error}", flush=True)
+            notes = out.reevaluation_notes(by="reevaluate")
+            st = ws.record(v.id, notes) if notes else v.status
+            if out.not_judged:
+                print(f"{v.id}: {out.not_judged}", flush=True)
                 code = 1
                 continue
             meas = out.measurement()
-            st = ws.record(v.id, out.reevaluation_notes())
             before = v.status.speedup
             was = f"{before:.3f}x" if before else "-"
             now = f"{st.speedup:.3f}x" if meas is not None and st.speedup else f"failed at {out.failed_stage}"

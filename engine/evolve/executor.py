@@ -76,6 +76,15 @@ class EvalOutcome:
         return self.infra_error == NO_GPU
 
     @property
+    def not_judged(self) -> str:
+        """Why this evaluation says nothing about the kernel, in one line; "" when it judged it."""
+        if self.no_gpu:
+            return f"not re-measured: {self.infra_error}"
+        if self.infra_error:
+            return f"not re-measured, infrastructure failure: {self.infra_error}"
+        return ""
+
+    @property
     def reason(self) -> str:
         v = next((v for v in self.verdicts if v.status in BLOCKING), None)
         return v.reason if v else ""
@@ -102,7 +111,12 @@ class EvalOutcome:
 
     def reevaluation_notes(self, **event_data: Any) -> list[Any]:
         """What a re-evaluation appends (`kbench reevaluate` and the app alike): its verdicts (by
-        `reevaluate`), the measurement if it was timed, and a `reevaluated` event with `event_data` added."""
+        `reevaluate`), the measurement if it was timed, and a `reevaluated` event with `event_data` added.
+        Where it judged nothing: only the infrastructure event, or nothing at all on a machine without a GPU."""
+        if self.no_gpu:
+            return []
+        if self.infra_error:
+            return [self.infra_event(**event_data)]
         entries: list[Any] = [VerdictNote(v, now_iso(), "reevaluate") for v in self.verdicts]
         meas = self.measurement()
         if meas is not None:
