@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.errors import KbenchError
+from engine.evolve.resume import INFRA_FAILURE
 from engine.verdict import STAGES, Status, Verdict
 
 EvaluatorFactory = Callable[[Any, str], Any]   # (task, direction) -> engine.evolve Evaluator
@@ -93,7 +94,7 @@ def status_text(view: Any) -> str:
             return f"{s.status.value} {s.stage}{mark}"
     if st.speedup is not None:
         return f"ok{mark}"
-    if st.events and st.events[-1].event == "infrastructure_failure":
+    if st.events and st.events[-1].event == INFRA_FAILURE:
         return "infra error"          # the executor lost it; not judged (evaluated again on resume)
     if not st.stages:
         return "pending"

@@ -246,6 +246,13 @@ class Submission:
     future: Future
     submitted: float
 
+    def notify(self, v: Verdict) -> None:
+        if self.on_stage is not None:
+            try:
+                self.on_stage(v)
+            except Exception:  # noqa: BLE001 - a subscriber's bug must not lose the result
+                pass
+
 
 @dataclass
 class _Job(Submission):
@@ -379,7 +386,7 @@ class LocalPipelineExecutor:
         v = compile_verdict(build)
         with self._lock:
             self._build_busy.append((self.clock() - float(build.get("seconds") or 0.0), self.clock()))
-        self._notify(job, v)
+        job.notify(v)
         if v.status != Status.PASS:
             self._finish(job, EvalOutcome([v], build_s=build.get("seconds")))
             return
@@ -397,7 +404,7 @@ class LocalPipelineExecutor:
                 if not self.pipelined:
                     job.build = _call_build(self.build_fn, job.candidate, self.options)
                     v = compile_verdict(job.build)
-                    self._notify(job, v)
+                    job.notify(v)
                     if v.status != Status.PASS:
                         self._finish(job, EvalOutcome([v], build_s=job.build.get("seconds")))
                         continue
@@ -420,22 +427,15 @@ class LocalPipelineExecutor:
                     verdicts = [cv] + rest
                 for x in verdicts:
                     if x.stage != "compile":
-                        self._notify(job, x)
+                        job.notify(x)
                 out = replace(out, verdicts=verdicts, build_s=(job.build or {}).get("seconds"), gpu_s=t1 - t0,
                               gpu=gpu)
                 self._finish(job, out)
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything the evaluation throws
                 v = Verdict("correctness", Status.FAIL, f"evaluation crashed in the parent: {exc!r}",
                             {"traceback": traceback.format_exc()[-4000:]})
-                self._notify(job, v)
+                job.notify(v)
                 self._finish(job, EvalOutcome([compile_verdict(job.build or {"ok": True}), v]))
-
-    def _notify(self, job: _Job, v: Verdict) -> None:
-        if job.on_stage is not None:
-            try:
-                job.on_stage(v)
-            except Exception:  # noqa: BLE001 - a subscriber's bug must not lose the result
-                pass
 
     def _finish(self, job: _Job, out: EvalOutcome) -> None:
         out.seconds = out.seconds or (self.clock() - job.submitted)

@@ -683,7 +683,7 @@ class EvolutionSession:
             m.state, m.rejected, m.failed_stage, m.reason = PENDING, False, None, ""
             self._emit(ev.Log(self.session, message=f"{m.id}: override seen, sent to the evaluator"))
             self._submit(m)
-        elif not m.rejected and m.id not in self._in_flight and m.state == PENDING:
+        elif not m.rejected and m.state == PENDING:     # (one in flight returned above)
             self._submit(m)
 
     def _record_outcome(self, m: Member, out: EvalOutcome) -> None:
@@ -692,8 +692,7 @@ class EvolutionSession:
             return
         self._infra_streak = 0
         before = self.population.best()
-        done = self._recorded.pop(m.id, set())
-        entries: list[Any] = [VerdictNote(v, now_iso()) for v in out.verdicts if v.stage not in done]
+        entries = self._unrecorded_verdicts(m, out)
         meas = out.measurement()
         if meas is not None:
             entries.append(meas)
@@ -718,12 +717,16 @@ class EvolutionSession:
                                        previous=before.id if before else None,
                                        previous_speedup=before.speedup if before else None))
 
+    def _unrecorded_verdicts(self, m: Member, out: EvalOutcome) -> list[Any]:
+        """Notes for the outcome's verdicts that were not already written as their stages finished."""
+        done = self._recorded.pop(m.id, set())
+        return [VerdictNote(v, now_iso()) for v in out.verdicts if v.stage not in done]
+
     def _record_infra_failure(self, m: Member, out: EvalOutcome) -> None:
         """The executor lost the evaluation on every attempt (worker or node died): nothing is judged. The
         stages that did finish are kept, an `infrastructure_failure` event says what happened, and no
         `evaluated` event is written, so a resumed session evaluates the candidate again."""
-        done = self._recorded.pop(m.id, set())
-        entries: list[Any] = [VerdictNote(v, now_iso()) for v in out.verdicts if v.stage not in done]
+        entries = self._unrecorded_verdicts(m, out)
         entries.append(out.infra_event(executor=type(self.evaluator).__name__))
         self.ws.record(m.id, entries)
         m.state, m.eligible, m.speedup = DONE, False, None

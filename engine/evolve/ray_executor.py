@@ -128,8 +128,6 @@ def gpu_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], directi
         else:
             note = "the compile node's toolchain differs from this GPU node's: compiled again here"
     out = (gpu_fn or default_gpu)(task, cand, direction, opts)
-    if not isinstance(out, EvalOutcome):
-        out = EvalOutcome.from_report(out)
     if note:
         out.data["ray_note"] = note
     return {"outcome": out.to_json(), "where": _where(), "start": t0, "end": time.time()}
@@ -359,7 +357,7 @@ class RayExecutor:
             build = result["build"]
             job.build_s = build.get("seconds")
             v = compile_verdict(build)
-            _notify(job, v)
+            job.notify(v)
             if v.status != Status.PASS:
                 self._finish(job, EvalOutcome([v], build_s=job.build_s, data={"ray": {"build": result["where"]}}))
                 return
@@ -380,7 +378,7 @@ class RayExecutor:
             verdicts = rest if any(x.stage == "compile" for x in rest) else [cv] + rest
         for x in verdicts:
             if x.stage != "compile" or job.built is None:
-                _notify(job, x)
+                job.notify(x)
         out.verdicts = verdicts
         out.build_s = job.build_s
         out.gpu_s = float(result["end"]) - float(result["start"])
@@ -445,14 +443,6 @@ def _check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
             pass
     except OSError as exc:
         raise ConnectionError(f"nothing answers at {host}:{port} ({exc.strerror or exc})") from None
-
-
-def _notify(job: _Job, v: Any) -> None:
-    if job.on_stage is not None:
-        try:
-            job.on_stage(v)
-        except Exception:  # noqa: BLE001 - a subscriber's bug must not lose the result
-            pass
 
 
 def _notify_log(job: _Job, reason: str) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 
 from engine.tasks.model import Task
 
+NO_GPU = "no CUDA GPU is visible to the evaluator"   # result["error"] where torch finds no GPU
+
 
 class ResultFile:
     def __init__(self, path: Path):
@@ -71,7 +73,7 @@ def run(request: dict[str, Any], out: ResultFile) -> None:
     configs = [c for c in task.configs if not wanted or c.name in wanted]
     out.data["device"] = gpu_info()
     if not torch.cuda.is_available():
-        out.data["error"] = "no CUDA GPU is visible to the evaluator"
+        out.data["error"] = NO_GPU
         return
     device = torch.device("cuda")
 

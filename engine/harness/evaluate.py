@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.candidates import Candidate
+from engine.harness.child import NO_GPU  # noqa: F401 - EvalReport.unmeasured when the sandbox found no GPU
 from engine.harness.sandbox import ChildOutcome, run_child
 from engine.harness.stats import geomean
 from engine.tasks.model import Task
@@ -108,7 +109,6 @@ class EvalReport:
 
 Progress = Callable[[str], None]
 
-NO_GPU = "no CUDA GPU is visible to the evaluator"   # EvalReport.unmeasured when the sandbox child found none
 
 
 def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOptions | None = None,
