@@ -31,5 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     return cli_main(argv)
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The `kbench` console script: protect the API keys (engine.secrets) before anything else runs."""
+    from engine.secrets import protect
+
+    protect()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

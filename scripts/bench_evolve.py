@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from engine.evolve.executor import LocalPipelineExecutor
 from engine.evolve.loop import Budgets, EvolutionSession
-from engine.harness.evaluate import EvalOptions
+from engine.pipeline.evaluate import EvalOptions
 from engine.proposers.tuner import TunerProposer
 from engine.tasks.loader import load_task
 from engine.workspace import Workspace

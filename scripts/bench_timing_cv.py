@@ -1,10 +1,11 @@
-"""Repeatability of the timing protocol: 10 independent measurements of one kernel, their spread.
+"""Repeatability of the timing protocol: --repeats independent evaluations of one kernel, their spread.
 
     python scripts/bench_timing_cv.py [--task layernorm] [--config bench] [--repeats 10]
 
-Builds the task's forward baseline, then measures it --repeats times with the harness's Timer (each a
-full protocol run: warm-up, L2 flush before every call, median over the iteration budget), and prints
-the coefficient of variation (stdev / mean) of the medians. Needs a GPU.
+Evaluates the task's forward baseline --repeats times through the judge and the jailed runner (each a full
+protocol run: warm-up, L2 flush before every call, median over the iteration budget, eager baseline timed
+by the judge with the same compiled loop), and prints the coefficient of variation (stdev / mean) of the
+candidate's and the eager baseline's medians. Needs a GPU.
 """
 
 from __future__ import annotations
@@ -19,11 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.candidates import load_candidate  # noqa: E402
-from engine.harness.build import build_candidate, load_module  # noqa: E402
-from engine.harness.evaluate import default_cache_root  # noqa: E402
-from engine.harness.runtimes import runtime_for  # noqa: E402
-from engine.harness.timing import Timer  # noqa: E402
-from engine.harness.toolchain import detect  # noqa: E402
+from engine.pipeline.evaluate import EvalOptions, evaluate  # noqa: E402
 from engine.tasks.loader import load_task  # noqa: E402
 
 
@@ -34,23 +31,23 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args()
 
-    import torch
     task = load_task(args.task)
-    build = build_candidate(load_candidate(task.baseline_dir("forward")), default_cache_root(), detect())
-    assert build.ok, build.error
-    module = load_module(build)
-    rt = runtime_for(task, "forward")
-    cfg = next(c for c in task.configs if c.name == args.config)
-    rt.setup(cfg, cfg.seed, torch.device("cuda"))
-    timer = Timer()
-    rows = {"candidate": rt.candidate_callable(module), "eager": rt.eager_callable()}
-    out = {}
-    for label, fn in rows.items():
-        medians = [timer.measure(fn).median_ms for _ in range(args.repeats)]
-        mean = statistics.fmean(medians)
-        out[label] = {"medians_ms": medians, "mean_ms": mean, "cv": statistics.stdev(medians) / mean}
-    print(json.dumps({"gpu": torch.cuda.get_device_name(), "task": args.task, "config": args.config, **out},
-                     indent=1))
+    cand = load_candidate(task.baseline_dir("forward"))
+    opts = EvalOptions(configs=[args.config], trials=2, baselines=("eager",), profile=False)
+    medians: dict[str, list[float]] = {"candidate": [], "eager": []}
+    gpu = ""
+    for _ in range(args.repeats):
+        rep = evaluate(task, cand, "forward", opts)
+        row = rep.rows[0]
+        if row.candidate_ms is None:
+            print(json.dumps(rep.to_json()["verdicts"], indent=1))
+            return 1
+        medians["candidate"].append(row.candidate_ms)
+        medians["eager"].append(row.eager_ms)
+        gpu = rep.device.get("gpu") or ""
+    out = {label: {"medians_ms": m, "mean_ms": statistics.fmean(m), "cv": statistics.stdev(m) / statistics.fmean(m)}
+           for label, m in medians.items()}
+    print(json.dumps({"gpu": gpu, "task": args.task, "config": args.config, **out}, indent=1))
     for label, r in out.items():
         print(f"{label}: mean of {args.repeats} medians {r['mean_ms']:.4f} ms, CV {r['cv'] * 100:.2f} %")
     return 0

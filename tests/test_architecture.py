@@ -1,4 +1,6 @@
-"""Import rules: engine/ never imports textual, statically or at run time; the CLI starts without it."""
+"""Import rules: engine/ never imports textual, statically or at run time; the CLI starts without it; the
+evaluation's floors go one way (pipeline above harness, integrity, tasks and jail); the jail and the runner's
+start import nothing a candidate could have touched."""
 
 from __future__ import annotations
 
@@ -49,3 +51,40 @@ def test_cli_help_runs_without_importing_textual():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def _engine_modules(package: str) -> list[Path]:
+    return sorted((ROOT / "engine" / package).rglob("*.py"))
+
+
+def test_the_floors_below_the_pipeline_never_import_it():
+    offenders = []
+    for package in ("harness", "integrity", "tasks", "jail", "workspace"):
+        for path in _engine_modules(package):
+            for mod in _imported_modules(path):
+                if mod.startswith("engine.pipeline"):
+                    offenders.append(f"{path.relative_to(ROOT)} imports {mod}")
+    assert not offenders, "\n".join(offenders)
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules imported when `path` is imported (module level, not inside functions)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_jail_and_the_runners_start_use_only_the_standard_library():
+    """The runner jails itself before it imports torch or anything else; what it imports first must be
+    standard library or kbench's own jail and wire code."""
+    allowed_engine = {"engine", "engine.jail", "engine.pipeline.wire"}
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for path in [*_engine_modules("jail"), ROOT / "engine" / "pipeline" / "runner.py",
+                 ROOT / "engine" / "pipeline" / "wire.py", ROOT / "engine" / "pipeline" / "__init__.py"]:
+        for mod in _top_level_imports(path):
+            ok = mod.split(".")[0] in stdlib or mod in allowed_engine or mod.startswith("engine.jail")
+            assert ok, f"{path.relative_to(ROOT)} imports {mod} at module level"

@@ -17,7 +17,7 @@ from engine.evolve.executor import (
     fake_speedup,
     visible_gpus,
 )
-from engine.harness.evaluate import EvalOptions
+from engine.pipeline.evaluate import EvalOptions
 from engine.tasks.loader import load_task
 from engine.verdict import Status
 
@@ -128,7 +128,7 @@ def test_process_pool_builds_and_cancel(task, tmp_path):
 
 
 def test_evaluations_that_found_no_gpu_are_counted_as_unmeasured(task, tmp_path):
-    from engine.harness.evaluate import NO_GPU
+    from engine.pipeline.evaluate import NO_GPU
 
     def no_gpu(task, candidate, direction, opts):
         return EvalOutcome([], infra_error=NO_GPU)

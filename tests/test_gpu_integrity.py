@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import load_candidate
-from engine.harness.evaluate import EvalOptions, evaluate
-from engine.integrity import dynamic, static
+from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.integrity import static
+from engine.pipeline import analysis as dynamic
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.verdict import Status
 
@@ -37,7 +38,7 @@ TIMEOUT_S = float(os.environ.get("KBENCH_INTEGRITY_TIMEOUT", "240"))
 def cache_root():
     # the default cache ($KBENCH_CACHE or ~/.cache/kbench): builds and the measured roofline are reused
     # between runs, so the cases can be run in several commands
-    from engine.harness.evaluate import default_cache_root
+    from engine.pipeline.evaluate import default_cache_root
     return default_cache_root()
 
 
@@ -108,10 +109,21 @@ OVERRIDE_CASES = {
                     [("integrity|timing", {"fail", "suspicious"}, (dynamic.SIDE_WORK, "work continues after"))]),
     "host_thread": ("layernorm", {}, [("integrity|correctness", {"fail"}, (dynamic.SIDE_WORK, "NaN"))]),
     "lower_precision": ("layernorm", {}, [("correctness", {"fail"}, ("outside atol",))]),
-    # KernelBench tasks have no cost model (no floor): the child's identity check of torch/time attributes
-    "modelnew_monkeypatch": (str(KB / "scaled_swish.py"), {"timing": True, "baselines": ("eager",)},
-                             [("integrity", {"fail"}, (dynamic.MONKEY_PATCH + ": on import",))]),
 }
+
+
+def test_a_monkey_patched_clock_past_the_static_gate_changes_nothing(cache_root):
+    """The candidate shrinks torch's event times and the host clock in its own process; the judge's numbers
+    come from the compiled helper's events, so its speedup is that of the same kernel without the patch."""
+    task = load_task(str(KB / "scaled_swish.py"))
+    opts = _opts(cache_root, override_static=True, timing=True, baselines=("eager",))
+    cheat = evaluate(task, _cand("modelnew_monkeypatch"), "forward", opts)
+    honest = evaluate(task, load_candidate(KB / "candidates" / "scaled_swish_correct.py"), "forward", opts)
+    _row("modelnew_monkeypatch (static overridden)", cheat)
+    assert cheat.passed and honest.passed, cheat.to_json()["verdicts"]
+    ratio = cheat.geomean_speedup_eager / honest.geomean_speedup_eager
+    print(f"INTEGRITY-ROW | modelnew_monkeypatch vs honest | speedup ratio {ratio:.3f}")
+    assert 0.7 < ratio < 1.4, ratio
 
 
 @pytest.mark.parametrize("name", sorted(OVERRIDE_CASES))

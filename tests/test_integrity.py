@@ -1,33 +1,25 @@
 """Integrity checks on CPU: the static scan on every hack fixture and every baseline, the evaluator's static
-gate, the dynamic checks driven by pure-torch "candidates", and fault isolation where a CPU can show it.
-The GPU side (every hack rejected through evaluate(), every fault isolated) is tests/test_gpu_integrity.py."""
+gate, the integrity verdict, and fault isolation where a CPU can show it. The judge's dynamic findings are in
+test_judge_cpu.py; the GPU side (every hack rejected through evaluate(), every fault isolated) is
+tests/test_gpu_integrity.py and tests/test_gpu_exploits.py."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-import torch
-import torch.nn.functional as F
 
 from engine.candidates import Candidate, load_candidate
-from engine.harness.evaluate import EvalOptions, EvalReport, evaluate
-from engine.harness.runtimes.native import NativeRuntime
-from engine.integrity import dynamic, static
-from engine.integrity.dynamic import (
-    check_after_timing,
-    check_integrity,
-    integrity_verdict,
-)
+from engine.integrity import static
 from engine.integrity.static import (
     scan_candidate,
     scan_cpp,
     scan_python,
     static_verdict,
 )
+from engine.pipeline.evaluate import EvalOptions, EvalReport, evaluate
+from engine.pipeline.verdicts import integrity_verdict
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.verdict import Status, Verdict
 
@@ -233,125 +225,10 @@ def test_integrity_verdict_from_child_result():
     assert integrity_verdict({"integrity": {"a": {"ok": True}}}).status == Status.PASS
 
 
-# -- dynamic checks on CPU, with pure-torch candidates ---------------------------------------------------
-
-@pytest.fixture(scope="module")
-def layernorm():
-    return load_task("layernorm")
-
-
-def _small(task):
-    return next(c for c in task.configs if c.name == "odd-small")
-
-
-def _ln(x, w, b, eps):
-    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
-
-
-def _dyn(task, forward):
-    return check_integrity(NativeRuntime(task, "forward"), SimpleNamespace(forward=forward), _small(task), "cpu")
-
-
-def test_honest_candidate_passes_every_dynamic_check(layernorm):
-    res = _dyn(layernorm, _ln)
-    assert res["ok"], res
-    assert set(res["checks"]) == {"async-completeness", "input-alias", "persistent-output", "constant-output",
-                                  "stale-result"}
-    assert check_after_timing(NativeRuntime(layernorm, "forward"), SimpleNamespace(forward=_ln), _small(layernorm),
-                              "cpu")["ok"]
-
-
-def test_pointer_keyed_cache_is_named(layernorm):
-    cache = {}
-
-    def forward(x, w, b, eps):
-        key = x.data_ptr()
-        if key not in cache:
-            cache[key] = _ln(x, w, b, eps)
-        return cache[key]
-    res = _dyn(layernorm, forward)
-    assert not res["ok"] and res["hack"] == dynamic.PERSISTENT_OUTPUT, res
-
-
-def test_pointer_keyed_cache_returning_copies_is_stale(layernorm):
-    cache = {}
-
-    def forward(x, w, b, eps):
-        key = x.data_ptr()
-        if key not in cache:
-            cache[key] = _ln(x, w, b, eps)
-        return cache[key].clone()
-    res = _dyn(layernorm, forward)
-    assert not res["ok"] and res["hack"] == dynamic.STALE_RESULT and "previous inputs" in res["reason"], res
-
-
-def test_call_count_cache_is_named(layernorm):
-    state = {"calls": 0, "last": None}
-
-    def forward(x, w, b, eps):
-        state["calls"] += 1
-        if state["calls"] > 3 and state["last"] is not None:
-            return state["last"].clone()
-        state["last"] = _ln(x, w, b, eps)
-        return state["last"].clone()
-    res = _dyn(layernorm, forward)
-    assert not res["ok"] and res["hack"] == dynamic.STALE_RESULT, res
-
-
-def test_call_count_cache_after_timing_is_named(layernorm):
-    state = {"calls": 0}
-
-    def forward(x, w, b, eps):
-        state["calls"] += 1
-        y = _ln(x, w, b, eps)
-        return y if state["calls"] < 30 else y * 0
-    assert _dyn(layernorm, forward)["ok"]
-    state["calls"] = 1000  # as after the timing loop
-    res = check_after_timing(NativeRuntime(layernorm, "forward"), SimpleNamespace(forward=forward),
-                             _small(layernorm), "cpu")
-    assert not res["ok"] and res["hack"] == dynamic.AFTER_TIMING
-
-
-def test_in_place_result_is_input_mutation(layernorm):
-    def forward(x, w, b, eps):
-        x.copy_(_ln(x, w, b, eps))
-        return x
-    res = _dyn(layernorm, forward)
-    assert not res["ok"] and res["hack"] == dynamic.INPUT_ALIAS
-
-
-def test_constant_output_is_named(layernorm):
-    res = _dyn(layernorm, lambda x, w, b, eps: torch.full_like(x, 0.5))
-    assert not res["ok"] and res["hack"] == dynamic.CONSTANT_OUTPUT
-
-
-def test_plain_wrong_kernel_is_not_called_a_hack(layernorm):
-    res = _dyn(layernorm, lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, None, eps))
-    assert res["ok"], res  # correctness reports it; integrity names hacks only
-
-
-def test_result_written_after_return_is_side_work(layernorm):
-    def forward(x, w, b, eps):  # a host thread fills the output after the call has returned
-        y = torch.full_like(x, float("nan"))
-        ref = _ln(x, w, b, eps)
-        threading.Timer(0.005, lambda: y.copy_(ref)).start()
-        return y
-    res = _dyn(layernorm, forward)
-    assert not res["ok"] and res["hack"] == dynamic.SIDE_WORK and "settled output is correct" in res["reason"]
-
-
-def test_exception_in_candidate_is_left_to_correctness(layernorm):
-    def forward(x, w, b, eps):
-        raise RuntimeError("boom")
-    res = dynamic.safe(check_integrity, NativeRuntime(layernorm, "forward"), SimpleNamespace(forward=forward),
-                       _small(layernorm), "cpu")
-    assert res["ok"] and "boom" in res["skipped"]
-
-
 # -- fault isolation that a CPU can show ---------------------------------------------------------------
 
 def test_host_fault_in_one_child_leaves_the_next_evaluation_working():
-    from engine.harness.sandbox import run_child
+    from engine.procs import run_child
     bad = run_child("tests.fixtures.sandbox.child_behaviours", {"mode": "segfault"}, timeout_s=60)
     assert bad.crashed and "SIGSEGV" in bad.describe_crash()
     t0 = time.monotonic()
@@ -413,43 +290,6 @@ def test_check_task_cli_exit_code(tmp_path, capsys):
     assert main(["check-task", str(task.root), "--seeds", "1", "--config", "three-cols"]) == 1
     out = capsys.readouterr().out
     assert "DEGENERATE:" in out and "zero: an all-zero output passes" in out and "1 degenerate config" in out
-
-
-def test_unwritten_nan_output_is_left_to_the_comparison(layernorm):
-    res = _dyn(layernorm, lambda x, w, b, eps: torch.full_like(x, float("nan")))
-    assert res["ok"], res  # correctness names it: "NaN value(s) ... unwritten or uninitialised output memory"
-
-
-def test_monkey_patching_is_seen_by_identity():
-    snap = dynamic.snapshot_patchable()
-    assert len(snap) > 500 and "torch.cuda.Event.elapsed_time" in snap and "time.perf_counter" in snap
-    import torch.nn
-    assert dynamic.check_patches(snap, "on import")["ok"]
-    saved = torch.cuda.Event.elapsed_time
-    try:
-        torch.cuda.Event.elapsed_time = lambda self, end: 0.0
-        res = dynamic.check_patches(snap, "after config x")
-        assert not res["ok"] and res["hack"] == dynamic.MONKEY_PATCH and "torch.cuda.Event.elapsed_time" in res["reason"]
-    finally:
-        torch.cuda.Event.elapsed_time = saved
-    saved = F.layer_norm
-    try:
-        F.layer_norm = lambda *a, **k: None
-        assert "torch.nn.functional.layer_norm" in dynamic.check_patches(snap, "x")["reason"]
-    finally:
-        F.layer_norm = saved
-    assert dynamic.check_patches(snap, "x")["ok"]
-
-
-def test_switching_tf32_on_is_a_patch():
-    saved = torch.backends.cuda.matmul.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        snap = dynamic.snapshot_patchable()
-        torch.backends.cuda.matmul.allow_tf32 = True
-        assert "allow_tf32" in dynamic.check_patches(snap, "x")["reason"]
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def test_extension_functions_named_like_torch_ops_are_the_candidates_own():

@@ -223,7 +223,7 @@ def test_profile_stage_never_raises_and_passes_peaks(monkeypatch):
 def test_profile_stage_is_on_by_default_and_configurable():
     from engine.config import load_config
     from engine.evolve.factory import eval_options
-    from engine.harness.evaluate import EvalOptions
+    from engine.pipeline.evaluate import EvalOptions
     assert EvalOptions().profile is True and EvalOptions(profile=False).profile is False
     assert eval_options(load_config(None, env={}, user_file="/nonexistent")).profile is True
     off = load_config(None, {"eval.profile": False}, env={}, user_file="/nonexistent")

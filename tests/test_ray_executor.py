@@ -19,7 +19,7 @@ from engine.evolve.executor import EvalOutcome, LocalPipelineExecutor, fake_buil
 from engine.evolve.loop import Budgets, EvolutionSession  # noqa: E402
 from engine.evolve.operators import OperatorPolicy  # noqa: E402
 from engine.evolve.resume import INFRA_FAILURE, load_state  # noqa: E402
-from engine.harness.evaluate import EvalOptions  # noqa: E402
+from engine.pipeline.evaluate import EvalOptions  # noqa: E402
 from engine.proposers.replay import ReplayProposer  # noqa: E402
 from engine.tasks.loader import load_task  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402

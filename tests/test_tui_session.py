@@ -241,7 +241,7 @@ def test_reevaluate_through_a_process_pool_inside_the_app(demo):
     """The local executor's compile pool (spawned processes) made from inside the running app: Textual's
     stderr capture has no file descriptor, which multiprocessing's resource tracker used to trip over."""
     from engine.evolve.executor import LocalPipelineExecutor, fake_build, fake_gpu
-    from engine.harness.evaluate import EvalOptions
+    from engine.pipeline.evaluate import EvalOptions
     from kbench_tui.backend import Backend
 
     def factory(task, direction):
@@ -267,7 +267,7 @@ def test_reevaluation_without_a_gpu_says_so_and_writes_nothing(demo):
     from concurrent.futures import Future
 
     from engine.evolve.executor import EvalOutcome
-    from engine.harness.evaluate import NO_GPU
+    from engine.pipeline.evaluate import NO_GPU
     from engine.verdict import Status, Verdict
     from kbench_tui.backend import Backend
 

@@ -7,8 +7,8 @@ import json
 import sys
 
 from engine.candidates import load_candidate
-from engine.harness.evaluate import EvalOptions, evaluate
-from engine.harness.report import render
+from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.pipeline.report import render
 from engine.tasks.loader import load_task
 
 
@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-profile", action="store_true", help="skip the profile stage (ncu + torch profiler)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the evaluator is killed")
     p.add_argument("--gpu", type=int, default=None, help="GPU index to pin the evaluation to")
+    p.add_argument("--override-static", action="store_true",
+                   help="a person's override: go on past a static `fail` (the verdict then says overridden)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_eval)
 
@@ -37,7 +39,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     direction = "backward" if args.backward else "forward"
     opts = EvalOptions(configs=args.configs, timing_configs=args.timing_configs, trials=args.trials, timing=not args.no_timing,
                        baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
-                       timeout_s=args.timeout, gpu=args.gpu, profile=not args.no_profile)
+                       timeout_s=args.timeout, gpu=args.gpu, profile=not args.no_profile,
+                       override_static=args.override_static)
     quiet = args.json
     report = evaluate(task, candidate, direction, opts,
                       progress=None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True)))

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     from engine.candidates import load_candidate
     from engine.cli.cmd_roofline import _gpu_name
-    from engine.harness.evaluate import default_cache_root
+    from engine.pipeline.evaluate import default_cache_root
     from engine.harness.roofline import load_peaks
     from engine.profile.runner import ProfileOptions, profile_candidate
     from engine.tasks.loader import load_task

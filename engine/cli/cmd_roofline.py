@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.harness.evaluate import default_cache_root
+from engine.pipeline.evaluate import default_cache_root
 from engine.harness.roofline import get_peaks
 
 

@@ -72,7 +72,7 @@ class EvalOutcome:
     @property
     def no_gpu(self) -> bool:
         """The evaluator's machine had no GPU: nothing about the kernel is known, and nothing to note."""
-        from engine.harness.evaluate import NO_GPU
+        from engine.pipeline.evaluate import NO_GPU
         return self.infra_error == NO_GPU
 
     @property
@@ -144,7 +144,7 @@ class EvalOutcome:
 
     @classmethod
     def from_report(cls, report: Any) -> EvalOutcome:
-        """From engine.harness.evaluate.EvalReport."""
+        """From engine.pipeline.evaluate.EvalReport."""
         if report.unmeasured:   # the machine could not measure: the skipped stages judge nothing, say why
             return cls(verdicts=[v for v in report.verdicts if v.stage not in ("correctness", "timing")],
                        device=dict(report.device or {}), seconds=report.seconds, data={"build": report.build},
@@ -216,7 +216,7 @@ def default_gpu(task: Task, candidate: Candidate, direction: str, options: Any) 
     The static integrity stage belongs to the loop (engine.evolve.checks), which runs it before a candidate
     is submitted and honours a person's override; evaluate() is told not to gate on it again, and its
     repeat of the `static` verdict is dropped so it cannot overrule that override in the notes."""
-    from engine.harness.evaluate import evaluate
+    from engine.pipeline.evaluate import evaluate
 
     if hasattr(options, "override_static"):
         options = replace(options, override_static=True)
@@ -267,7 +267,7 @@ class LocalPipelineExecutor:
                  build_workers: int | None = None, build_fn: Callable[..., dict[str, Any]] | None = None,
                  gpu_fn: Callable[..., Any] | None = None, pipelined: bool = True, processes: bool = True,
                  clock: Callable[[], float] = time.monotonic):
-        from engine.harness.evaluate import EvalOptions
+        from engine.pipeline.evaluate import EvalOptions
 
         self.task, self.direction = task, direction
         self.options = options or EvalOptions()

@@ -10,7 +10,7 @@ from engine.errors import KbenchError
 
 def eval_options(config: Any, **overrides: Any) -> Any:
     """EvalOptions from `[eval]`; keyword overrides win where they are not None."""
-    from engine.harness.evaluate import EvalOptions
+    from engine.pipeline.evaluate import EvalOptions
 
     e = config.eval
     kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile,

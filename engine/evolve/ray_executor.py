@@ -2,7 +2,7 @@
 
     submit ─▶ Ray CPU task: compile into that node's cache ─▶ the build entry packed (engine.harness.build_archive)
            ─▶ Ray GPU task (one GPU): unpack the entry into the GPU node's cache, then the sandboxed check +
-              time of engine.harness.evaluate, exactly as a local GPU worker runs it ─▶ EvalOutcome as JSON
+              time of engine.pipeline.evaluate, exactly as a local GPU worker runs it ─▶ EvalOutcome as JSON
 
 The task travels as JSON plus its reference files (engine.tasks.portable) and the candidate as its files, so
 a node needs kbench's Python dependencies and a CUDA toolkit, not the workspace or the task folder; with
@@ -51,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - exercised where ray is missing
 
 
 def _worker_cache(cache_root: str | None) -> Path:
-    from engine.harness.evaluate import default_cache_root
+    from engine.pipeline.evaluate import default_cache_root
     return Path(cache_root) if cache_root else default_cache_root()
 
 
@@ -110,7 +110,7 @@ def gpu_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], directi
     import tempfile
 
     from engine.evolve.executor import default_gpu
-    from engine.harness.evaluate import EvalOptions
+    from engine.pipeline.evaluate import EvalOptions
 
     t0 = time.time()
     known = {f.name for f in fields(EvalOptions)}
@@ -158,7 +158,7 @@ class RayExecutor:
                  gpu_resources: dict[str, Any] | None = None, ship_code: bool | None = None,
                  build_fn: Callable[..., dict[str, Any]] | None = None, gpu_fn: Callable[..., Any] | None = None,
                  init_kwargs: dict[str, Any] | None = None, poll_s: float = 0.1):
-        from engine.harness.evaluate import EvalOptions
+        from engine.pipeline.evaluate import EvalOptions
 
         self.task, self.direction = task, direction
         self.options = options or EvalOptions()

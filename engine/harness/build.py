@@ -10,12 +10,12 @@ Paths by format:
 Cache: cache_root/builds/<toolchain key>/<source hash>/ holds result.json, build.log, src/ and the .so. An
 entry is built in a temp dir and renamed into place, so a killed build never leaves half an entry.
 Deterministic failures (compile and link errors) are cached too; timeouts and machine trouble are not.
-`load_module` runs inside the sandbox child.
+Compilers run jailed (engine/jail: they read the toolchain and the candidate, write only the build folder).
+`load_module` runs inside the runner.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -25,15 +25,15 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from engine.candidates import Candidate
-from engine.harness.sandbox import kill_group
 from engine.harness.toolchain import PCH_HEADERS, Toolchain
+from engine.jail import JailSpec
+from engine.procs import file_lock, kill_group
 
 DEFAULT_TIMEOUT_S = 300.0
 PCH_TIMEOUT_S = 900.0      # the PCH is built once per toolchain; a candidate's timeout does not apply to it
@@ -122,12 +122,32 @@ def compiler_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_tool(cmd: list[str], cwd: Path, timeout_s: float, name: str) -> StepResult:
-    """Run one compiler command in its own process group with a scrubbed environment; kill the group on timeout."""
+JAIL_EXEC = Path(__file__).resolve().parents[1] / "jail" / "exec.py"
+
+
+def jailed(cmd: list[str], spec: JailSpec | None) -> list[str]:
+    """`cmd` run inside `spec` (engine/jail/exec.py applies it, then execs the compiler)."""
+    if spec is None:
+        return cmd
+    return [sys.executable, "-I", "-S", str(JAIL_EXEC), json.dumps(spec.to_json()), "--", *cmd]
+
+
+def compile_jail(work: Path, readonly: list[Path] = (), toolchain: Toolchain | None = None) -> JailSpec:
+    """Compilers see the toolchain and `readonly`, write only `work`: a candidate's `#include "/home/..."`
+    reads nothing, and nothing a compiler prints can carry a user's file into a log or a prompt."""
+    from engine.jail.profiles import compiler_spec
+    programs = [toolchain.cxx, toolchain.nvcc] if toolchain is not None else []
+    return compiler_spec(work, list(readonly), programs)
+
+
+def run_tool(cmd: list[str], cwd: Path, timeout_s: float, name: str, jail: JailSpec | None = None) -> StepResult:
+    """Run one compiler command in its own process group with a scrubbed environment (in `jail`, if given);
+    kill the group on timeout."""
     start = time.monotonic()
     timeout_s = max(timeout_s, 0.5)
+    env = compiler_env({"TMPDIR": str(jail.write[0])} if jail is not None and jail.write else None)
     try:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=compiler_env(), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(jailed(cmd, jail), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         return StepResult(name, tuple(cmd), 127, f"cannot run {cmd[0]}: {exc}", time.monotonic() - start)
@@ -150,17 +170,6 @@ def run_tool(cmd: list[str], cwd: Path, timeout_s: float, name: str) -> StepResu
                       time.monotonic() - start, timed_out, timeout_s)
 
 
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)  # released by the kernel if the holder dies
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 # ---------------------------------------------------------------------------- precompiled header
 def pch_dir(cache_root: Path, toolchain: Toolchain) -> Path:
     return Path(cache_root) / "pch" / toolchain.key()
@@ -179,7 +188,7 @@ def ensure_pch(cache_root: Path, toolchain: Toolchain, timeout_s: float = PCH_TI
     header, gch, failed = d / PCH_BASENAME, d / (PCH_BASENAME + ".gch"), d / "FAILED"
     if gch.is_file():
         return PchInfo(header, False, time.monotonic() - start)
-    with _file_lock(d / ".lock"):
+    with file_lock(d / ".lock"):
         if gch.is_file():  # another process built it while we waited
             return PchInfo(header, False, time.monotonic() - start)
         if failed.is_file():
@@ -345,9 +354,11 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
     """nvcc kernel.cu || (PCH, then g++ binding.cpp), then link. Returns whether g++ used the PCH."""
     kernel_o, binding_o = work / "kernel.o", work / "binding.o"
 
+    jail = compile_jail(work, [pch_dir(cache_root, tc)], tc)
+
     def compile_kernel() -> StepResult:
         cmd = [tc.nvcc, "-c", "kernel.cu", "-o", str(kernel_o), *tc.nvcc_kernel_flags()]
-        return run_tool(cmd, src, deadline - time.monotonic(), "nvcc kernel.cu")
+        return run_tool(cmd, src, deadline - time.monotonic(), "nvcc kernel.cu", jail)
 
     def compile_binding() -> tuple[StepResult, PchInfo]:
         pch = ensure_pch(cache_root, tc)
@@ -356,7 +367,7 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
             # -H lists the headers g++ opens: "! x.gch" = PCH used, "x x.gch" = found but rejected.
             cmd += ["-include", str(pch.header), "-Winvalid-pch", "-H"]
         # the PCH is shared work, not this candidate's: its time does not eat the candidate's budget
-        return run_tool(cmd, src, deadline + pch.seconds - time.monotonic(), "g++ binding.cpp"), pch
+        return run_tool(cmd, src, deadline + pch.seconds - time.monotonic(), "g++ binding.cpp", jail), pch
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         fk = pool.submit(compile_kernel)
@@ -383,7 +394,7 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
         raise _Failed(kind, msg)
 
     link = run_tool([tc.cxx, "kernel.o", "binding.o", "-o", so_name, *tc.link_flags()],
-                    work, max(deadline - time.monotonic(), 30.0), "link")
+                    work, max(deadline - time.monotonic(), 30.0), "link", jail)
     steps.append(link)
     timings["link"] = round(link.seconds, 3)
     _check_link(link, work, candidate.files, objects={"kernel.o": kernel_o})
@@ -393,14 +404,15 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
 def _build_single_cu(main: str, tc: Toolchain, work: Path, src: Path, so_name: str, module_name: str,
                      deadline: float, steps: list[StepResult], timings: dict[str, float]) -> None:
     obj = work / "main.o"
+    jail = compile_jail(work, toolchain=tc)
     step = run_tool([tc.nvcc, "-c", main, "-o", str(obj), *tc.nvcc_torch_flags(module_name)],
-                    src, deadline - time.monotonic(), f"nvcc {main}")
+                    src, deadline - time.monotonic(), f"nvcc {main}", jail)
     steps.append(step)
     timings["nvcc"] = round(step.seconds, 3)
     if not step.ok:
         raise _Failed(*_diagnose(step, src, {main: ""}))
     link = run_tool([tc.cxx, "main.o", "-o", so_name, *tc.link_flags()], work,
-                    max(deadline - time.monotonic(), 30.0), "link")
+                    max(deadline - time.monotonic(), 30.0), "link", jail)
     steps.append(link)
     timings["link"] = round(link.seconds, 3)
     _check_link(link, work, {main: ""}, objects={})
@@ -540,8 +552,10 @@ def _diagnose(step: StepResult, src: Path, files: dict[str, str]) -> tuple[Failu
         return "timeout", (f"{what} timed out after {step.timeout_s:.0f} s and its process group was killed. "
                            "Heavy templates or unrolling, or an overloaded machine; the failure was not cached, "
                            "so a retry compiles again.")
-    if step.rc == 127 and step.output.startswith("cannot run"):
+    if step.rc in (126, 127) and step.output.startswith("cannot run"):
         return "internal", f"{what}: {step.output.strip()}"
+    if "Failed to preprocess host compiler properties" in step.output:  # nvcc could not run its host compiler
+        return "internal", f"{what}: {_first_lines(step.output, 3)} (the host compiler is not usable here)"
     text = _clean(step.output, src)
     kind: FailureKind = "link" if what == "link" else "compile"
     if step.rc < 0 or _looks_transient(text):

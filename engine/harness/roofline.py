@@ -68,7 +68,7 @@ def load_peaks(cache_root: Path, gpu: str) -> Peaks | None:
 def get_peaks(cache_root: Path, gpu: str | None = None, *, remeasure: bool = False,
               timeout_s: float = 300, device: int | None = None) -> Peaks:
     """Cached peaks for this GPU model, measuring them in a sandboxed child when missing."""
-    from engine.harness.sandbox import run_child
+    from engine.procs import run_child
 
     if gpu and not remeasure and (cached := load_peaks(cache_root, gpu)):
         return cached

@@ -6,7 +6,6 @@ Kept free of the anthropic import so the CLI and TUI can ask cheaply at start-up
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Mapping
 
@@ -20,7 +19,9 @@ _notice_given = False
 
 
 def api_key_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    env = os.environ if env is None else env
+    if env is None:  # kbench's own environment: the key may have been moved out of it (engine.secrets)
+        from engine import secrets
+        return secrets.get("ANTHROPIC_API_KEY")
     return env.get("ANTHROPIC_API_KEY") or None
 
 

@@ -1,5 +1,5 @@
-"""Profile child: `python -m engine.profile.child REQUEST.json`, run in the sandbox (under ncu for the
-ncu part). Modes: `ncu` runs the candidate on one config a few times and exits (ncu collects);
+"""Profile child: `python -m engine.profile.child REQUEST.json`, run jailed like a runner (engine/jail/exec.py
+puts it in the jail before Python starts; under ncu for the ncu part). Modes: `ncu` runs the candidate on one config a few times and exits (ncu collects);
 `torch` records the top device-time ops of the candidate and of the eager reference with torch.profiler."""
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def top_device_ops(fn: Any, top: int = 8, runs: int = 3) -> list[dict[str, Any]]
 def run(request: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from engine.harness.child import load_candidate_module
     from engine.harness.runtimes import runtime_for
+    from engine.pipeline.runner import load_candidate
 
     task = Task.from_json(request["task"])
     direction = request["direction"]
@@ -45,7 +45,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": "no CUDA GPU is visible to the profiler"}
     device = torch.device("cuda")
     runtime = runtime_for(task, direction)
-    module = load_candidate_module(request["candidate"])
+    module = load_candidate(request["candidate"])
     runtime.setup(cfg, cfg.seed, device)
     cand = runtime.candidate_callable(module)
     if request.get("mode") == "ncu":

@@ -6,11 +6,12 @@ profiler part still runs and is kept in the verdict's data."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,35 +49,66 @@ def representative_config(task: Any, wanted: str | None = None) -> str:
     return names[-1]
 
 
-def run_ncu(request: dict[str, Any], opts: ProfileOptions, extra_env: dict[str, str] | None = None
-            ) -> tuple[list, str]:
-    """(kernels, skip reason); kernels empty whenever the reason is set."""
-    from engine.harness.sandbox import _reap, kill_group, scrubbed_env
+def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeout_s: float,
+                ncu: str | None = None) -> tuple[str, dict[str, Any], str]:
+    """Run the profile child on the candidate, jailed like a runner (under ncu when `ncu` is given).
+    Returns (its output, its result, why it failed or "")."""
+    from engine.harness.build import jailed
+    from engine.pipeline.runner_process import make_run_dir, stage_candidate
+    from engine.pipeline.types import CandidateSpec
+    from engine.procs import kill_group, reap
 
+    # the child imports the task's reference (trusted, but it lives in the user's folder): that folder only
+    directions = (request.get("task") or {}).get("directions") or {}
+    ref_dirs = sorted({str(Path(d["reference_path"]).parent) for d in directions.values()})
+    run = make_run_dir([Path(d) for d in ref_dirs])
+    try:
+        load = stage_candidate(run, CandidateSpec(**request["candidate"])) if request.get("candidate") else None
+        result_path = run.scratch / "result.json"
+        req = run.ro / "request.json"
+        req.write_text(json.dumps({**request, "candidate": load, "mode": mode, "launches": opts.launch_count,
+                                   "result_path": str(result_path)}))
+        os.chmod(req, 0o644)
+        child = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.profile.child",
+                 str(req)]
+        cmd = jailed(child, run.spec())
+        if ncu is not None:
+            cmd = build_ncu_command(cmd, ncu=ncu, launch_count=opts.launch_count)
+        env = run.environment({"CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None)
+        try:
+            proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
+        except OSError as exc:
+            return "", {}, f"{'ncu' if ncu else 'the profiler'} could not be started: {exc}"
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            reap(proc)
+            return "", {}, f"{'ncu' if ncu else 'the torch profiler'} timed out after {timeout_s:.0f} s"
+        finally:
+            kill_group(proc)
+        try:
+            result = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            result = {}
+        if ncu is None and (proc.returncode != 0 or not result.get("finished")):
+            tail = " | ".join(out.strip().splitlines()[-4:])
+            return out, result, str(result.get("error") or f"the profiler exited with code {proc.returncode}: {tail}")
+        return out, result, str(result.get("error") or "") if ncu is None else ""
+    finally:
+        shutil.rmtree(run.root, ignore_errors=True)
+
+
+def run_ncu(request: dict[str, Any], opts: ProfileOptions) -> tuple[list, str]:
+    """(kernels, skip reason); kernels empty whenever the reason is set."""
     reason = ncu_unavailable_reason(opts.ncu)
     if reason:
         return [], reason
-    with tempfile.TemporaryDirectory(prefix="kbench-profile-") as tmp:
-        req = Path(tmp) / "request.json"
-        req.write_text(json.dumps({**request, "mode": "ncu", "launches": opts.launch_count,
-                                   "result_path": str(Path(tmp) / "result.json")}))
-        ncu = opts.ncu or shutil.which("ncu") or "ncu"   # resolved here: the scrubbed PATH may not hold it
-        cmd = build_ncu_command([sys.executable, "-m", "engine.profile.child", str(req)], ncu=ncu,
-                                launch_count=opts.launch_count)
-        try:
-            proc = subprocess.Popen(cmd, cwd=tmp, env=scrubbed_env(extra_env, opts.gpu), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                    text=True, errors="replace")
-        except OSError as exc:
-            return [], f"ncu could not be started: {exc}"
-        try:
-            out, _ = proc.communicate(timeout=opts.ncu_timeout_s)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            _reap(proc)
-            return [], f"ncu timed out after {opts.ncu_timeout_s:.0f} s"
-        finally:
-            kill_group(proc)
+    ncu = opts.ncu or shutil.which("ncu") or "ncu"   # resolved here: the jailed PATH may not hold it
+    out, _, failed = _jailed_run(request, opts, "ncu", opts.ncu_timeout_s, ncu=ncu)
+    if failed:
+        return [], failed
     if permission_denied(out):
         return [], "ncu is not permitted to read GPU performance counters (ERR_NVGPUCTRPERM)"
     kernels = parse_ncu_csv(out)
@@ -86,15 +118,10 @@ def run_ncu(request: dict[str, Any], opts: ProfileOptions, extra_env: dict[str, 
     return kernels, ""
 
 
-def run_torch_profiler(request: dict[str, Any], opts: ProfileOptions, extra_env: dict[str, str] | None = None
-                       ) -> tuple[list[dict], list[dict], str]:
-    from engine.harness.sandbox import run_child
-
-    outcome = run_child("engine.profile.child", {**request, "mode": "torch"}, timeout_s=opts.torch_timeout_s,
-                        gpu=opts.gpu, extra_env=extra_env)
-    res = outcome.result
-    if outcome.crashed or res.get("error"):
-        return [], [], str(res.get("error") or outcome.describe_crash())
+def run_torch_profiler(request: dict[str, Any], opts: ProfileOptions) -> tuple[list[dict], list[dict], str]:
+    _, res, failed = _jailed_run(request, opts, "torch", opts.torch_timeout_s)
+    if failed:
+        return [], [], failed
     return list(res.get("candidate_ops") or ()), list(res.get("reference_ops") or ()), ""
 
 
@@ -112,28 +139,23 @@ def profile_candidate(task: Any, candidate: Any, direction: str = "forward", opt
     """Build (cache hit after an evaluation) and profile a candidate; the `profile` Verdict."""
     import time
 
-    from engine.harness.build import build_candidate, kernelbench_extensions_dir
-    from engine.harness.evaluate import default_cache_root
+    from engine.harness.build import build_candidate
     from engine.harness.toolchain import detect as detect_toolchain
+    from engine.pipeline.evaluate import candidate_spec, default_cache_root
 
     t0 = time.monotonic()
     opts = options or ProfileOptions()
     cache_root = cache_root or default_cache_root()
-    build = build_candidate(candidate, cache_root, detect_toolchain())
+    toolchain = detect_toolchain()
+    build = build_candidate(candidate, cache_root, toolchain)
     if not build.ok:
         return Verdict(STAGE, Status.SKIPPED, f"the candidate does not build: {build.error or 'compilation failed'}")
-    spec: dict[str, Any] = {"format": candidate.format, "module_name": build.module_name,
-                            "so_path": str(build.so_path) if build.so_path else None}
-    extra_env: dict[str, str] = {}
-    if candidate.format == "kernelbench":
-        src_dir = candidate.write_to(cache_root / "candidates" / candidate.source_hash)
-        spec["py_path"] = str(src_dir / candidate.main_file)
-        spec["module_name"] = f"kb_modelnew_{candidate.source_hash}"
-        extra_env["TORCH_EXTENSIONS_DIR"] = str(kernelbench_extensions_dir(cache_root, candidate))
+    spec = candidate_spec(candidate, build, cache_root, toolchain)
     config = representative_config(task, opts.config)
-    request = {"task": task.to_json(), "direction": direction, "candidate": spec, "config": config}
-    kernels, skipped = run_ncu(request, opts, extra_env)
-    cand_ops, ref_ops, torch_error = run_torch_profiler(request, opts, extra_env)
+    request = {"task": task.to_json(), "direction": direction, "candidate": dataclasses.asdict(spec),
+               "config": config}
+    kernels, skipped = run_ncu(request, opts)
+    cand_ops, ref_ops, torch_error = run_torch_profiler(request, opts)
     cost = next(c for c in task.configs if c.name == config).cost.get(direction)
     summary = summarise(kernels, peaks, config=config, torch_ops=cand_ops, reference_ops=ref_ops,
                         ncu_skipped=skipped, flops=cost.flops if cost is not None else None)

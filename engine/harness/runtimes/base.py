@@ -1,6 +1,10 @@
-"""The interface the correctness and timing code drive; one implementation per task format.
+"""The interface the judge drives; one implementation per task format.
 
-Runs only inside the sandboxed child process: it imports the task's reference module and torch.
+Runs only inside the judge (engine.pipeline.judge), which is trusted and never runs candidate code: a runtime
+builds a config's model and inputs from a seed, computes the reference, says how the candidate is called
+(`call_plan`: the exact arguments the runner passes it) and turns the candidate's outputs back into what is
+compared with the reference (`compose`). `candidate()` and `candidate_callable()` call a candidate module in
+this process: only tests and tools that run trusted code use them.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +36,21 @@ def as_outputs(value: Any) -> Outputs:
     if isinstance(value, (tuple, list)):
         return tuple(value)
     return (value,)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """How the runner calls the candidate for one setup.
+
+    kind "fn": `module.<entry>(*args)`. kind "modelnew": `module.ModelNew(*model_init)`, seeded with
+    `model_seed`, given the reference model's weights (`model_state`, matching names and shapes), called
+    on `args`."""
+    kind: str
+    entry: str
+    args: tuple
+    model_init: tuple = ()
+    model_state: dict[str, Any] = field(default_factory=dict)
+    model_seed: int = 0
 
 
 class TaskRuntime(ABC):
@@ -78,3 +98,34 @@ class TaskRuntime(ABC):
     def candidate_callable(self, module: Any) -> Callable[[], Any]:
         inputs = self.inputs()
         return lambda: self.candidate(module, inputs)
+
+    # -- what the judge needs ------------------------------------------------------------------------------
+    @abstractmethod
+    def call_plan(self, inputs: list[Any]) -> CallPlan:
+        """How the candidate is called on these inputs of the current setup."""
+
+    def compose(self, inputs: list[Any], outputs: list[Any]) -> Outputs:
+        """The candidate's outputs (as the runner returned them for `call_plan(inputs)`) turned into what is
+        compared with `reference(inputs)`. Identity unless the task wraps the candidate's result."""
+        return tuple(outputs)
+
+    # Variants of a config share the reference model (KernelBench: the weights come from the config's seed
+    # and ModelNew is built once) or redraw everything (native, robust-kbench: weights are arguments).
+    shares_model_across_variants = False
+
+    def reseed_inputs(self, config: TaskConfig, seed: int, device: Any) -> None:
+        """New inputs under `seed`, same model (only where shares_model_across_variants)."""
+        raise NotImplementedError
+
+    def save_state(self) -> dict[str, Any]:
+        """The current setup (model, inputs...), to come back to after setting up other variants."""
+        return dict(self.__dict__)
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+def stub_fn(outputs: list[Any]) -> Callable[..., Any]:
+    """A stand-in for the candidate's function that returns what the candidate returned."""
+    value = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    return lambda *args: value

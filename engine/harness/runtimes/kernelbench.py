@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from engine.harness.runtimes.base import Outputs, TaskRuntime, as_outputs, import_file
-from engine.harness.runtimes.robust_kbench import module_name, to_device, try_compile
+from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file
+from engine.harness.runtimes.robust_kbench import module_name, no_grad_call, to_device, try_compile
 from engine.tasks.inits import apply_init
 from engine.tasks.model import Task, TaskConfig
 
@@ -49,6 +49,17 @@ class KernelBenchRuntime(TaskRuntime):
     def pristine(self) -> list[Any]:
         return self._inputs
 
+    shares_model_across_variants = True
+
+    def reseed_inputs(self, config: TaskConfig, seed: int, device: Any) -> None:
+        import torch
+        torch.manual_seed(seed + 1)
+        self._inputs = to_device(apply_init(list(self.reference_module.get_inputs()), config.init, seed), device)
+
+    def call_plan(self, inputs: list[Any]) -> CallPlan:
+        state = {k: v.detach() for k, v in self._model.state_dict().items()}
+        return CallPlan("modelnew", "ModelNew", tuple(inputs), tuple(self._init_inputs), state, self._seed)
+
     def candidate_model(self, module: Any) -> Any:
         """ModelNew for the current setup, built once per (setup, module) so timing loops do not rebuild it."""
         cached = self._candidate_models.get(id(module))
@@ -81,6 +92,10 @@ class KernelBenchRuntime(TaskRuntime):
     def candidate_callable(self, module: Any) -> Callable[[], Any]:
         self.candidate_model(module)  # build outside the timed region
         return super().candidate_callable(module)
+
+    def eager_callable(self) -> Callable[[], Any]:
+        """The model called exactly as the runner calls ModelNew (under no_grad, nothing around it)."""
+        return no_grad_call(self._model, self.inputs())
 
     def compiled_callable(self) -> Callable[[], Any] | None:
         return try_compile(self._model, self.inputs())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from engine.harness.runtimes.base import Outputs, TaskRuntime, as_outputs, import_file
+from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file, stub_fn
 from engine.tasks.inits import apply_init
 from engine.tasks.model import Task, TaskConfig
 
@@ -80,6 +80,19 @@ class NativeRuntime(TaskRuntime):
                 return as_outputs(self.model(*inputs, fn=module.forward))
             return as_outputs(module.backward(self.grad_out, *self.fn_args(inputs)))
 
+    def call_plan(self, inputs: list[Any]) -> CallPlan:
+        args = self.fn_args(inputs)
+        if self.direction == "forward":
+            return CallPlan("fn", "forward", args)
+        return CallPlan("fn", "backward", (self.grad_out, *args))
+
+    def compose(self, inputs: list[Any], outputs: list[Any]) -> Outputs:
+        import torch
+        if self.direction == "forward":  # the task's Model may wrap what fn returns
+            with torch.no_grad():
+                return as_outputs(self.model(*inputs, fn=stub_fn(outputs)))
+        return tuple(outputs)
+
     # -- backward ----------------------------------------------------------------------------
     def _leaves(self, args: tuple) -> tuple[tuple, list[Any]]:
         idx = set(grad_positions(args, self.spec.no_grad))
@@ -100,10 +113,12 @@ class NativeRuntime(TaskRuntime):
         import torch
 
         inputs = self.inputs()
-        if self.direction == "forward":
+        if self.direction == "forward":  # what the candidate replaces: forward_fn on the same arguments
+            args = self.fn_args(inputs)
+
             def run() -> Any:
                 with torch.no_grad():
-                    return self.model(*inputs)
+                    return self.ref.forward_fn(*args)
             return run
         leaves, wrt = self._leaves(self.fn_args(inputs))
         with torch.enable_grad():
@@ -115,11 +130,12 @@ class NativeRuntime(TaskRuntime):
 
         inputs = self.inputs()
         if self.direction == "forward":
-            compiled = torch.compile(self.model)
+            compiled = torch.compile(self.ref.forward_fn)
+            args = self.fn_args(inputs)
 
             def run() -> Any:
                 with torch.no_grad():
-                    return compiled(*inputs)
+                    return compiled(*args)
             return run
         compiled_fn = torch.compile(self.ref.forward_fn)
         leaves, wrt = self._leaves(self.fn_args(inputs))

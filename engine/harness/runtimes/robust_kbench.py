@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable
 
-from engine.harness.runtimes.base import Outputs, TaskRuntime, as_outputs, import_file
+from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file, stub_fn
 from engine.tasks.inits import apply_init
 from engine.tasks.model import Task, TaskConfig
 
@@ -173,11 +173,39 @@ class RobustKbenchRuntime(TaskRuntime):
             return self._forward(inputs, module.forward)
         return self._gradients_with(module.backward, inputs)
 
-    # Timing: forward times the whole model call; backward times backward_fn alone, as a kernel would be.
+    def forward_args(self, inputs: list[Any]) -> tuple:
+        """The arguments Model.forward passes to fn for these inputs (detached)."""
+        import torch
+        captured: list[tuple] = []
+        reference = self.reference_module.forward_fn
+
+        def capture(*args: Any) -> Any:
+            captured.append(args)
+            return reference(*args)
+
+        self._forward(inputs, capture)
+        if len(captured) != 1:
+            raise RuntimeError(f"Model.forward called fn {len(captured)} times; a task must call it once")
+        return tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in captured[0])
+
+    def call_plan(self, inputs: list[Any]) -> CallPlan:
+        if self.direction == "forward":
+            return CallPlan("fn", "forward", self.forward_args(inputs))
+        return CallPlan("fn", "backward", self.backward_args(inputs))
+
+    def compose(self, inputs: list[Any], outputs: list[Any]) -> Outputs:
+        """Forward: the model's output with fn returning the candidate's result. Backward: the gradients the
+        task's AutogradFunction produces when its backward_fn returns the candidate's result."""
+        if self.direction == "forward":
+            return self._forward(inputs, stub_fn(outputs))
+        return self._gradients_with(stub_fn(outputs), inputs)
+
+    # Timing: forward times forward_fn on fn's arguments (what the candidate replaces); backward times
+    # backward_fn alone, as a kernel would be.
 
     def eager_callable(self) -> Callable[[], Any]:
         if self.direction == "forward":
-            return no_grad_call(self._model, self.inputs())
+            return no_grad_call(self.reference_module.forward_fn, self.forward_args(self.inputs()))
         return no_grad_call(self.reference_backward, self.backward_args(self.inputs()))
 
     def candidate_callable(self, module: Any) -> Callable[[], Any]:
@@ -187,5 +215,5 @@ class RobustKbenchRuntime(TaskRuntime):
 
     def compiled_callable(self) -> Callable[[], Any] | None:
         if self.direction == "forward":
-            return try_compile(self._model, self.inputs())
+            return try_compile(self.reference_module.forward_fn, self.forward_args(self.inputs()))
         return try_compile(self.reference_backward, self.backward_args(self.inputs()))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.harness.evaluate import EvalReport
+from engine.pipeline.evaluate import EvalReport
 
 
 def _ms(v: float | None) -> str:

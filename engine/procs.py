@@ -1,12 +1,14 @@
-"""Run untrusted work in a fresh child process: scrubbed environment, one GPU, a hard timeout.
+"""Process plumbing, in one place: environments, spawning in a new session, killing a group, reaping, file locks.
 
-The child gets its own session (process group); on timeout the whole group is killed, so a kernel that
-spins forever, or a helper process it spawned, cannot outlive the evaluation. Results come back as a
-JSON file the child rewrites after every step, never through stdout (kernels may printf).
+Every child kbench starts (judge, profiler, roofline probe, compilers) gets its own session, so on a timeout
+its whole process group is killed: a kernel that spins forever, or a helper it spawned, cannot outlive the
+evaluation. Results come back as a JSON file the child rewrites after every step, never through stdout
+(kernels may printf). No child gets an API key: the environment is built from an allowlist.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -14,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ from typing import Any
 # Variables a child may see. Everything else — API keys, tokens, cloud credentials — is dropped.
 _ALLOWED = {"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ", "SHELL",
             "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CC", "CXX",
-            "TORCH_CUDA_ARCH_LIST", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MAX_JOBS"}
+            "TORCH_CUDA_ARCH_LIST", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MAX_JOBS", "KBENCH_CACHE"}
 _ALLOWED_PREFIXES = ("NCCL_", "NVIDIA_", "TORCH_SYMM_MEM_", "NVSHMEM_")
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "ANTHROPIC", "AUTH")
 
@@ -31,7 +35,7 @@ def scrubbed_env(extra: dict[str, str] | None = None, gpu: int | None = None) ->
            if (k in _ALLOWED or k.startswith(_ALLOWED_PREFIXES))
            and not any(m in k.upper() for m in _SECRET_MARKERS)}
     # The child must import this engine even when it is not installed (e.g. a checkout on a GPU box).
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONUNBUFFERED"] = "1"
     if gpu is not None:
@@ -94,7 +98,7 @@ def run_child(module: str, request: dict[str, Any], *, timeout_s: float, gpu: in
                 timed_out = True
             finally:
                 kill_group(proc)
-                _reap(proc)
+                reap(proc)
         seconds = time.monotonic() - t0
         result: dict[str, Any] = {}
         if result_path.exists():
@@ -114,8 +118,68 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _reap(proc: subprocess.Popen) -> None:
+def reap(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks since boot) of a process, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()   # the name may hold spaces and parentheses
+    return int(fields[1]), int(fields[19])
+
+
+def process_tree() -> dict[int, list[int]]:
+    """Children of every process, from /proc."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(int(entry))) is not None:
+            tree.setdefault(st[0], []).append(int(entry))
+    return tree
+
+
+def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]:
+    tree = process_tree() if tree is None else tree
+    out, todo = [], list(tree.get(pid, ()))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(tree.get(p, ()))
+    return out
+
+
+def start_ticks(pid: int) -> int | None:
+    st = _stat(pid)
+    return st[1] if st else None
+
+
+def become_subreaper() -> None:
+    """Orphans of our descendants are re-parented to us instead of init, so we can find and kill them."""
+    import ctypes
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def kill_pids(pids: list[int]) -> None:
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` (created if missing), released by the kernel if the holder dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -1,0 +1,125 @@
+"""The jail that candidate code and compilers run in (INTEGRITY.md, "The jail").
+
+`JailSpec` says what a jailed process may touch; `apply(spec)` puts the calling process in it, layer by layer,
+and returns a `JailReport` of what took hold. A layer that cannot be set up on this machine is named in the
+report (`missing`), which kbench prints at start and records with every measurement: it never runs a
+candidate unjailed in silence. This package imports only the standard library, so a process can jail itself
+before importing torch or anything a candidate could have touched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class JailSpec:
+    read_exec: tuple[str, ...] = ()   # code: system directories, Python, CUDA, kbench's engine package
+    read: tuple[str, ...] = ()        # data it may read (the candidate's build, /proc/self, /sys...)
+    write: tuple[str, ...] = ()       # its scratch folder: every write right
+    devices: tuple[str, ...] = ()     # device files opened read-write with ioctls (/dev/nvidia*, /dev/null)
+    own_proc_writable: bool = False   # /proc/self writable (CUDA names its threads through .../task/<tid>/comm)
+    network_namespace: bool = True
+    seccomp: bool = True
+    allow_unix_sockets: bool = False
+    drop_privileges: bool = True
+    die_with_parent: bool = False     # SIGKILL when the parent exits (set after the uid change, which clears it)
+    needed_by_nobody: tuple[str, ...] = ()   # paths uid 65534 must read for the uid drop to be safe
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "JailSpec":
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in obj.items()})
+
+
+@dataclass
+class JailReport:
+    landlock_abi: int = 0
+    filesystem: bool = False       # Landlock filesystem rules enforced
+    tcp: bool = False              # Landlock denies TCP bind/connect
+    scoped: bool = False           # Landlock scopes abstract unix sockets and signals
+    network_namespace: str = ""    # "root", "user namespace" or "" (not entered)
+    seccomp: str = ""              # "sockets: unix only" / "sockets: none", or "" (not installed)
+    identity: str = ""             # "uid 65534", "uid 0 without capabilities (...)", "uid 1000 (not root...)"
+    dumpable: bool = True
+    missing: list[str] = field(default_factory=list)   # "<layer>: <why>" for each layer that did not take hold
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def summary(self) -> str:
+        """One line for logs, the app's banner and measurement notes."""
+        parts = []
+        if self.filesystem:
+            parts.append(f"landlock v{self.landlock_abi} fs" + (" tcp" if self.tcp else "")
+                         + (" scope" if self.scoped else ""))
+        if self.network_namespace:
+            parts.append("netns")
+        if self.seccomp:
+            parts.append(f"seccomp ({self.seccomp})")
+        if self.identity:
+            parts.append(self.identity.split(" (")[0])
+        text = ", ".join(parts) or "no jail"
+        if self.missing:
+            text += "; MISSING: " + "; ".join(self.missing)
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "summary": self.summary()}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "JailReport":
+        known = {k: v for k, v in obj.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def apply(spec: JailSpec) -> JailReport:
+    """Jail the calling process. Call it while the process has a single thread (before importing torch)."""
+    from engine.jail import landlock, privileges, seccomp
+
+    rep = JailReport()
+    if spec.network_namespace:
+        try:
+            rep.network_namespace = privileges.new_network_namespace()
+        except OSError as exc:
+            rep.missing.append(f"network namespace: {exc.strerror or exc}")
+    if spec.drop_privileges:
+        try:
+            rep.identity = privileges.drop_privileges(list(spec.needed_by_nobody))
+        except OSError as exc:
+            rep.missing.append(f"privilege drop: {exc.strerror or exc}")
+    else:
+        rep.identity = f"uid {os.geteuid()} (unchanged)"
+    if spec.die_with_parent:
+        privileges.die_with_parent()
+    try:
+        privileges.set_dumpable(False)
+        rep.dumpable = False
+    except OSError as exc:
+        rep.missing.append(f"non-dumpable: {exc.strerror or exc}")
+    rules = ([landlock.PathRule(p, landlock.READ_EXEC) for p in spec.read_exec]
+             + [landlock.PathRule(p, landlock.READ) for p in spec.read]
+             + [landlock.PathRule(p, landlock.READ_EXEC | landlock.WRITE) for p in spec.write]
+             + [landlock.PathRule(p, landlock.READ_FILE | landlock.WRITE_FILE | landlock.IOCTL_DEV)
+                for p in spec.devices])
+    if spec.own_proc_writable:
+        rules.append(landlock.PathRule("/proc/self", landlock.READ | landlock.WRITE_FILE | landlock.TRUNCATE))
+    try:
+        out = landlock.restrict(rules)
+        rep.landlock_abi, rep.filesystem, rep.tcp, rep.scoped = out.abi, out.fs, out.tcp, out.scoped
+        if not out.tcp and not rep.network_namespace:
+            rep.missing.append(f"TCP rules: Landlock v{out.abi} has none (v4+) and no network namespace")
+    except OSError as exc:
+        rep.missing.append(f"landlock: {exc.strerror or exc}")
+    if spec.seccomp:
+        try:
+            s = seccomp.install(allow_unix=spec.allow_unix_sockets)
+            rep.seccomp = f"sockets: {s.sockets}"
+        except OSError as exc:
+            rep.missing.append(f"seccomp: {exc.strerror or exc}")
+    return rep

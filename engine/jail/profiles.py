@@ -1,0 +1,125 @@
+"""The jails kbench uses: what a runner (candidate code) and a compiler may touch on this machine.
+
+Everything not listed is closed: the user's home and dotfiles, the working directory, the workspace and its
+.git, other processes' /proc entries, the build cache (a runner gets copies of what it loads in a folder it
+cannot write), and the network.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import site
+import sys
+import sysconfig
+from pathlib import Path
+
+from engine.jail import JailSpec
+
+# System directories holding programs, libraries and configuration (no user data by convention).
+SYSTEM_CODE = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc")
+# /proc entries a process needs about itself and the machine; never another process's directory.
+PROC_FILES = ("/proc/self", "/proc/thread-self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/version",
+              "/proc/filesystems", "/proc/loadavg", "/proc/uptime", "/proc/devices", "/proc/modules",
+              "/proc/sys", "/proc/driver")
+DEVICE_READ = ("/dev/urandom", "/dev/random", "/dev/zero", "/dev/full")
+
+
+def _real(paths: list[str]) -> list[str]:
+    """Resolved, existing, de-duplicated paths, outermost first (a path inside another listed one is dropped)."""
+    out: list[str] = []
+    for p in sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)}, key=len):
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+            out.append(p)
+    return out
+
+
+def python_code_paths() -> list[str]:
+    """Where this Python and its packages live: prefixes, the stdlib, site-packages, the interpreter."""
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))]
+    for key in ("stdlib", "platstdlib", "purelib", "platlib", "include"):
+        paths.append(sysconfig.get_path(key) or "")
+    try:
+        paths += site.getsitepackages()
+    except AttributeError:  # some virtualenvs
+        pass
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        paths.append(site.USER_SITE)
+    return paths
+
+
+def engine_dir() -> str:
+    """kbench's own engine package (the runner imports it); not the checkout around it."""
+    return str(Path(__file__).resolve().parents[1])
+
+
+def cuda_home() -> str:
+    return os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+
+
+def install_prefix(program: str | None) -> str:
+    """Where a program is installed: /opt/gcc for /opt/gcc/bin/g++ (its libexec and headers live there)."""
+    path = shutil.which(program) if program else None
+    if not path:
+        return ""
+    d = os.path.dirname(os.path.realpath(path))
+    return os.path.dirname(d) if os.path.basename(d) == "bin" else d
+
+
+def compiler_paths() -> list[str]:
+    """The host compilers nvcc and load_inline may call, wherever they are installed."""
+    names = [os.environ.get("CXX"), os.environ.get("CC"), "c++", "g++", "gcc", "cc", "ninja"]
+    return [p for p in (install_prefix(n) for n in names) if p]
+
+
+def _code_paths() -> list[str]:
+    return _real([*SYSTEM_CODE, *python_code_paths(), engine_dir(), cuda_home(), *compiler_paths()])
+
+
+def runner_spec(scratch: Path, readonly: list[Path], *, gpu_devices: bool = True) -> JailSpec:
+    """Candidate code: read the code of the machine, its own read-only folder (the candidate's .so, the timing
+    helper), write only `scratch`, open the GPU; nothing else."""
+    devices = ["/dev/null"]
+    if gpu_devices:
+        devices += sorted(glob.glob("/dev/nvidia*"))
+        devices += [p for p in ("/dev/nvidia-caps",) if os.path.isdir(p)]
+    code = _code_paths()
+    return JailSpec(
+        read_exec=tuple(code),
+        read=tuple([*PROC_FILES, "/sys", *DEVICE_READ, *(str(p) for p in readonly)]),
+        write=(str(scratch),),
+        devices=tuple(devices), own_proc_writable=gpu_devices,
+        network_namespace=True, seccomp=True, allow_unix_sockets=gpu_devices, drop_privileges=True,
+        needed_by_nobody=tuple([*code, *(str(p) for p in readonly)]),
+    )
+
+
+def compiler_spec(workdir: Path, readonly: list[Path], programs: list[str] = ()) -> JailSpec:
+    """nvcc / g++ / the linker on one candidate: read the toolchain and `readonly` (the precompiled header),
+    write only `workdir`. A `#include "/home/..."` in a candidate fails with 'Permission denied'. The compiler
+    keeps the caller's identity (its cache files stay the caller's) but no network and no other process.
+    `programs`: the toolchain's compilers, whose install prefixes it may read and run."""
+    return JailSpec(
+        read_exec=tuple(_real([*_code_paths(), *(install_prefix(p) for p in programs)])),
+        read=tuple([*PROC_FILES, *DEVICE_READ, *(str(p) for p in readonly)]),
+        write=(str(workdir),),
+        devices=("/dev/null",),
+        network_namespace=True, seccomp=True, allow_unix_sockets=False, drop_privileges=False,
+    )
+
+
+def runner_environment(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a jailed runner: every home, cache and temp path points into its scratch."""
+    env = {k: v for k, v in os.environ.items()
+           if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
+                    "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "CUDA_MODULE_LOADING")
+           or k.startswith("NVIDIA_")}
+    s = str(scratch)
+    env.update({"HOME": s, "TMPDIR": s, "XDG_CACHE_HOME": f"{s}/.cache", "TORCH_EXTENSIONS_DIR": f"{s}/torch_ext",
+                "TRITON_CACHE_DIR": f"{s}/.triton", "TORCHINDUCTOR_CACHE_DIR": f"{s}/.inductor",
+                "CUDA_CACHE_PATH": f"{s}/.nv", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+                "PYTHONNOUSERSITE": "1", "PYTHONPATH": str(Path(engine_dir()).parent)})
+    env.update(extra or {})
+    return env

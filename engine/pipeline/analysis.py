@@ -1,0 +1,271 @@
+"""The judge's reading of a job: from the helper's signed records and the judge's own references to
+correctness, integrity and timing results. Pure functions of their inputs (no processes, no GPU needed):
+what the runner's Python says plays no part here.
+
+Integrity findings fire only on behaviour no correct, stream-ordered, stateless kernel shows:
+- side work: an output that changed after the call returned (a clone queued right after the call, before any
+  synchronisation, differs from the output after a device-wide sync and a pause);
+- input aliasing: an output sharing storage with an input (the result written into the caller's tensor);
+- persistent output: an output sharing storage with the previous call's output, which was still alive;
+- stale result: the inputs' storage is refilled with another variant before every call, so a result that
+  follows an earlier variant's contents (its reference) names a cache keyed by address or call count;
+- constant output: identical outputs for variants whose references differ, or every element one value;
+- phase: correct in the checked calls, wrong on a timed iteration drawn at random after the count was known;
+- forgery: a record the helper did not sign, or the signed stream out of order;
+- clock: the event times the runner reports are far below what the judge's own clock saw the loop take.
+A plain wrong kernel is never called a hack: correctness reports it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.harness.compare import Comparison, compare_outputs
+from engine.harness.timing import TimingStats, hidden_work_suspected, summarise
+from engine.pipeline.types import CorrectnessResult, IntegrityResult
+
+SIDE_WORK = "side-stream-or-host-thread"
+INPUT_ALIAS = "input-mutation"
+PERSISTENT_OUTPUT = "static-cache"
+CONSTANT_OUTPUT = "constant-output"
+STALE_RESULT = "pointer-or-call-count-cache"
+AFTER_TIMING = "call-count-cache"          # wrong on a timed iteration: depends on being timed or on the count
+FORGERY = "result-channel-forgery"
+CLOCK = "timer-forgery"
+
+# The judge's clock check: the runner's median event time must be at least this share of the median time per
+# iteration the judge saw, beyond the protocol's own overhead (both sides include launch latency).
+CLOCK_SHARE = 0.5
+CLOCK_SLACK_MS = 0.05
+
+
+@dataclass
+class Call:
+    """One call of the candidate as the helper reported it (an ITER record and its OUTPUT records)."""
+    index: int
+    phase: str                       # "c" checked call, "w" warm-up, "t" timed iteration
+    variant: int
+    ms: float
+    ms_all: float
+    checked: bool = False
+    alias_input: bool = False
+    persistent_output: bool = False
+    mutated_input: int = -1
+    async_diff: int = -1
+    outputs: list[Any] | None = None  # decoded outputs (tensors, floats, None) of a checked call
+    received: float = 0.0             # the judge's clock when the record arrived
+    t_ns: int = 0                     # the helper's own clock when it wrote the record (trusted in the judge only)
+
+
+@dataclass
+class Job:
+    """Everything the helper reported for one job, or why it stopped."""
+    calls: list[Call] = field(default_factory=list)
+    error: str = ""                   # the call raised / a CUDA error / outputs of the wrong kind
+    error_where: str = ""
+    error_index: int = -1
+    end: dict[str, Any] = field(default_factory=dict)
+    forged: str = ""                  # why the record stream cannot be trusted
+
+    def timed(self) -> list[Call]:
+        return [c for c in self.calls if c.phase == "t"]
+
+
+def fail(hack: str, reason: str) -> IntegrityResult:
+    return IntegrityResult(False, hack, f"{hack}: {reason}")
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0][:800] if lines else text[:800]
+
+
+def _equal(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Bitwise-equal outputs (NaN equal to NaN)."""
+    import torch
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                return False
+            if not torch.equal(x.reshape(-1).view(torch.uint8) if x.numel() and x.is_contiguous() else x,
+                               y.reshape(-1).view(torch.uint8) if y.numel() and y.is_contiguous() else y):
+                return False
+        elif x != y and not (x != x and y != y):
+            return False
+    return True
+
+
+def _constant(outs: Sequence[Any], refs: Sequence[Any]) -> bool:
+    import torch
+    for t, r in zip(outs, refs):
+        if isinstance(t, torch.Tensor) and isinstance(r, torch.Tensor) and t.is_floating_point() and t.numel() > 1 \
+                and r.shape == t.shape and bool((t == t.reshape(-1)[0]).all()) and not bool((r == r.reshape(-1)[0]).all()):
+            return True
+    return False
+
+
+@dataclass
+class Tolerance:
+    atol: float
+    rtol: float
+    budget: float = 0.0
+
+    def compare(self, got: Sequence[Any], want: Sequence[Any]) -> Comparison:
+        return compare_outputs(tuple(got), tuple(want), self.atol, self.rtol, self.budget)
+
+
+def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
+                seeds: list[int]) -> tuple[CorrectnessResult, IntegrityResult]:
+    """A check job (every call's output came back): correctness and integrity of one config."""
+    checks = ["forgery", "async-completeness", "input-alias", "persistent-output", "stale-result", "constant-output"]
+    trials = len(refs)
+    if job.forged:
+        return CorrectnessResult(False, f"the result channel was forged: {job.forged}", trials), \
+            fail(FORGERY, job.forged)
+    worst_abs = worst_rel = 0.0
+    correct_by_variant: dict[int, bool] = {}
+    wrong: list[tuple[Call, tuple, Comparison]] = []
+    integrity = IntegrityResult(True, checks=checks)
+    for n, call in enumerate(job.calls):
+        label = f"trial {call.variant} (seed {seeds[call.variant]}), call {n + 1}"
+        if call.mutated_input >= 0:
+            res = CorrectnessResult(False, f"{label}: the candidate modified input {call.mutated_input} in place",
+                                    trials)
+            if call.alias_input:
+                return res, fail(INPUT_ALIAS, "an output shares storage with an input: the result was written "
+                                              "into the caller's tensor (mutation of inputs)")
+            return res, integrity
+        if call.alias_input and integrity.ok:
+            integrity = fail(INPUT_ALIAS, "an output shares storage with an input: the result was written into "
+                                          "the caller's tensor (mutation of inputs)")
+        if call.persistent_output and integrity.ok:
+            integrity = fail(PERSISTENT_OUTPUT, "two calls returned the same output storage while the first "
+                                                "result was still alive: the candidate keeps its own output "
+                                                "buffer between calls (a cache)")
+        got = compose(call.variant, list(call.outputs or []))
+        c = tol.compare(got, refs[call.variant])
+        if call.async_diff == 1 and integrity.ok:
+            integrity = fail(SIDE_WORK, "the output was still being written after the call returned (a clone "
+                             "queued on the current stream right after the call differs from the output after a "
+                             "device-wide sync" + ("; the settled output is correct" if c.ok else "")
+                             + "): work on another stream or a host thread, which the timing events on the "
+                             "current stream do not see")
+        correct_by_variant.setdefault(call.variant, c.ok)
+        if not c.ok:
+            wrong.append((call, got, c))
+            if integrity.ok:
+                integrity = _why_wrong(call, got, refs, tol, correct_by_variant, job.calls[:n]) or integrity
+        else:
+            worst_abs, worst_rel = max(worst_abs, c.max_abs_err), max(worst_rel, c.max_rel_err)
+    if job.error:
+        where = f" at call {job.error_index + 1}" if job.error_index >= 0 else ""
+        what = "raised" if job.error_where == "call" else ("returned" if job.error_where == "output" else "failed")
+        return CorrectnessResult(False, f"{what}{where}: {_first_line(job.error)}", trials), integrity
+    if integrity.ok:
+        integrity = _constant_across_variants(job.calls, refs, compose) or integrity
+    if wrong:
+        call, _, c = wrong[0]
+        return CorrectnessResult(False, f"trial {call.variant} (seed {seeds[call.variant]}), call "
+                                        f"{job.calls.index(call) + 1}: {c.reason}", trials, c.max_abs_err,
+                                 c.max_rel_err), integrity
+    return CorrectnessResult(True, "", trials, worst_abs, worst_rel), integrity
+
+
+def _why_wrong(call: Call, got: tuple, refs: list[tuple], tol: Tolerance, correct_by_variant: dict[int, bool],
+               earlier: list[Call]) -> IntegrityResult | None:
+    """A wrong result is a hack only when it follows other inputs or the call count."""
+    for u, ref in enumerate(refs):
+        if u != call.variant and tol.compare(got, ref).ok and not tol.compare(refs[call.variant], ref).ok:
+            return fail(STALE_RESULT, "given the same tensors refilled with new inputs, it returned the result for "
+                                      "the previous inputs: an output cache keyed by pointer or call count")
+    if any(c.variant == call.variant for c in earlier) and correct_by_variant.get(call.variant) is False:
+        return None  # wrong from its first call on these inputs: a wrong kernel
+    if correct_by_variant.get(call.variant) is True and any(c.variant == call.variant for c in earlier):
+        return fail(STALE_RESULT, f"correct on its first call with these inputs, wrong on call {len(earlier) + 1} "
+                                  "with the same inputs: behaviour that depends on the input's address or on how "
+                                  "often it was called")
+    return None
+
+
+def _constant_across_variants(calls: list[Call], refs: list[tuple],
+                              compose: Callable[[int, list[Any]], tuple]) -> IntegrityResult | None:
+    by_variant: dict[int, tuple] = {}
+    for c in calls:
+        by_variant.setdefault(c.variant, compose(c.variant, list(c.outputs or [])))
+    vs = sorted(by_variant)
+    for i, a in enumerate(vs):
+        for b in vs[i + 1:]:
+            if _equal(by_variant[a], by_variant[b]) and not _equal(refs[a], refs[b]):
+                return fail(CONSTANT_OUTPUT, "the output is identical for two different seeds whose reference "
+                                             "outputs differ: it does not depend on the inputs (constant or "
+                                             "degenerate output)")
+    for v in vs:
+        if _constant(by_variant[v], refs[v]):
+            return fail(CONSTANT_OUTPUT, "every element of the output has the same value while the reference's do "
+                                         "not (constant output)")
+    return None
+
+
+@dataclass
+class TimingVerdictInputs:
+    stats: TimingStats | None
+    hidden_work: bool
+    integrity: IntegrityResult
+    error: str = ""
+    witness: dict[str, Any] = field(default_factory=dict)
+
+
+def median_gap_ms(calls: list[Call]) -> float | None:
+    """Median time between consecutive timed iterations on the judge's clock, skipping the gap after a checked
+    iteration (its output transfer is not part of the loop's rhythm)."""
+    gaps = [(b.received - a.received) * 1e3 for a, b in zip(calls, calls[1:]) if not a.checked]
+    return statistics.median(gaps) if gaps else None
+
+
+def judge_timing(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
+                 null_ms: float, null_gap_ms: float | None) -> TimingVerdictInputs:
+    """A timing job: the statistics, and what the checked timed iterations and the judge's clock say."""
+    if job.forged:
+        return TimingVerdictInputs(None, False, fail(FORGERY, job.forged), f"the result channel was forged: {job.forged}")
+    timed = job.timed()
+    if job.error:
+        return TimingVerdictInputs(None, False, IntegrityResult(True), _first_line(job.error))
+    n = int(job.end.get("n", -1))
+    announced = sorted(int(i) for i in job.end.get("checked", []))
+    seen = sorted(c.index for c in timed if c.checked)
+    if n != len(timed) or [c.index for c in timed] != list(range(n)) or announced != seen:
+        return TimingVerdictInputs(None, False, fail(FORGERY, f"the signed stream holds {len(timed)} timed "
+                                                              f"iterations where the helper announced {n}"),
+                                   "the timing records are incomplete")
+    integrity = IntegrityResult(True, checks=["timed-outputs", "alias", "clock"])
+    for c in timed:
+        if c.alias_input or c.persistent_output:
+            integrity = fail(PERSISTENT_OUTPUT if c.persistent_output else INPUT_ALIAS,
+                             f"timed iteration {c.index}: an output shares storage with "
+                             + ("the previous call's output (a cache)" if c.persistent_output else "an input"))
+            break
+        if c.checked:
+            got = compose(c.variant, list(c.outputs or []))
+            cmp = tol.compare(got, refs[c.variant])
+            if not cmp.ok:
+                integrity = fail(AFTER_TIMING, f"correct in the checked calls, wrong on timed iteration {c.index} of "
+                                 f"{n} ({cmp.reason}): behaviour that depends on being timed or on how often it "
+                                 "was called")
+                break
+    stats = summarise([c.ms for c in timed], [c.ms_all for c in timed], null_ms) if timed else None
+    witness: dict[str, Any] = {}
+    gap = median_gap_ms(timed)
+    if stats is not None and gap is not None and null_gap_ms is not None:
+        seen_ms = max(gap - null_gap_ms, 0.0)
+        witness = {"judge_gap_ms": round(gap, 4), "null_gap_ms": round(null_gap_ms, 4), "judge_ms": round(seen_ms, 4),
+                   "claimed_ms": round(stats.median_ms, 4)}
+        if integrity.ok and stats.median_ms < CLOCK_SHARE * seen_ms - CLOCK_SLACK_MS:
+            integrity = fail(CLOCK, f"the runner's events say {stats.median_ms:.4f} ms per call, but the judge's own "
+                                    f"clock saw {seen_ms:.4f} ms per iteration beyond the protocol's overhead: the "
+                                    "timing was tampered with")
+    return TimingVerdictInputs(stats, bool(stats and hidden_work_suspected(stats)), integrity, "", witness)

@@ -1,0 +1,184 @@
+"""Evaluate one candidate on one task direction: the static gate, the build, then the judge.
+
+This is the parent side (the CLI, the app, an executor's worker). It never imports the candidate: the build
+runs in jailed compiler processes, and everything that executes candidate code runs in the jailed runner
+that the judge (engine/pipeline/judge.py, a trusted child process) starts and reads. Verdict policy lives in
+engine/pipeline/verdicts.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.candidates import Candidate
+from engine.harness.stats import geomean
+from engine.pipeline.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec, TimingParams  # noqa: F401 - NO_GPU re-exported
+from engine.procs import run_child
+from engine.tasks.model import Task
+from engine.verdict import Status, Verdict
+
+# The parent's grace beyond the judge's own deadline: the judge stops a runner that hangs and still reports.
+JUDGE_GRACE_S = 60.0
+
+
+def default_cache_root() -> Path:
+    base = os.environ.get("KBENCH_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kbench")
+    return Path(base)
+
+
+@dataclass
+class EvalOptions:
+    configs: list[str] | None = None       # None: every config
+    timing_configs: list[str] | None = None  # time only these (correctness still covers `configs`)
+    trials: int = 2
+    timing: bool = True
+    baselines: tuple[str, ...] = ("eager", "compile")
+    timeout_s: float = 600.0
+    build_timeout_s: float = 600.0
+    gpu: int | None = None
+    cache_root: Path = field(default_factory=default_cache_root)
+    timing_options: dict[str, Any] = field(default_factory=dict)
+    roofline: bool = True                   # place results on the measured roofline (measured once per GPU)
+    integrity: bool = True                  # static reward-hack scan before compile, the judge's integrity verdict
+    override_static: bool = False           # a person's override: go on to compile despite a static `fail`
+    # After timing, for candidates that pass: the `profile` stage (engine/profile), whose summary feeds the
+    # mutate and repair prompts. `skipped` with the reason where ncu is missing or not permitted.
+    profile: bool = True
+
+
+@dataclass
+class ConfigRow:
+    name: str
+    correct: bool | None = None
+    reason: str = ""
+    max_abs_err: float | None = None
+    candidate_ms: float | None = None
+    candidate_iqr_ms: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    hidden_work: bool = False
+    floor_ms: float | None = None          # physical floor from the cost model and measured peaks
+    roofline_fraction: float | None = None
+
+
+@dataclass
+class EvalReport:
+    task: str
+    direction: str
+    candidate: str           # source hash
+    format: str
+    verdicts: list[Verdict]
+    rows: list[ConfigRow]
+    device: dict[str, Any]
+    build: dict[str, Any]
+    seconds: float = 0.0
+    # Set when this machine could not check or time at all (no GPU visible): the kernel was not judged, so
+    # an evolution loop leaves the candidate pending for a machine that can (EvalOutcome.infra_error).
+    unmeasured: str = ""
+    jail: dict[str, Any] = field(default_factory=dict)   # the runner's jail (engine.jail.JailReport.to_json())
+
+    @property
+    def passed(self) -> bool:
+        by_stage = {v.stage: v for v in self.verdicts}
+        return all(by_stage.get(s) is not None and by_stage[s].status == Status.PASS
+                   for s in ("compile", "correctness")) and not any(
+            v.stage == "integrity" and v.status == Status.FAIL for v in self.verdicts) and not any(
+            v.stage == "static" and v.status == Status.FAIL and not v.data.get("overridden") for v in self.verdicts)
+
+    def verdict(self, stage: str) -> Verdict | None:
+        return next((v for v in self.verdicts if v.stage == stage), None)
+
+    @property
+    def geomean_speedup_eager(self) -> float | None:
+        return geomean(r.speedup_eager for r in self.rows)
+
+    @property
+    def geomean_speedup_compile(self) -> float | None:
+        return geomean(r.speedup_compile for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "direction": self.direction, "candidate": self.candidate, "format": self.format,
+            "passed": self.passed, "verdicts": [v.to_json() for v in self.verdicts],
+            "configs": [r.__dict__ for r in self.rows], "device": self.device, "build": self.build,
+            "geomean_speedup_eager": self.geomean_speedup_eager,
+            "geomean_speedup_compile": self.geomean_speedup_compile, "seconds": round(self.seconds, 2),
+            "jail": self.jail,
+        }
+
+
+Progress = Callable[[str], None]
+
+
+def candidate_spec(candidate: Candidate, build: Any, cache_root: Path, toolchain: Any) -> CandidateSpec:
+    """What the runner loads: the built .so, or the KernelBench .py and its load_inline build folder."""
+    from engine.harness.build import kernelbench_extensions_dir
+    if candidate.format == "kernelbench":
+        src_dir = candidate.write_to(cache_root / "candidates" / candidate.source_hash)
+        return CandidateSpec(candidate.format, f"kb_modelnew_{candidate.source_hash}",
+                             py_path=str(src_dir / candidate.main_file),
+                             torch_extensions=str(kernelbench_extensions_dir(cache_root, candidate)))
+    return CandidateSpec(candidate.format, build.module_name, so_path=str(build.so_path))
+
+
+def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOptions | None = None,
+             progress: Progress | None = None) -> EvalReport:
+    from engine.harness.build import build_candidate
+    from engine.harness.toolchain import detect as detect_toolchain
+    from engine.pipeline.timer import build_timer
+    from engine.pipeline.verdicts import apply_roofline, fill_report, integrity_verdict
+
+    opts = options or EvalOptions()
+    say = progress or (lambda msg: None)
+    t0 = time.monotonic()
+    task.spec(direction)  # raises a clear KeyError for a missing direction
+    if candidate.format == "kernelbench" and direction != "forward":
+        raise ValueError("KernelBench ModelNew candidates have a forward direction only")
+    report = EvalReport(task.name, direction, candidate.source_hash, candidate.format, [], [], {}, {})
+
+    if opts.integrity:  # engine.integrity.static: reward-hack scan of the sources, before any build or GPU time
+        from engine.integrity.static import gate_static
+        if not gate_static(report, candidate, task, opts.override_static, say):
+            report.seconds = time.monotonic() - t0
+            return report
+    say(f"compiling {candidate.format} candidate {candidate.source_hash}")
+    toolchain = detect_toolchain()
+    build = build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
+    report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
+    if not build.ok:
+        report.verdicts.append(Verdict("compile", Status.FAIL, build.error or "compilation failed",
+                                       {"log": build.log[-8000:]}))
+        report.seconds = time.monotonic() - t0
+        return report
+    report.verdicts.append(Verdict("compile", Status.PASS, "cache hit" if build.cache_hit else "compiled",
+                                   dict(report.build)))
+    timer = build_timer(opts.cache_root, toolchain)
+    request = JudgeRequest(
+        task=task.to_json(), direction=direction,
+        candidate=candidate_spec(candidate, build, opts.cache_root, toolchain),
+        timer=TimerSpec(str(timer.so_path), str(timer.module_name)), result_path="",
+        configs=opts.configs, timing_configs=opts.timing_configs, trials=opts.trials, timing=opts.timing,
+        baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
+        integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu)
+    say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
+    outcome = run_child("engine.pipeline.judge", request.to_json(), timeout_s=opts.timeout_s + JUDGE_GRACE_S,
+                        gpu=opts.gpu)
+    if opts.roofline:
+        apply_roofline(outcome.result, task, direction, opts.cache_root, opts.gpu, say)
+    fill_report(report, task, opts, outcome)
+    if opts.integrity and (iv := integrity_verdict(outcome.result)) is not None:
+        report.verdicts.append(iv)
+    if opts.profile and opts.timing and report.passed and (tv := report.verdict("timing")) is not None \
+            and tv.status == Status.PASS:
+        say("profiling (ncu + torch profiler)")
+        from engine.profile.runner import profile_stage
+        report.verdicts.append(profile_stage(task, candidate, direction, opts, outcome.result.get("peaks")))
+    report.seconds = time.monotonic() - t0
+    return report

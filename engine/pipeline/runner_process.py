@@ -1,0 +1,259 @@
+"""The judge's handle on one runner: its folder, its three descriptors, its signed record stream.
+
+Layout of a run folder (created by the trusted side, mode 0711):
+    ro/        what the runner loads (the candidate's build, the timing helper): read-only to it
+    ro/pkg/    its Python path: `engine` there links to kbench's engine package, so a jailed Python finds it
+               without being able to list the checkout around it
+    scratch/   its home, temp and cache folder: the only place it can write (owned by it after a uid drop)
+    runner.log its stdout and stderr (the judge's file; kernels may printf)
+
+The runner joins the judge's process group (a kill of the judge's group takes it along), dies with the judge
+(PDEATHSIG, which its seccomp filter stops it from clearing), and inherits exactly three descriptors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine import procs
+from engine.jail import JailReport, JailSpec, privileges
+from engine.jail.profiles import engine_dir, runner_environment, runner_spec
+from engine.pipeline.types import CandidateSpec
+from engine.pipeline.wire import Channel, ChannelClosed, Forgery, Record, RecordReader
+
+_F_SETPIPE_SZ = 1031
+_LIVE: set[int] = set()   # runners of this process still in use (their orphans are not ours to kill)
+
+
+class RunnerGone(RuntimeError):
+    """The runner exited, was killed, or stopped answering."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+    ro: Path
+    scratch: Path
+    pkg: Path            # the jailed process's PYTHONPATH
+    readonly: tuple[Path, ...]   # everything it may read besides the machine's code
+
+    def spec(self, **overrides: Any) -> JailSpec:
+        return dataclasses.replace(runner_spec(self.scratch, list(self.readonly)), **overrides)
+
+    def environment(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return runner_environment(self.scratch, {"PYTHONPATH": str(self.pkg), **(extra or {})})
+
+
+def make_run_dir(extra_readonly: list[Path] = ()) -> RunDir:
+    """A fresh run folder. Its scratch is handed to uid 65534 where the jailed process will become it."""
+    import tempfile
+    root = Path(tempfile.mkdtemp(prefix="kbench-run-"))
+    os.chmod(root, 0o711)
+    ro, scratch = root / "ro", root / "scratch"
+    ro.mkdir(mode=0o755)
+    scratch.mkdir(mode=0o700)
+    (ro / "pkg").mkdir(mode=0o755)
+    (ro / "pkg" / "engine").symlink_to(engine_dir(), target_is_directory=True)
+    run = RunDir(root, ro, scratch, ro / "pkg", (ro, *extra_readonly))
+    if os.geteuid() == 0 and all(privileges.readable_by_nobody(p) for p in run.spec().needed_by_nobody):
+        os.chown(scratch, privileges.NOBODY, privileges.NOBODY)
+    return run
+
+
+def stage_candidate(run: RunDir, cand: CandidateSpec) -> dict[str, Any]:
+    """Copy what the runner loads into ro/ (a KernelBench build folder into scratch, since load_inline locks and
+    re-checks it); the `load` message for it."""
+    load: dict[str, Any] = {"type": "load", "module_name": cand.module_name}
+    if cand.py_path:
+        load["py_path"] = str(stage_readonly(run.ro, Path(cand.py_path)))
+        if cand.torch_extensions and Path(cand.torch_extensions).is_dir():
+            target = stage_readonly(run.scratch, Path(cand.torch_extensions), "torch_ext")
+            owner = run.scratch.stat()
+            for p in [target, *target.rglob("*")]:
+                os.chown(p, owner.st_uid, owner.st_gid)
+    else:
+        load["so_path"] = str(stage_readonly(run.ro, Path(cand.so_path or "")))
+    return load
+
+
+def stage_readonly(ro: Path, src: Path, name: str | None = None) -> Path:
+    """Copy a file or folder into ro/ (world-readable, owned by the judge's user)."""
+    dst = ro / (name or src.name)
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+        for p in [dst, *dst.rglob("*")]:
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    else:
+        shutil.copy2(src, dst)
+        os.chmod(dst, 0o644)
+    return dst
+
+
+@dataclass
+class RunnerProcess:
+    proc: subprocess.Popen
+    ctl: Channel
+    key: bytes
+    run_dir: Path
+    records: "queue.Queue[Record | BaseException]" = field(default_factory=queue.Queue)
+    jail: JailReport | None = None
+    device: dict[str, Any] = field(default_factory=dict)
+    log_path: Path | None = None
+    started: int = 0          # the runner's start time (clock ticks since boot)
+    forged: str = ""          # set by the record reader when a record the helper did not sign arrives
+
+    @classmethod
+    def spawn(cls, run: RunDir, gpu: int | None = None, extra_env: dict[str, str] | None = None) -> "RunnerProcess":
+        judge_end, runner_end = socket.socketpair()
+        key = os.urandom(32)
+        key_r, key_w = os.pipe()
+        rec_r, rec_w = os.pipe()
+        try:
+            fcntl.fcntl(rec_w, _F_SETPIPE_SZ, 1 << 20)
+        except OSError:
+            pass
+        env = run.environment(extra_env)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        log_path = run.root / "runner.log"
+        cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.runner",
+               str(runner_end.fileno()), str(key_r), str(rec_w)]
+        procs.become_subreaper()
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, pass_fds=(runner_end.fileno(), key_r, rec_w))
+        runner_end.close()
+        os.close(key_r)
+        os.close(rec_w)
+        os.write(key_w, key)
+        os.close(key_w)
+        _LIVE.add(proc.pid)
+        rp = cls(proc, Channel(judge_end), key, run.root, log_path=log_path)
+        rp.started = procs.start_ticks(proc.pid) or 0
+        rp._start_reader(rec_r)
+        return rp
+
+    def _start_reader(self, fd: int) -> None:
+        stream = open(fd, "rb", buffering=1 << 20)
+        reader = RecordReader(stream, self.key)
+
+        def pump() -> None:
+            try:
+                while True:
+                    self.records.put(reader.read())
+            except Forgery as exc:
+                self.forged = str(exc)
+                self.records.put(exc)
+            except (ChannelClosed, OSError, ValueError) as exc:
+                self.records.put(exc)
+            finally:
+                stream.close()
+
+        threading.Thread(target=pump, name="kbench-records", daemon=True).start()
+
+    # -- control channel ----------------------------------------------------------------------------------
+    def send(self, header: dict[str, Any], tensors: Any = ()) -> None:
+        try:
+            self.ctl.send(header, tensors)
+        except OSError as exc:
+            raise RunnerGone(self.describe_exit(f"the runner stopped listening ({exc})")) from exc
+
+    def reply(self, timeout: float) -> dict[str, Any]:
+        try:
+            header, _ = self.ctl.recv(timeout=max(timeout, 0.01))
+            return header
+        except (socket.timeout, TimeoutError) as exc:
+            raise RunnerGone(f"the runner gave no answer within {timeout:.0f} s") from exc
+        except (ChannelClosed, OSError) as exc:
+            raise RunnerGone(self.describe_exit("the runner closed its control channel")) from exc
+
+    def next_record(self, deadline: float) -> Record:
+        """The next signed record; RunnerGone past the deadline or when the runner died; Forgery propagates."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RunnerGone("timed out")
+            try:
+                item = self.records.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                if self.proc.poll() is not None and self.records.empty():
+                    raise RunnerGone(self.describe_exit("the runner died"))
+                continue
+            if isinstance(item, Forgery):
+                raise item
+            if isinstance(item, BaseException):
+                raise RunnerGone(self.describe_exit(f"the record stream ended ({item})"))
+            return item
+
+    # -- end ----------------------------------------------------------------------------------------------
+    def describe_exit(self, what: str) -> str:
+        rc = self.proc.poll()
+        if rc is None:
+            try:
+                rc = self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                return what
+        if rc < 0:
+            import signal
+            try:
+                cause = f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                cause = f"killed by signal {-rc}"
+        else:
+            cause = f"exited with code {rc}"
+        tail = self.log_tail()
+        return f"{what}: {cause}" + (f": {tail}" if tail else "")
+
+    def log_tail(self, lines: int = 12) -> str:
+        try:
+            text = self.log_path.read_bytes()[-4000:].decode(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+        keep = [ln.strip() for ln in text.strip().splitlines() if ln.strip()][-lines:]
+        return " | ".join(keep)
+
+    def close(self) -> None:
+        """Stop the runner and everything it started, daemons that left its process group included (they were
+        re-parented to this process, a subreaper: any child of ours born after the runner that is not another
+        live runner is one of them)."""
+        try:
+            self.ctl.send({"type": "exit"})
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+        tree = procs.process_tree()
+        procs.kill_pids(procs.descendants(self.proc.pid, tree))
+        self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        _LIVE.discard(self.proc.pid)
+        strays = [p for p in tree.get(os.getpid(), []) if p not in _LIVE and p != self.proc.pid
+                  and (procs.start_ticks(p) or 0) >= self.started]
+        procs.kill_pids([q for p in strays for q in (p, *procs.descendants(p, tree))])
+        for p in strays:  # they are our children now: reap them
+            try:
+                os.waitpid(p, 0)
+            except ChildProcessError:
+                pass
+        try:
+            self.ctl.sock.close()
+        except OSError:
+            pass
+        shutil.rmtree(self.run_dir, ignore_errors=True)

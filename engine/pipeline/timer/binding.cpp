@@ -1,0 +1,548 @@
+// kbench's timing helper: the loop that calls a candidate, times it and reports to the judge.
+//
+// It runs inside the jailed runner (and, for baselines, inside the judge). Nothing the candidate's Python can
+// patch sits between the CUDA events and the numbers the judge receives: this loop is compiled, the key that
+// signs its records is read from an inherited descriptor straight into this library's memory (it never exists
+// as a Python object), and each record goes out on another inherited descriptor as soon as it exists, signed
+// with HMAC-SHA256 and numbered, so the judge detects a forged, dropped or reordered record.
+//
+// One job = a sequence of calls of `call()` on the live input tensors, each call preceded by
+//   refill the live inputs from a variant (a D2D copy, chosen by this library's own random numbers),
+//   reset persisting-L2 lines and the persisting carve-out, flush L2 (memset of 2x its size),
+// then   start event, call(), end event, device-wide synchronize, end-all event (work the call left on
+// other streams lands between end and end-all). After the call: alias checks (an output sharing storage with
+// an input, or with the previous call's still-alive output), optional input-mutation and async-completeness
+// probes, and for checked calls the output itself: a signed header with a keyed fingerprint of its bytes,
+// then the bytes. In a timing job the checked calls are a few iterations drawn at random after the iteration
+// count is known: the candidate cannot tell a checked call from any other.
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+int kb_fingerprint_device(const void* data, size_t nbytes, uint64_t seed, cudaStream_t stream, uint64_t* result);
+uint64_t kb_fingerprint_host(const void* data, size_t nbytes, uint64_t seed);
+
+namespace {
+
+// ------------------------------------------------------------------------------------------ SHA-256 / HMAC
+struct Sha256 {
+  uint32_t h[8];
+  uint64_t len = 0;
+  uint8_t buf[64];
+  size_t n = 0;
+  static constexpr uint32_t K[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+      0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+      0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+      0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+      0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+      0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+  Sha256() {
+    const uint32_t init[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                              0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    std::memcpy(h, init, sizeof(h));
+  }
+  static uint32_t rotr(uint32_t x, int r) { return (x >> r) | (x << (32 - r)); }
+  void block(const uint8_t* p) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i)
+      w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+  }
+  void update(const void* data, size_t len_) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    len += len_;
+    while (len_ > 0) {
+      size_t take = std::min(len_, (size_t)64 - n);
+      std::memcpy(buf + n, p, take);
+      n += take; p += take; len_ -= take;
+      if (n == 64) { block(buf); n = 0; }
+    }
+  }
+  void final(uint8_t out[32]) {
+    uint64_t bits = len * 8;
+    uint8_t pad = 0x80, zero = 0;
+    update(&pad, 1);
+    while (n != 56) update(&zero, 1);
+    uint8_t lenb[8];
+    for (int i = 0; i < 8; ++i) lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
+    update(lenb, 8);
+    for (int i = 0; i < 8; ++i) {
+      out[4 * i] = h[i] >> 24; out[4 * i + 1] = h[i] >> 16; out[4 * i + 2] = h[i] >> 8; out[4 * i + 3] = h[i];
+    }
+  }
+};
+constexpr uint32_t Sha256::K[64];
+
+void hmac_sha256(const uint8_t key[32], const std::string& a, const std::string& b, uint8_t out[32]) {
+  uint8_t ipad[64], opad[64];
+  for (int i = 0; i < 64; ++i) {
+    uint8_t k = i < 32 ? key[i] : 0;
+    ipad[i] = k ^ 0x36; opad[i] = k ^ 0x5c;
+  }
+  uint8_t inner[32];
+  Sha256 s1; s1.update(ipad, 64); s1.update(a.data(), a.size()); s1.update(b.data(), b.size()); s1.final(inner);
+  Sha256 s2; s2.update(opad, 64); s2.update(inner, 32); s2.final(out);
+}
+
+// ------------------------------------------------------------------------------------------ state
+uint8_t g_key[32];
+bool g_ready = false;
+int g_record_fd = -1;
+uint64_t g_seq = 0;
+at::Tensor g_flush;
+
+enum RecordType : uint32_t { HELLO = 6, JOB_BEGIN = 1, ITER = 2, OUTPUT = 3, JOB_END = 4, ERROR_ = 5 };
+
+void write_all(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    ssize_t w = ::write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("kbench timer: cannot write a record: ") + std::strerror(errno));
+    }
+    p += w; len -= (size_t)w;
+  }
+}
+
+std::string header(uint32_t type, uint64_t seq, uint64_t job, uint32_t body_len) {
+  std::string h(28, '\0');
+  std::memcpy(&h[0], "KBR1", 4);
+  std::memcpy(&h[4], &type, 4);
+  std::memcpy(&h[8], &seq, 8);
+  std::memcpy(&h[16], &job, 8);
+  std::memcpy(&h[24], &body_len, 4);
+  return h;
+}
+
+// Signed record: header(28) body mac(32). Returns the sequence number it carried.
+uint64_t emit(uint32_t type, uint64_t job, const std::string& body, const void* payload = nullptr,
+              size_t payload_len = 0) {
+  if (!g_ready) throw std::runtime_error("kbench timer: init() was not called");
+  uint64_t seq = g_seq++;
+  std::string h = header(type, seq, job, (uint32_t)body.size());
+  uint8_t mac[32];
+  hmac_sha256(g_key, h, body, mac);
+  std::string out = h + body + std::string(reinterpret_cast<char*>(mac), 32);
+  write_all(g_record_fd, out.data(), out.size());
+  if (payload_len) write_all(g_record_fd, payload, payload_len);
+  return seq;
+}
+
+uint64_t fp_seed(uint64_t seq, int index) {
+  std::string msg = "fp:" + std::to_string(seq) + ":" + std::to_string(index);
+  uint8_t mac[32];
+  hmac_sha256(g_key, msg, std::string(), mac);
+  uint64_t s;
+  std::memcpy(&s, mac, 8);
+  return s;
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += (char)c; }
+    else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
+    else o += (char)c;
+  }
+  return o + "\"";
+}
+
+std::string num(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
+std::string ints(at::IntArrayRef xs) {
+  std::string o = "[";
+  for (size_t i = 0; i < xs.size(); ++i) o += (i ? "," : "") + std::to_string(xs[i]);
+  return o + "]";
+}
+
+uint64_t urandom64() {
+  uint64_t v = 0;
+  size_t got = 0;
+  while (got < sizeof v) {
+    ssize_t r = getrandom(reinterpret_cast<char*>(&v) + got, sizeof v - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("kbench timer: getrandom failed");
+    }
+    got += (size_t)r;
+  }
+  return v;
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// ------------------------------------------------------------------------------------------ outputs
+struct Out {
+  enum Kind { TENSOR, SCALAR, NONE } kind;
+  at::Tensor t;
+  double value = 0;
+};
+
+std::vector<Out> outputs_of(const py::object& r) {
+  std::vector<Out> outs;
+  auto one = [&](const py::handle& h) {
+    if (THPVariable_Check(h.ptr())) outs.push_back({Out::TENSOR, py::cast<at::Tensor>(h)});
+    else if (h.is_none()) outs.push_back({Out::NONE, at::Tensor()});
+    else if (py::isinstance<py::bool_>(h) || py::isinstance<py::int_>(h) || py::isinstance<py::float_>(h))
+      outs.push_back({Out::SCALAR, at::Tensor(), py::cast<double>(h)});
+    else throw std::runtime_error("the candidate returned a " + std::string(py::str(h.get_type().attr("__name__"))) +
+                                  ", expected tensors");
+  };
+  if (py::isinstance<py::tuple>(r) || py::isinstance<py::list>(r)) {
+    for (auto item : r) one(item);
+  } else {
+    one(r);
+  }
+  return outs;
+}
+
+struct Range { uintptr_t lo, hi; };
+
+std::vector<Range> storages(const std::vector<at::Tensor>& ts) {
+  std::vector<Range> rs;
+  for (auto& t : ts) {
+    if (!t.defined() || t.numel() == 0 || !t.has_storage()) continue;
+    auto p = reinterpret_cast<uintptr_t>(t.storage().data());
+    rs.push_back({p, p + t.storage().nbytes()});
+  }
+  return rs;
+}
+
+bool overlaps(const std::vector<Range>& a, const std::vector<Range>& b) {
+  for (auto& x : a)
+    for (auto& y : b)
+      if (x.lo < y.hi && y.lo < x.hi) return true;
+  return false;
+}
+
+std::vector<at::Tensor> tensors_of(const std::vector<Out>& outs) {
+  std::vector<at::Tensor> ts;
+  for (auto& o : outs) if (o.kind == Out::TENSOR) ts.push_back(o.t);
+  return ts;
+}
+
+at::Tensor bytes_of(const at::Tensor& t) {
+  auto c = t.contiguous().reshape({-1});
+  return c.numel() ? c.view(at::kByte) : c;
+}
+
+bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  if (a.numel() == 0) return true;
+  return at::equal(bytes_of(a), bytes_of(b));
+}
+
+uint64_t fingerprint(const at::Tensor& contiguous, uint64_t seed) {
+  const size_t nbytes = (size_t)contiguous.numel() * contiguous.element_size();
+  if (contiguous.is_cuda()) {
+    uint64_t r = 0;
+    auto stream = at::cuda::getCurrentCUDAStream().stream();
+    int err = kb_fingerprint_device(contiguous.data_ptr(), nbytes, seed, stream, &r);
+    check_cuda((cudaError_t)err, "fingerprint");
+    return r;
+  }
+  return kb_fingerprint_host(contiguous.data_ptr(), nbytes, seed);
+}
+
+// Strings are built with std::string and snprintf only: no iostreams, whose template code compiled into this
+// library can disagree with the libstdc++ the process loaded (a crash seen with a newer host compiler).
+void send_output(uint64_t job, int64_t i, int k, const Out& o) {
+  std::string b = "{\"i\":" + std::to_string(i) + ",\"k\":" + std::to_string(k);
+  if (o.kind == Out::NONE) { emit(OUTPUT, job, b + ",\"kind\":\"none\"}"); return; }
+  if (o.kind == Out::SCALAR) { emit(OUTPUT, job, b + ",\"kind\":\"scalar\",\"value\":" + num(o.value) + "}"); return; }
+  const at::Tensor& t = o.t;
+  at::Tensor c = t.contiguous();
+  at::Tensor host = c.is_cuda() ? c.to(at::kCPU) : c;
+  const size_t nbytes = (size_t)host.numel() * host.element_size();
+  // The seed depends on the sequence number this record will carry: fresh for every output.
+  uint64_t seed = fp_seed(g_seq, k);
+  uint64_t fp = fingerprint(c, seed);
+  char fph[17];
+  std::snprintf(fph, sizeof fph, "%016llx", (unsigned long long)fp);
+  b += ",\"kind\":\"tensor\",\"dtype\":" + json_str(c10::toString(t.scalar_type())) + ",\"shape\":" +
+       ints(t.sizes()) + ",\"strides\":" + ints(t.strides()) + ",\"contiguous\":" +
+       std::to_string(t.is_contiguous() ? 1 : 0) + ",\"device\":" + json_str(t.device().str()) + ",\"nbytes\":" +
+       std::to_string(nbytes) + ",\"fp\":\"" + fph + "\"}";
+  emit(OUTPUT, job, b, host.data_ptr(), nbytes);
+}
+
+// ------------------------------------------------------------------------------------------ one call
+struct Events { cudaEvent_t start, end, end_all; };
+
+struct Job {
+  uint64_t id;
+  std::vector<at::Tensor> live;
+  std::vector<std::vector<at::Tensor>> variants;
+  py::function call;
+  bool flush;
+  bool probe_inputs;       // compare the live inputs with their variant after the call
+  double settle_ms;        // >= 0: async-completeness probe (snapshot before sync, compare after a pause)
+  std::vector<at::Tensor> prev;   // the previous call's outputs, kept alive for the persistence check
+  Events ev;
+};
+
+void refill(Job& job, int v) {
+  if (job.variants.empty()) return;
+  auto& src = job.variants[(size_t)v];
+  for (size_t k = 0; k < job.live.size(); ++k) job.live[k].copy_(src[k], /*non_blocking=*/true);
+}
+
+void prepare_cache(Job& job, cudaStream_t stream, bool flush) {
+  // An access-policy window from an earlier call must not keep data resident: drop the stream's window,
+  // demote persisting lines, take the carve-out away, then evict everything by writing twice the L2 size.
+  cudaStreamAttrValue none{};
+  none.accessPolicyWindow.num_bytes = 0;
+  cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &none);
+  cudaCtxResetPersistingL2Cache();
+  cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+  cudaGetLastError();  // these fail harmlessly on GPUs without persisting L2
+  if (flush && job.flush) g_flush.zero_();
+}
+
+// Returns false when the job must stop (the call raised, or a CUDA error).
+bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
+  auto stream = at::cuda::getCurrentCUDAStream().stream();
+  prepare_cache(job, stream, false);  // before the refill too: a window left on the stream would mark its writes
+  refill(job, v);
+  prepare_cache(job, stream, true);
+  check_cuda(cudaEventRecord(job.ev.start, stream), "cudaEventRecord");
+  py::object r;
+  try {
+    r = job.call();
+  } catch (py::error_already_set& e) {
+    cudaDeviceSynchronize();
+    cudaGetLastError();
+    emit(ERROR_, job.id, "{\"where\":\"call\",\"i\":" + std::to_string(i) + ",\"message\":" + json_str(e.what()) + "}");
+    return false;
+  }
+  check_cuda(cudaEventRecord(job.ev.end, stream), "cudaEventRecord");
+  std::vector<Out> outs;
+  std::string bad_output;
+  try {
+    outs = outputs_of(r);
+  } catch (std::exception& e) {
+    bad_output = e.what();
+  }
+  std::vector<at::Tensor> snaps;
+  if (job.settle_ms >= 0)
+    for (auto& o : outs) snaps.push_back(o.kind == Out::TENSOR ? o.t.clone() : at::Tensor());  // no sync first
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) err = cudaEventRecord(job.ev.end_all, stream);
+  if (err == cudaSuccess) err = cudaEventSynchronize(job.ev.end_all);
+  if (err != cudaSuccess) {
+    emit(ERROR_, job.id, "{\"where\":\"cuda\",\"i\":" + std::to_string(i) + ",\"message\":" +
+                             json_str(cudaGetErrorString(err)) + "}");
+    return false;
+  }
+  float ms = 0, ms_all = 0;
+  cudaEventElapsedTime(&ms, job.ev.start, job.ev.end);
+  cudaEventElapsedTime(&ms_all, job.ev.start, job.ev.end_all);
+  if (!bad_output.empty()) {
+    emit(ERROR_, job.id, "{\"where\":\"output\",\"i\":" + std::to_string(i) + ",\"message\":" + json_str(bad_output) + "}");
+    return false;
+  }
+  int async_diff = -1;
+  if (job.settle_ms >= 0) {
+    {
+      py::gil_scoped_release release;  // a host thread of the candidate may run now, as it would in real use
+      std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(job.settle_ms * 1000)));
+      cudaDeviceSynchronize();
+    }
+    async_diff = 0;
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (outs[k].kind == Out::TENSOR && !same_bytes(snaps[k], outs[k].t)) async_diff = 1;
+  }
+  auto out_tensors = tensors_of(outs);
+  auto out_ranges = storages(out_tensors);
+  int alias_in = overlaps(out_ranges, storages(job.live)) ? 1 : 0;
+  int persist = overlaps(out_ranges, storages(job.prev)) ? 1 : 0;
+  int mutated = -1;
+  if (job.probe_inputs && !job.variants.empty()) {
+    auto& src = job.variants[(size_t)v];
+    for (size_t k = 0; k < job.live.size(); ++k)
+      if (!same_bytes(job.live[k], src[k])) { mutated = (int)k; break; }
+  }
+  const long long t_ns = (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::string b = "{\"i\":" + std::to_string(i) + ",\"t_ns\":" + std::to_string(t_ns) + ",\"phase\":\"" +
+                  std::string(1, phase) + "\",\"v\":" +
+                  std::to_string(v) + ",\"ms\":" + num(ms) + ",\"ms_all\":" + num(ms_all) + ",\"outputs\":" +
+                  std::to_string(outs.size()) + ",\"checked\":" + std::to_string(checked ? 1 : 0) +
+                  ",\"alias_input\":" + std::to_string(alias_in) + ",\"persistent_output\":" + std::to_string(persist) +
+                  ",\"mutated_input\":" + std::to_string(mutated) + ",\"async_diff\":" + std::to_string(async_diff) + "}";
+  emit(ITER, job.id, b);
+  if (checked)
+    for (size_t k = 0; k < outs.size(); ++k) send_output(job.id, i, (int)k, outs[k]);
+  job.prev = out_tensors;
+  return true;
+}
+
+// ------------------------------------------------------------------------------------------ crashes
+// A crash inside a call (the candidate's host code, or this loop) leaves the native stack in the runner's log,
+// after which the previous handler (Python's faulthandler) adds the Python stack.
+struct sigaction g_previous_segv;
+
+void on_fatal_signal(int sig, siginfo_t* info, void* ctx) {
+  static const char msg[] = "kbench timer: fatal signal; native stack:\n";
+  ssize_t ignored = ::write(2, msg, sizeof msg - 1);
+  (void)ignored;
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, n, 2);
+  if (g_previous_segv.sa_flags & SA_SIGINFO && g_previous_segv.sa_sigaction) {
+    g_previous_segv.sa_sigaction(sig, info, ctx);
+  } else {
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
+
+// ------------------------------------------------------------------------------------------ API
+void init(int key_fd, int record_fd) {
+  if (g_ready) throw std::runtime_error("kbench timer: already initialised");
+  size_t got = 0;
+  while (got < 32) {
+    ssize_t r = ::read(key_fd, g_key + got, 32 - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw std::runtime_error("kbench timer: the key descriptor gave fewer than 32 bytes");
+    got += (size_t)r;
+  }
+  ::close(key_fd);
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fatal_signal;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, &g_previous_segv);
+  g_record_fd = record_fd;
+  g_ready = true;
+  int dev = 0, l2 = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+  int64_t bytes = std::max<int64_t>(2 * (int64_t)l2, 8 << 20);
+  g_flush = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+  emit(HELLO, 0, "{\"pid\":" + std::to_string(::getpid()) + ",\"l2_bytes\":" + std::to_string(l2) + "}");
+}
+
+// mode "check": one call per entry of `schedule` (variant indices), every call checked.
+// mode "time":  `warmup` calls, then n timed iterations (n from the warm-up's median time and `budget_s`,
+//               clamped to [min_iters, max_iters]), `checks` of them checked, drawn at random; variants at random.
+std::string run(uint64_t job_id, const std::string& mode, py::function call, std::vector<at::Tensor> live,
+                std::vector<std::vector<at::Tensor>> variants, std::vector<int64_t> schedule, int64_t warmup,
+                int64_t min_iters, int64_t max_iters, double budget_s, int64_t checks, bool flush,
+                bool probe_inputs, double settle_ms) {
+  for (auto& v : variants)
+    if (v.size() != live.size()) throw std::runtime_error("kbench timer: a variant has the wrong number of tensors");
+  Job job{job_id, std::move(live), std::move(variants), std::move(call), flush, probe_inputs, settle_ms, {}, {}};
+  check_cuda(cudaEventCreate(&job.ev.start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&job.ev.end), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&job.ev.end_all), "cudaEventCreate");
+  const int K = job.variants.empty() ? 1 : (int)job.variants.size();
+  std::mt19937_64 pick(urandom64());
+  emit(JOB_BEGIN, job_id, "{\"mode\":" + json_str(mode) + ",\"variants\":" + std::to_string(K) + ",\"live\":" +
+                              std::to_string(job.live.size()) + ",\"flush\":" + std::to_string(flush ? 1 : 0) + "}");
+  bool ok = true;
+  int64_t n = 0;
+  std::vector<int64_t> chosen;
+  if (mode == "check") {
+    for (size_t s = 0; s < schedule.size() && ok; ++s) {
+      int v = (int)(schedule[s] % K);
+      ok = one_call(job, (int64_t)s, 'c', v, true);
+    }
+    n = (int64_t)schedule.size();
+  } else if (mode == "time") {
+    std::vector<float> warm;
+    for (int64_t w = 0; w < warmup && ok; ++w) {
+      ok = one_call(job, w, 'w', (int)(pick() % K), false);
+      if (ok) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, job.ev.start, job.ev.end);
+        warm.push_back(ms);
+      }
+    }
+    if (ok) {
+      std::sort(warm.begin(), warm.end());
+      double est = warm.empty() ? 1.0 : std::max<double>(warm[warm.size() / 2], 1e-3);
+      n = (int64_t)std::min<double>((double)max_iters, std::max<double>((double)min_iters, budget_s * 1e3 / (est + 0.02)));
+      // The checked iterations: distinct, uniform, from the OS's random source (not `pick`, whose
+      // outputs show through the variant choices).
+      std::vector<int64_t> idx(n);
+      for (int64_t j = 0; j < n; ++j) idx[j] = j;
+      for (int64_t j = 0; j < std::min(checks, n); ++j) {
+        int64_t r = j + (int64_t)(urandom64() % (uint64_t)(n - j));
+        std::swap(idx[j], idx[r]);
+        chosen.push_back(idx[j]);
+      }
+      std::vector<char> is_checked(n, 0);
+      for (auto c : chosen) is_checked[c] = 1;
+      for (int64_t it = 0; it < n && ok; ++it) ok = one_call(job, it, 't', (int)(pick() % K), is_checked[it]);
+    }
+  } else {
+    throw std::runtime_error("kbench timer: unknown mode " + mode);
+  }
+  job.prev.clear();
+  cudaEventDestroy(job.ev.start);
+  cudaEventDestroy(job.ev.end);
+  cudaEventDestroy(job.ev.end_all);
+  std::sort(chosen.begin(), chosen.end());
+  std::string cs = "[";
+  for (size_t j = 0; j < chosen.size(); ++j) cs += (j ? "," : "") + std::to_string(chosen[j]);
+  cs += "]";
+  emit(JOB_END, job_id, "{\"status\":" + json_str(ok ? "ok" : "error") + ",\"n\":" + std::to_string(n) +
+                            ",\"checked\":" + cs + "}");
+  return ok ? "ok" : "error";
+}
+
+uint64_t py_fingerprint(at::Tensor t, uint64_t seed) {
+  return fingerprint(t.contiguous(), seed);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "kbench timing helper: signed, compiled call-and-time loop (see engine/pipeline/timer)";
+  m.def("init", &init, py::arg("key_fd"), py::arg("record_fd"));
+  m.def("run", &run, py::arg("job_id"), py::arg("mode"), py::arg("call"), py::arg("live"), py::arg("variants"),
+        py::arg("schedule"), py::arg("warmup"), py::arg("min_iters"), py::arg("max_iters"), py::arg("budget_s"),
+        py::arg("checks"), py::arg("flush"), py::arg("probe_inputs"), py::arg("settle_ms"));
+  m.def("fingerprint", &py_fingerprint, py::arg("tensor"), py::arg("seed"));
+}

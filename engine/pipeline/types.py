@@ -1,0 +1,112 @@
+"""Typed values that cross the evaluation's process boundaries (parent -> judge -> runner and back)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+NO_GPU = "no CUDA GPU is visible to the evaluator"   # JudgeResult.error where torch finds no GPU
+
+
+def _from(cls: type, obj: dict[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in obj.items() if k in names})
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """What the runner loads: a built extension (.so) or a KernelBench .py (and its prebuilt extensions)."""
+    format: str
+    module_name: str
+    so_path: str | None = None
+    py_path: str | None = None
+    torch_extensions: str | None = None   # a KernelBench candidate's load_inline build folder, if prebuilt
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    so_path: str
+    module_name: str
+
+
+@dataclass(frozen=True)
+class TimingParams:
+    warmup: int = 5
+    min_iters: int = 20
+    max_iters: int = 2000
+    budget_s: float = 0.4       # measured time per callable, after warm-up
+    flush_l2: bool = True
+    checks: int = 3             # timed iterations whose outputs go to the judge, drawn at random
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> "TimingParams":
+        return _from(cls, options or {})
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    task: dict[str, Any]
+    direction: str
+    candidate: CandidateSpec
+    timer: TimerSpec
+    result_path: str
+    configs: list[str] | None = None
+    timing_configs: list[str] | None = None
+    trials: int = 2
+    timing: bool = True
+    baselines: tuple[str, ...] = ("eager", "compile")
+    timing_params: TimingParams = TimingParams()
+    integrity: bool = True
+    deadline_s: float = 600.0    # the judge's own budget; the parent kills its group a little later
+    gpu: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "JudgeRequest":
+        d = dict(obj)
+        d["candidate"] = _from(CandidateSpec, d["candidate"])
+        d["timer"] = _from(TimerSpec, d["timer"])
+        d["timing_params"] = _from(TimingParams, d.get("timing_params") or {})
+        d["baselines"] = tuple(d.get("baselines") or ())
+        return _from(cls, d)
+
+
+@dataclass
+class CorrectnessResult:
+    ok: bool
+    reason: str = ""
+    trials: int = 0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class IntegrityResult:
+    ok: bool
+    hack: str | None = None
+    reason: str = ""
+    checks: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JudgeResult:
+    """What the judge writes to its result file after every step (so a killed judge still says where it was)."""
+    finished: bool = False
+    progress: dict[str, Any] | None = None
+    device: dict[str, Any] | None = None
+    jail: dict[str, Any] | None = None
+    correctness: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timing: dict[str, dict[str, Any]] = field(default_factory=dict)
+    integrity: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "JudgeResult":
+        return _from(cls, obj or {})

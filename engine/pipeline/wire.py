@@ -1,0 +1,233 @@
+"""What crosses between the judge and the runner, and how the judge reads it without trusting it.
+
+Two channels, both inherited descriptors:
+- control (a socketpair, both ways): framed messages, a JSON header followed by raw tensor bytes. The judge
+  sends the candidate's arguments and jobs; the runner answers with status lines. Nothing the runner says on
+  it is evidence: the judge only learns from it that the runner is alive and why it could not go on.
+- records (a pipe, runner to judge): written only by the compiled timing helper, each record numbered and
+  signed with HMAC-SHA256 under a key the judge generated and the helper read from a third descriptor
+  before any candidate code ran. Outputs ride on records as a signed header (shape, dtype, a keyed
+  fingerprint of the bytes) followed by the bytes.
+
+The judge never unpickles anything: headers are JSON, tensor bytes become tensors through `frombuffer`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+MAX_HEADER = 64 << 20
+RECORD_MAGIC = b"KBR1"
+HEADER = struct.Struct("<4sIQQI")      # magic, type, seq, job, body length
+MAC_BYTES = 32
+MAX_BODY = 1 << 20
+HELLO, JOB_BEGIN, ITER, OUTPUT, JOB_END, ERROR = 6, 1, 2, 3, 4, 5
+RECORD_NAMES = {HELLO: "hello", JOB_BEGIN: "job-begin", ITER: "iter", OUTPUT: "output", JOB_END: "job-end",
+                ERROR: "error"}
+
+# c10::toString names (what the helper writes) and torch names (what the control channel uses) -> torch dtype name
+C10_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
+              "Long": "int64", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+              "ComplexFloat": "complex64", "ComplexDouble": "complex128", "Float8_e4m3fn": "float8_e4m3fn",
+              "Float8_e5m2": "float8_e5m2"}
+
+
+class ChannelClosed(EOFError):
+    pass
+
+
+class Forgery(Exception):
+    """A record that the helper did not write: bad signature, a gap or repeat in the numbering, garbage."""
+
+
+# ---------------------------------------------------------------------------------------------- tensors
+def dtype_of(name: str) -> Any:
+    import torch
+    name = C10_DTYPES.get(name, name)
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dt
+
+
+def tensor_meta(t: Any) -> dict[str, Any]:
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "strides": list(t.stride()),
+            "nbytes": t.numel() * t.element_size()}
+
+
+def tensor_from_bytes(meta: dict[str, Any], data: bytes | bytearray | memoryview, device: Any = "cpu") -> Any:
+    """A tensor with `meta`'s dtype, shape and (where they fit) strides, from contiguous bytes."""
+    import torch
+    dtype = dtype_of(str(meta["dtype"]))
+    shape = [int(s) for s in meta["shape"]]
+    if len(data) != int(math.prod(shape)) * torch.empty(0, dtype=dtype).element_size():
+        raise Forgery(f"{len(data)} bytes for a {dtype} tensor of shape {shape}")
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+    t = flat.view(dtype).reshape(shape) if flat.numel() else torch.empty(shape, dtype=dtype)
+    return restride(t.to(device), meta.get("strides"), device)
+
+
+def restride(t: Any, strides: Any, device: Any) -> Any:
+    """`t` on `device` with the given strides where they describe a layout of its shape (a transposed output
+    stays transposed, so the comparison sees what the candidate returned); else contiguous."""
+    import torch
+    if strides and list(strides) != list(t.stride()):
+        try:
+            out = torch.empty_strided(list(t.shape), [int(s) for s in strides], dtype=t.dtype, device=device)
+            out.copy_(t)
+            return out
+        except RuntimeError:  # overlapping strides (an expanded view): keep the values, contiguous
+            pass
+    return t.to(device)
+
+
+# ---------------------------------------------------------------------------------------------- control
+def encode_args(value: Any, tensors: list[Any]) -> Any:
+    """A JSON tree for nested tuples/lists of tensors and plain values; tensors go to `tensors`."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return {"t": len(tensors) - 1}
+    if isinstance(value, tuple):
+        return {"tuple": [encode_args(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return {"list": [encode_args(v, tensors) for v in value]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    raise TypeError(f"cannot send a {type(value).__name__} to the runner")
+
+
+def decode_args(tree: Any, tensors: list[Any]) -> Any:
+    if isinstance(tree, dict):
+        if "t" in tree:
+            return tensors[int(tree["t"])]
+        if "tuple" in tree:
+            return tuple(decode_args(v, tensors) for v in tree["tuple"])
+        if "list" in tree:
+            return [decode_args(v, tensors) for v in tree["list"]]
+        if "dtype" in tree:
+            return dtype_of(tree["dtype"])
+    return tree
+
+
+class Channel:
+    """Framed messages on a stream socket: u32 header length, JSON header, then the bytes of each tensor the
+    header lists under "tensors" (contiguous, in order)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def send(self, header: dict[str, Any], tensors: Any = ()) -> None:
+        import torch
+        blobs = []
+        metas = []
+        for t in tensors:
+            c = t.detach().contiguous().cpu()
+            metas.append({**tensor_meta(t), "nbytes": c.numel() * c.element_size()})
+            blobs.append(c)
+        head = json.dumps({**header, "tensors": metas}).encode()
+        self.sock.sendall(struct.pack("<I", len(head)) + head)
+        for c in blobs:
+            if c.numel():
+                self.sock.sendall(memoryview(c.reshape(-1).view(torch.uint8).numpy()))
+
+    def recv(self, timeout: float | None = None) -> tuple[dict[str, Any], list[bytearray]]:
+        self.sock.settimeout(timeout)
+        (n,) = struct.unpack("<I", self._exact(4))
+        if n > MAX_HEADER:
+            raise ChannelClosed(f"control header of {n} bytes")
+        header = json.loads(self._exact(n))
+        if not isinstance(header, dict):
+            raise ChannelClosed("control header is not an object")
+        blobs = [self._exact(int(m["nbytes"])) for m in header.get("tensors", [])]
+        return header, blobs
+
+    def _exact(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise ChannelClosed("the other side closed the control channel")
+            got += k
+        return buf
+
+
+# ---------------------------------------------------------------------------------------------- records
+@dataclass
+class Record:
+    type: int
+    seq: int
+    job: int
+    body: dict[str, Any]
+    received: float                    # the judge's monotonic clock when the record was complete
+    payload: bytes | bytearray | None = None
+
+    @property
+    def name(self) -> str:
+        return RECORD_NAMES.get(self.type, str(self.type))
+
+
+def fingerprint_seed(key: bytes, seq: int, index: int) -> int:
+    """The seed of the keyed fingerprint of output `index` in record `seq` (as the helper derives it)."""
+    mac = hmac.new(key, f"fp:{seq}:{index}".encode(), hashlib.sha256).digest()
+    return struct.unpack("<Q", mac[:8])[0]
+
+
+@dataclass
+class RecordReader:
+    """Reads and verifies the helper's records from a binary stream (blocking). Raises Forgery on anything the
+    helper cannot have written; ChannelClosed at the end of the stream."""
+
+    stream: BinaryIO
+    key: bytes
+    next_seq: int = 0
+    max_payload: int = 1 << 40
+    seen: list[int] = field(default_factory=list)
+
+    def _exact(self, n: int) -> bytes:
+        chunks = []
+        left = n
+        while left:
+            b = self.stream.read(left)
+            if not b:
+                raise ChannelClosed("the record stream ended")
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+
+    def read(self) -> Record:
+        head = self._exact(HEADER.size)
+        magic, rtype, seq, job, body_len = HEADER.unpack(head)
+        if magic != RECORD_MAGIC or body_len > MAX_BODY:
+            raise Forgery(f"record stream garbage at record {self.next_seq} (magic {magic!r}, body {body_len} bytes)")
+        body = self._exact(body_len)
+        mac = self._exact(MAC_BYTES)
+        if not hmac.compare_digest(mac, hmac.new(self.key, head + body, hashlib.sha256).digest()):
+            raise Forgery(f"record {seq} ({RECORD_NAMES.get(rtype, rtype)}) carries a bad signature")
+        if seq != self.next_seq:
+            raise Forgery(f"record numbered {seq} where {self.next_seq} was due (a record was injected or dropped)")
+        self.next_seq += 1
+        try:
+            parsed = json.loads(body)
+        except ValueError as exc:
+            raise Forgery(f"signed record {seq} has an unreadable body: {exc}") from exc
+        rec = Record(rtype, seq, job, parsed, 0.0)
+        if rtype == OUTPUT and parsed.get("kind") == "tensor":
+            n = int(parsed.get("nbytes", 0))
+            if n < 0 or n > self.max_payload:
+                raise Forgery(f"record {seq} announces {n} payload bytes")
+            rec.payload = self._exact(n)
+        rec.received = time.monotonic()
+        return rec
