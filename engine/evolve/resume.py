@@ -64,6 +64,12 @@ def member_from_view(view: Any) -> tuple[Member, bool]:
 
 def load_state(workspace: Any, session: str) -> SessionState:
     views = workspace.candidates(session, strict=False)
+    damaged = [v for v in views if v.problem]
+    if damaged and not getattr(workspace, "accept_damage", False):
+        # Its history cannot be read: evaluating it again would be a guess at what was already done.
+        from engine.workspace.errors import CorruptNoteError
+        more = f" ({len(damaged) - 1} more candidate(s) of session {session} likewise)" if len(damaged) > 1 else ""
+        raise CorruptNoteError(damaged[0].problem + more)
     pop = Population()
     state = SessionState(pop)
     latest_directives: tuple[str, str] | None = None

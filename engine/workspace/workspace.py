@@ -32,9 +32,9 @@ from engine.workspace.views import (EMPTY_STATUS, CandidateStatus, CandidateView
 DEFAULT_DIR = "workspace"
 FSCK_HINT = ("`kbench fsck` lists all damage and repairs what is safe; a lost object can be copied back from a "
              "clone of this workspace")
-NOTE_HINT = ("Its history is not lost from git's log of refs/notes/kbench, but cannot be read now; nothing was "
-             "written over it. " + FSCK_HINT + ", or run the same command with --reevaluate-damaged to evaluate "
-             "the candidate again (its note then starts afresh, naming the damaged object)")
+NOTE_HINT = ("Nothing was written over it. " + FSCK_HINT + "; `kbench evolve` and `kbench reevaluate` take "
+             "--reevaluate-damaged to evaluate the candidate again (its note then goes on from a line naming the "
+             "damaged object)")
 _CACHE_CAP = 400_000
 _NAMED_REFS_MAX = 256      # up to this many unknown candidates are read by name, more by the session's prefix
 
@@ -449,15 +449,17 @@ class Workspace:
                 return entry
 
     def notes(self, query: str) -> list[NoteEntry]:
+        """The candidate's note entries. A damaged note raises CorruptNoteError, unless `accept_damage`:
+        then its readable lines (none where the blob is lost)."""
         rec = self.resolve(query)
-        return self._current_entries(rec)
+        return self._entries_for_append(rec)
 
     def status(self, query: str) -> CandidateStatus:
         return fold(self.notes(query))
 
     def view(self, query: str) -> CandidateView:
         rec = self.resolve(query)
-        return CandidateView(rec, fold(self._current_entries(rec)))
+        return CandidateView(rec, fold(self._entries_for_append(rec)))
 
     # --------------------------------------------------------------------------------------- lists
 

@@ -201,10 +201,11 @@ class SessionClaim:
             if take_over:
                 self._lock.break_lock()
                 continue
-            if time.monotonic() < deadline:   # a one-shot writer, or a killed writer's git child finishing
-                time.sleep(0.05)
-                continue
             holder, age = read_holder(self.git_dir, self.session)
+            waiting = holder is None or holder.state(age) == "dead"
+            if waiting and time.monotonic() < deadline:
+                time.sleep(0.05)   # a one-shot writer (no record), or a killed writer's git child finishing
+                continue
             raise SessionBusyError(busy_message(self.session, holder, age))
         self.holder = Holder(os.getpid(), this_host(), process_start(os.getpid()), _now_iso(), self.command,
                              uuid.uuid4().hex)
