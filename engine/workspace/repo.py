@@ -240,7 +240,7 @@ class WorkspaceRepo:
         # git inherits the locked descriptor: were kbench killed while update-ref runs, the lock stays held
         # until git has finished, so the next writer (a resume) never reads the refs before this write lands.
         fds = (self.lock.fd,) if self.lock.fd is not None else ()
-        if os.environ.get("KBENCH_CRASHPOINT") == "during-refs":
+        if crash_due("during-refs"):
             _die_during(self.git_dir, updates, message, fds)
         gitio.update_refs(self.git_dir, updates, message, pass_fds=fds)
         self._writes += 1
@@ -287,9 +287,25 @@ class WorkspaceRepo:
         return gitio.Ident.now(*DEFAULT_COMMITTER)
 
 
+_crash_hits: dict[str, int] = {}
+
+
+def crash_due(name: str) -> bool:
+    """Test hook: `KBENCH_CRASHPOINT=<name>` (or `<name>:<n>`, the n-th time this process gets there, or
+    `any:<n>`, the n-th crash point of any name) says this process dies here."""
+    spec = os.environ.get("KBENCH_CRASHPOINT")
+    if not spec:
+        return False
+    point, _, nth = spec.partition(":")
+    if point not in (name, "any"):
+        return False
+    _crash_hits[point] = _crash_hits.get(point, 0) + 1
+    return _crash_hits[point] == (int(nth) if nth else 1)
+
+
 def crashpoint(name: str) -> None:
-    """Test hook: `KBENCH_CRASHPOINT=<name>` kills this process right here (SIGKILL, no cleanup)."""
-    if os.environ.get("KBENCH_CRASHPOINT") == name:
+    """Test hook: die right here (SIGKILL, no cleanup) where `crash_due(name)`."""
+    if crash_due(name):
         import signal
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -331,6 +347,7 @@ def _die_during(git_dir: Path, updates, message: str, fds) -> None:
     while it runs, as a kill at the wrong moment would."""
     import signal
     import threading as _t
+    os.environ["KBENCH_CRASHED_DURING_REFS"] = "1"    # the git child sees it (a test's hook may slow it down)
     _t.Thread(target=gitio.update_refs, args=(git_dir, updates, message, fds), daemon=True).start()
     time.sleep(0.2)
     os.kill(os.getpid(), signal.SIGKILL)
