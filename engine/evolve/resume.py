@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.evolve.population import DONE, PENDING, Member, Population
 from engine.verdict import Status
+from engine.workspace.errors import WorkspaceDamagedError
 
 EVALUATED = "evaluated"        # the note event that marks a finished evaluation
 DIRECTIVES = "directives"      # the note event that keeps the meta operator's directives
@@ -105,6 +106,12 @@ def proposal_costs(workspace: Any, members: list[Member]) -> float:
     for m in members:
         try:
             cand = workspace.files(m.id)
+        except WorkspaceDamagedError as exc:
+            if getattr(workspace, "accept_damage", False):
+                continue     # the user chose to go on: its cost is not counted
+            raise WorkspaceDamagedError(f"{exc} Resuming reads every candidate's record: run the same command "
+                                        "with --reevaluate-damaged to go on without this one's.", obj=exc.obj,
+                                        candidate=exc.candidate) from None
         except Exception:  # noqa: BLE001 - a missing file must not block a resume
             continue
         c = float(cand.meta.get("cost_usd") or 0.0)

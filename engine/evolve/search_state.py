@@ -23,6 +23,8 @@ import random
 import struct
 from typing import Any, Sequence
 
+from engine.workspace.errors import WorkspaceDamagedError
+
 VERSION = 1
 SCAN_LIMIT = 64      # members read (newest first) to find the latest saved state
 
@@ -87,7 +89,12 @@ def latest(session: Any) -> dict[str, Any] | None:
         return None
     newest = sorted(session.population.members.values(), key=lambda m: (m.generation, _n(m.id)), reverse=True)
     for m in newest[:SCAN_LIMIT]:
-        state = reader(m.id)
+        try:
+            state = reader(m.id)
+        except WorkspaceDamagedError:
+            if getattr(session.ws, "accept_damage", False):
+                continue
+            raise
         if state and state.get("v") == VERSION and "rng" in state:
             return state
     return None
