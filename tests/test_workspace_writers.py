@@ -208,3 +208,42 @@ def test_creating_an_existing_workspace_is_a_no_op(tmp_path):
         out = kbench(ws, "init-workspace")
         assert out.returncode == 0 and "workspace ready" in out.stdout, out.stderr
     assert sorted(x.name for x in ws.iterdir()) == [".git"]
+
+
+HOLD = """
+import sys, time
+from engine.workspace import Workspace
+ws = Workspace.open(sys.argv[1])
+claim = ws.claim(sys.argv[2], "kbench evolve")
+print("claimed", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_app_refuses_a_session_another_process_writes(tmp_path):
+    from engine.evolve.executor import FakeEvaluator
+    from engine.errors import KbenchError
+    from kbench_tui.backend import Backend
+
+    ws = tmp_path / "ws"
+    Workspace.create(ws).close()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(ws), "gelu_bias-fwd-tuner"], stdout=subprocess.PIPE,
+                              text=True, env=ENV, cwd=REPO)
+    made = []
+    backend = Backend(ws, evaluator_factory=lambda t, d: made.append(FakeEvaluator(t)) or made[-1], gpus=[], env={})
+    try:
+        assert holder.stdout.readline().strip() == "claimed"
+        with pytest.raises(KbenchError, match=rf"being written by kbench evolve \(pid {holder.pid} on {HOST}"):
+            backend.start_evolution(task="gelu_bias", direction="forward", proposer="tuner", generations=1,
+                                    population=2, session="gelu_bias-fwd-tuner")
+        assert "gelu_bias-fwd-tuner" not in backend.runners
+        holder.kill()
+        holder.wait(30)
+        es = backend.start_evolution(task="gelu_bias", direction="forward", proposer="tuner", generations=1,
+                                     population=2, session="gelu_bias-fwd-tuner")
+        es.join(60)
+        assert es.result is not None and es.result.completed, es.result
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        backend.close()

@@ -156,6 +156,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         client = LLMClient(config.llm, ledger)
         verifier = lambda cand: verify(client, config, task, direction, cand)
     name = args.session or f"{task.name}-{'bwd' if args.backward else 'fwd'}-{args.proposer}"
+    # the session's one writer until this process exits; refused here, naming the holder, before anything starts
+    ws.claim(name, "kbench evolve", take_over=args.take_over)
     evaluator = _evaluator(args, task, direction, config)
     session = EvolutionSession(
         ws, name, task, proposer, evaluator, direction=direction,
@@ -174,7 +176,6 @@ def cmd_evolve(args: argparse.Namespace) -> int:
             print(f"{time.monotonic() - t0:8.1f}s  {e.line()}", flush=True)
 
     session.subscribe(show)
-    session.claim(take_over=args.take_over)   # refused here, naming the holder, while another process writes it
     session.start()
     interrupted = False
     try:

@@ -20,6 +20,7 @@ its next write with a clear error instead of writing beside the new one.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import json
@@ -300,6 +301,20 @@ class _Heartbeat:
 
 _claims: dict[tuple[str, str], SessionClaim] = {}
 _registry = threading.Lock()
+
+
+@atexit.register
+def _release_all() -> None:
+    """At a normal exit, claims still held are released (their records removed); a kill leaves the record,
+    which the next writer recognises as a dead process's."""
+    with _registry:
+        held = list(_claims.values())
+        _claims.clear()
+    for c in held:
+        try:
+            c.release()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
 
 
 def _key(git_dir: Path, session: str) -> tuple[str, str]:
