@@ -326,6 +326,11 @@ class Backend:
             if e.kind == "Stopped":
                 threading.Thread(target=ev.close, kwargs={"wait": True}, daemon=True).start()
         es.subscribe(closer)
+        try:
+            es.claim(command="kbench app")   # the one writer of the session, or a refusal naming the one there is
+        except KbenchError:
+            evaluator.close(wait=False)
+            raise
         if paused:
             es.pause()
         self.runners[name] = es

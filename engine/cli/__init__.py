@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "engine.cli.cmd_eval",
     "engine.cli.cmd_roofline",
     "engine.cli.cmd_workspace",
+    "engine.cli.cmd_fsck",
     "engine.cli.cmd_evolve",
     "engine.cli.cmd_export",
     "engine.cli.cmd_check_task",

@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print events as JSON lines")
     p.add_argument("--stats-json", metavar="PATH", default=None, help="write executor statistics here at the end")
     p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)  # tests: no compiler, no GPU
+    _writer_args(p)
     p.set_defaults(func=cmd_evolve)
 
     p = sub.add_parser("reevaluate", help="re-measure a candidate (or a session's measured candidates) on this GPU",
@@ -49,7 +50,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="with a session: every candidate, not just measured ones")
     _evaluation_args(p)
     p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)
+    _writer_args(p)
     p.set_defaults(func=cmd_reevaluate)
+
+
+def _writer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--take-over", action="store_true",
+                   help="become the session's writer although another process is recorded as it (after checking "
+                        "that process is gone, e.g. its machine crashed)")
+    p.add_argument("--reevaluate-damaged", action="store_true",
+                   help="evaluate again candidates whose note cannot be read (`kbench fsck` names them); their "
+                        "notes go on from a line naming the damaged object")
 
 
 def _evaluation_args(p: argparse.ArgumentParser) -> None:
@@ -86,7 +97,9 @@ def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
 def _workspace(args: argparse.Namespace):
     from engine.workspace import Workspace
 
-    return Workspace.create(Path(getattr(args, "workspace", None) or "workspace"))
+    ws = Workspace.create(Path(getattr(args, "workspace", None) or "workspace"))
+    ws.accept_damage = bool(getattr(args, "reevaluate_damaged", False))
+    return ws
 
 
 def _evaluator(args: argparse.Namespace, task: Any, direction: str, config: Any):
@@ -143,6 +156,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         client = LLMClient(config.llm, ledger)
         verifier = lambda cand: verify(client, config, task, direction, cand)
     name = args.session or f"{task.name}-{'bwd' if args.backward else 'fwd'}-{args.proposer}"
+    # the session's one writer until this process exits; refused here, naming the holder, before anything starts
+    ws.claim(name, "kbench evolve", take_over=args.take_over)
     evaluator = _evaluator(args, task, direction, config)
     session = EvolutionSession(
         ws, name, task, proposer, evaluator, direction=direction,
@@ -178,6 +193,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     if args.stats_json:
         Path(args.stats_json).write_text(json.dumps(stats, indent=2, default=str))
     result = session.result
+    if session.error is not None:
+        raise session.error      # `kbench: error: ...`, exit 2 (the session is resumable as it stands)
     if not args.json:
         frac = stats.get("gpu_busy_fraction")
         cph = stats.get("candidates_per_hour")
@@ -192,7 +209,6 @@ def cmd_evolve(args: argparse.Namespace) -> int:
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
-    from engine.config import load_config
     from engine.tasks.loader import load_task
     from engine.tasks.model import Task
     from engine.verdict import Status
@@ -202,8 +218,11 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     if args.target in sessions:
         info = sessions[args.target]
         views = ws.candidates(info.name, strict=False)
+        damaged = [v for v in views if v.problem]
+        if damaged and not ws.accept_damage:
+            raise KbenchError(damaged[0].problem)
         if not args.all:
-            views = [v for v in views if v.status.measurement is not None
+            views = [v for v in views if v.status.measurement is not None or v.problem
                      or v.status.status_of("correctness") == Status.PASS]
     else:
         view = ws.view(args.target)
@@ -214,15 +233,21 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         return 0
     task_json = (info.config or {}).get("task_json") or {}
     task = None
-    try:
-        raw = ws._session_json(info.name)
-        task_json = raw.get("task_json") or task_json
-    except Exception:  # noqa: BLE001
-        pass
+    task_json = ws._session_json(info.name).get("task_json") or task_json   # damage here is named, not skipped
     if task_json and Path(str(task_json.get("root", ""))).exists():
         task = Task.from_json(task_json)
     if task is None:
         task = load_task(info.task)
+    claim = ws.claim(info.name, "kbench reevaluate", take_over=args.take_over)
+    try:
+        return _reevaluate(args, ws, info, views, task)
+    finally:
+        claim.release()
+
+
+def _reevaluate(args: argparse.Namespace, ws: Any, info: Any, views: list[Any], task: Any) -> int:
+    from engine.config import load_config
+
     evaluator = _evaluator(args, task, info.direction, load_config(ws.path, _config_flags(args)))
     futs = [(v, evaluator.submit(ws.files(v.id))) for v in views]
     code = 0

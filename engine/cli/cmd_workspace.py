@@ -114,6 +114,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         for s in sessions:
             print(f"{s.name:<{w}}  {s.task:<16} {s.direction:<9} {s.proposer:<10} {s.candidates:>5}  "
                   f"{s.best or '-':<{w + 8}} {s.created[:19].replace('T', ' ')}")
+        for s in sessions:
+            if s.problem:
+                print(f"{s.name}: {s.problem}")
     return 0
 
 

@@ -35,6 +35,7 @@ from engine.evolve.operators import (
     parent_summary,
 )
 from engine.evolve.population import DONE, PENDING, Member, Population
+from engine.evolve.search_state import restore_search_state, search_state
 from engine.evolve.resume import (
     DIRECTIVES,
     EVALUATED,
@@ -123,7 +124,9 @@ class EvolutionSession:
         self._stop_reason = ""
         self._t0 = 0.0
         self._thread: threading.Thread | None = None
+        self._claim: Any = None              # this process's claim on the session (the one writer)
         self.result: ev.Stopped | None = None
+        self.error: Exception | None = None  # a KbenchError that ended a background run (see start)
 
     # ------------------------------------------------------------------------------------- controls
 
@@ -182,11 +185,27 @@ class EvolutionSession:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def claim(self, take_over: bool = False, command: str = "kbench evolve") -> None:
+        """Become the session's one writer (engine.workspace.writers) until the run ends. A front end calls
+        this before `start` to hear a refusal at once (SessionBusyError names the holder); `run` claims the
+        session itself otherwise."""
+        if self._claim is None and hasattr(self.ws, "claim"):
+            self._claim = self.ws.claim(self.session, command, take_over=take_over)
+
     def start(self) -> threading.Thread:
-        """Run the loop on a background thread; returns it. Events tell what happens."""
-        self._thread = threading.Thread(target=self.run, name=f"kbench-evolve-{self.session}", daemon=True)
+        """Run the loop on a background thread; returns it. Events tell what happens; a KbenchError that
+        ends the run is kept in `error` (and in the Stopped event's reason), not printed as a traceback."""
+        self._thread = threading.Thread(target=self._run_in_thread, name=f"kbench-evolve-{self.session}",
+                                        daemon=True)
         self._thread.start()
         return self._thread
+
+    def _run_in_thread(self) -> None:
+        from engine.errors import KbenchError
+        try:
+            self.run()
+        except KbenchError as exc:
+            self.error = exc
 
     def join(self, timeout: float | None = None) -> ev.Stopped | None:
         if self._thread is not None:
@@ -196,17 +215,23 @@ class EvolutionSession:
     # ---------------------------------------------------------------------------------------- run
 
     def run(self) -> ev.Stopped:
+        from engine.errors import KbenchError
         stopped: ev.Stopped | None = None
         try:
+            self.claim()
             self._open()
             stopped = self._main()
         except BaseException as exc:
             self._flags.abandon.set()
-            stopped = ev.Stopped(self.session, reason=f"error: {exc!r}", completed=False,
+            why = str(exc) if isinstance(exc, KbenchError) else repr(exc)
+            stopped = ev.Stopped(self.session, reason=f"error: {why}", completed=False,
                                  evaluated=self._evaluated)
             raise
         finally:
             self._shutdown()
+            claim, self._claim = self._claim, None
+            if claim is not None:
+                claim.release()
             best = self.population.best()
             assert stopped is not None
             stopped = ev.Stopped(self.session, reason=stopped.reason, completed=stopped.completed,
@@ -233,6 +258,7 @@ class EvolutionSession:
                 self.ws, [m for m in self.population if m.operator not in (BASELINE, "tune")])
             requeue = state.requeue
             finished = state.finished
+            restore_search_state(self)
         else:
             self.ws.start_session(self.session, self.task, direction=self.direction,
                                   proposer=getattr(self.proposer, "name", "unknown"), model=self.model,
@@ -515,7 +541,8 @@ class EvolutionSession:
         rec = self.ws.commit_candidate(self.session, cand, parents=(), operator=BASELINE, proposer=BASELINE,
                                        generation=0, title="the task's baseline",
                                        rationale=f"The native baseline shipped with the task ({path}).",
-                                       prompt="(the task's baseline: not proposed)\n")
+                                       prompt="(the task's baseline: not proposed)\n",
+                                       search_state=search_state(self, 0, ()))
         self._after_commit(rec, cand, (), 0)
 
     def _commit(self, proposal: Proposal, gen: int, parents: list[Member]) -> None:
@@ -525,7 +552,8 @@ class EvolutionSession:
         title = str(proposal.data.get("title") or cand.name)
         rec = self.ws.commit_candidate(self.session, cand, parents=ids, operator=proposal.operator,
                                        proposer=proposal.proposer, model=proposal.model, generation=gen,
-                                       title=title, rationale=proposal.rationale, prompt=proposal.prompt_md())
+                                       title=title, rationale=proposal.rationale, prompt=proposal.prompt_md(),
+                                       search_state=search_state(self, gen, ids))
         self._after_commit(rec, cand, tuple(ids), gen, cost=proposal.cost_usd)
 
     def _after_commit(self, rec: Any, cand: Candidate, parents: tuple[str, ...], gen: int, cost: float = 0.0) -> None:

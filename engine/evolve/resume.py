@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.evolve.population import DONE, PENDING, Member, Population
 from engine.verdict import Status
+from engine.workspace.errors import WorkspaceDamagedError
 
 EVALUATED = "evaluated"        # the note event that marks a finished evaluation
 DIRECTIVES = "directives"      # the note event that keeps the meta operator's directives
@@ -64,6 +65,12 @@ def member_from_view(view: Any) -> tuple[Member, bool]:
 
 def load_state(workspace: Any, session: str) -> SessionState:
     views = workspace.candidates(session, strict=False)
+    damaged = [v for v in views if v.problem]
+    if damaged and not getattr(workspace, "accept_damage", False):
+        # Its history cannot be read: evaluating it again would be a guess at what was already done.
+        from engine.workspace.errors import CorruptNoteError
+        more = f" ({len(damaged) - 1} more candidate(s) of session {session} likewise)" if len(damaged) > 1 else ""
+        raise CorruptNoteError(damaged[0].problem + more)
     pop = Population()
     state = SessionState(pop)
     latest_directives: tuple[str, str] | None = None
@@ -99,6 +106,12 @@ def proposal_costs(workspace: Any, members: list[Member]) -> float:
     for m in members:
         try:
             cand = workspace.files(m.id)
+        except WorkspaceDamagedError as exc:
+            if getattr(workspace, "accept_damage", False):
+                continue     # the user chose to go on: its cost is not counted
+            raise WorkspaceDamagedError(f"{exc} Resuming reads every candidate's record: run the same command "
+                                        "with --reevaluate-damaged to go on without this one's.", obj=exc.obj,
+                                        candidate=exc.candidate) from None
         except Exception:  # noqa: BLE001 - a missing file must not block a resume
             continue
         c = float(cand.meta.get("cost_usd") or 0.0)

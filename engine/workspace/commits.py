@@ -120,7 +120,8 @@ def task_entries_of_root(wr: WorkspaceRepo, root_tree: str) -> list[gitio.TreeEn
 def write_candidate_commit(wr: WorkspaceRepo, *, task_entries: Sequence[gitio.TreeEntry], candidate: Candidate,
                            cid: str, session: str, generation: int, operator: str, proposer: str,
                            model: str | None, subject: str, rationale: str, prompt: str,
-                           parents: Sequence[str], author: gitio.Ident) -> str:
+                           parents: Sequence[str], author: gitio.Ident,
+                           search_state: dict[str, Any] | None = None) -> str:
     task_names = {e.name for e in task_entries}
     files: dict[str, Any] = {e.name: e for e in task_entries}
     for rel, text in candidate.files.items():
@@ -132,6 +133,8 @@ def write_candidate_commit(wr: WorkspaceRepo, *, task_entries: Sequence[gitio.Tr
     files[PROMPT_MD] = wr.objects.blob(prompt if prompt.endswith("\n") else prompt + "\n")
     meta = {"id": cid, "format": candidate.format, "name": candidate.name, "files": sorted(candidate.files),
             "source_hash": candidate.source_hash, "meta": candidate.meta}
+    if search_state is not None:
+        meta["search"] = search_state
     files[CANDIDATE_JSON] = wr.objects.blob(json.dumps(meta, indent=2, ensure_ascii=False, default=str) + "\n")
     tree = wr.objects.tree_from_files(files)
     trailers = [(T_SESSION, session), (T_CANDIDATE, cid), (T_GENERATION, str(generation)),

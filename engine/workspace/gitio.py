@@ -5,6 +5,7 @@ object), and update refs in one atomic `git update-ref --stdin` transaction with
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -16,7 +17,7 @@ from typing import Iterable, Sequence
 
 from gitdb import IStream, LooseObjectDB
 
-from engine.workspace.errors import WorkspaceError
+from engine.workspace.errors import DamagedObjectError, StaleGitLockError, WorkspaceError
 
 # Environment variables that would point git at another repository, index or object store.
 _SCRUB = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE",
@@ -39,9 +40,11 @@ class GitCommandError(WorkspaceError):
 
 
 def run_git(git_dir: Path, args: Sequence[str], input: bytes | None = None, check: bool = True,
-            cwd: Path | None = None) -> subprocess.CompletedProcess:
+            cwd: Path | None = None, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess:
+    """Run git to completion. `pass_fds`: descriptors the child inherits (a writer hands git its lock, so
+    the lock stays held until git is done even if kbench is killed meanwhile)."""
     cmd = ["git", f"--git-dir={git_dir}", *args]
-    proc = subprocess.run(cmd, input=input, capture_output=True, env=git_env(), cwd=cwd)
+    proc = subprocess.run(cmd, input=input, capture_output=True, env=git_env(), cwd=cwd, pass_fds=tuple(pass_fds))
     if check and proc.returncode != 0:
         raise GitCommandError(args, proc.returncode, proc.stderr.decode(errors="replace"))
     return proc
@@ -67,13 +70,24 @@ class ObjectReader:
         self._git_dir = git_dir
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
+        self._err = None     # the process's stderr (a temp file): why it died, when it does
 
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
+            if self._err is not None:
+                self._err.close()
+            self._err = tempfile.TemporaryFile()
             self._proc = subprocess.Popen(
                 ["git", f"--git-dir={self._git_dir}", "cat-file", "--batch"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=git_env())
         return self._proc
+
+    def _stderr(self) -> str:
+        try:
+            self._err.seek(0)
+            return self._err.read().decode(errors="replace").strip()
+        except Exception:  # noqa: BLE001 - only used to word an error
+            return ""
 
     def read(self, rev: str) -> GitObject | None:
         if not rev or "\n" in rev:
@@ -95,8 +109,8 @@ class ObjectReader:
                     return GitObject(parts[0].decode(), parts[1].decode(), data)
                 except (BrokenPipeError, OSError, ValueError):
                     self._kill()
-                    if attempt:
-                        raise WorkspaceError(f"git cat-file failed reading {rev!r} in {self._git_dir}") from None
+                    if attempt:   # twice in a row on the same object: git cannot read it
+                        raise damaged_object(rev, self._stderr(), self._git_dir) from None
         return None
 
     def _kill(self) -> None:
@@ -116,6 +130,9 @@ class ObjectReader:
     def close(self) -> None:
         with self._lock:
             proc, self._proc = self._proc, None
+            err, self._err = self._err, None
+        if err is not None:
+            err.close()
         if proc is not None:
             try:
                 proc.stdin.close()
@@ -153,17 +170,22 @@ class PendingGit:
         self._proc = subprocess.Popen(["git", f"--git-dir={git_dir}", *self.args], stdin=self._in,
                                       stdout=self._out, stderr=self._err, env=git_env())
 
-    def result(self) -> bytes:
+    def finish(self) -> tuple[int, bytes, str]:
+        """(exit status, stdout, stderr), whatever the status."""
         try:
             rc = self._proc.wait()
-            if rc != 0:
-                self._err.seek(0)
-                raise GitCommandError(self.args, rc, self._err.read().decode(errors="replace"))
             self._out.seek(0)
-            return self._out.read()
+            self._err.seek(0)
+            return rc, self._out.read(), self._err.read().decode(errors="replace")
         finally:
             for f in (self._in, self._out, self._err):
                 f.close()
+
+    def result(self) -> bytes:
+        rc, out, err = self.finish()
+        if rc != 0:
+            raise GitCommandError(self.args, rc, err)
+        return out
 
 
 class PendingBatch:
@@ -177,9 +199,41 @@ class PendingBatch:
                                    ("\n".join(self.revs) + "\n").encode()) if self.revs else None
 
     def result(self) -> list[GitObject | None]:
+        """One entry per rev (None: git has no such object). An object git cannot read (truncated or corrupt
+        on disk) ends the batch: DamagedObjectError names it (its `obj`)."""
         if self._pending is None:
             return []
-        return _parse_batch(self._pending.result(), len(self.revs))
+        rc, out, err = self._pending.finish()
+        if rc == 0:
+            return _parse_batch(out, len(self.revs))
+        done = _complete_records(out, len(self.revs))
+        bad = self.revs[done] if done < len(self.revs) else "?"
+        raise damaged_object(bad, err, None)
+
+
+def damaged_object(rev: str, stderr: str, git_dir: Path | None) -> DamagedObjectError:
+    why = " ".join(stderr.split())[:300] or "git exited while reading it"
+    reason = f"cannot be read (git: {why})"
+    return DamagedObjectError(f"object {rev}{f' in {git_dir}' if git_dir else ''} {reason}", obj=rev, reason=reason)
+
+
+def _complete_records(out: bytes, count: int) -> int:
+    """How many whole records a `cat-file --batch` wrote before it died."""
+    pos = done = 0
+    while done < count:
+        nl = out.find(b"\n", pos)
+        if nl < 0:
+            break
+        parts = out[pos:nl].split()
+        if len(parts) == 3:
+            end = nl + 1 + int(parts[2]) + 1
+            if end > len(out):
+                break
+            pos = end
+        else:
+            pos = nl + 1
+        done += 1
+    return done
 
 
 def _parse_batch(out: bytes, count: int) -> list[GitObject | None]:
@@ -381,14 +435,30 @@ class RefConflictError(WorkspaceError):
     """A compare-and-swap ref update found the ref moved, or a ref to create already existed."""
 
 
-def update_refs(git_dir: Path, updates: Sequence[RefUpdate], message: str) -> None:
-    """All updates or none: one `git update-ref --stdin` transaction (git takes each ref's .lock)."""
+# git's own lock files are waited on this long (ms) before a write gives up: another git command (a user's
+# `git gc`, a fetch) may hold one for a moment; one that stays is stale.
+GIT_LOCK_WAIT_MS = int(os.environ.get("KBENCH_GIT_LOCK_WAIT_MS", "3000"))
+_LOCK_FILE_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+def update_refs(git_dir: Path, updates: Sequence[RefUpdate], message: str, pass_fds: Sequence[int] = ()) -> None:
+    """All updates or none: one `git update-ref --stdin` transaction (git takes each ref's .lock).
+    `pass_fds`: the writer's lock descriptors, so the child holds the lock for as long as it runs."""
     if not updates:
         return
     body = "".join(u.line() for u in updates).encode()
-    proc = run_git(git_dir, ["update-ref", "-m", message, "--stdin"], input=body, check=False)
+    proc = run_git(git_dir, ["-c", f"core.filesRefLockTimeout={GIT_LOCK_WAIT_MS}",
+                             "-c", f"core.packedRefsTimeout={GIT_LOCK_WAIT_MS}",
+                             "update-ref", "-m", message, "--stdin"], input=body, check=False, pass_fds=pass_fds)
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip()
+        stale = _LOCK_FILE_RE.search(err)
+        if stale:
+            raise StaleGitLockError(
+                f"cannot write to the workspace: git's lock file {stale.group(1)} exists and has for "
+                f"{GIT_LOCK_WAIT_MS / 1000:.0f} s. kbench does not hold it: another git command in {git_dir} holds "
+                "it, or one was killed and left it behind. If no git command is running there, remove that file "
+                "and run the same command again (nothing was written).")
         if "already exists" in err or "but expected" in err or "is at" in err:
             raise RefConflictError(f"a ref moved under kbench's feet: {err}")
         raise WorkspaceError(f"updating refs in {git_dir} failed: {err}")

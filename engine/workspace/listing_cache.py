@@ -51,6 +51,23 @@ def load(git_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         return {}, {}
 
 
+def problem(git_dir: Path) -> str | None:
+    """Why the file on disk would be ignored (None: it loads and matches this version)."""
+    path = Path(git_dir) / FILENAME
+    try:
+        with open(path, "rb") as f:
+            data = pickle.load(f)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the answer
+        return f"does not load ({type(exc).__name__})"
+    if not isinstance(data, dict) or not {"records", "statuses"} <= data.keys():
+        return "is not a listing cache"
+    if data.get("digest") != code_digest():
+        return "was written by another version of kbench"
+    return None
+
+
 def save(git_dir: Path, records: dict[str, Any], statuses: dict[str, Any]) -> None:
     """Write atomically (temp file + rename): a reader sees the old file or the new one, never half."""
     path = Path(git_dir) / FILENAME

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from engine.workspace import gitio
-from engine.workspace.errors import WorkspaceError
+from engine.workspace.errors import CorruptNoteError, WorkspaceDamagedError, WorkspaceError
 from engine.workspace.records import NOTES_REF
 from engine.workspace.repo import WorkspaceRepo, crashpoint
 
@@ -45,15 +45,21 @@ class NotesStore:
         return NotesHead(raw.sha, raw.tree) if raw else None
 
     def read(self, commit: str, head: NotesHead | None = None) -> str | None:
-        """The note text on `commit` (a full sha), or None."""
+        """The note text on `commit` (a full sha), or None where it has no note. A note whose blob is
+        missing, unreadable or not text raises CorruptNoteError (its `obj` is the blob)."""
         head = head or self.head()
         if head is None:
             return None
         loc = self._locate(head.tree, commit)
         if loc is None:
             return None
-        data = self.wr.read_blob(loc[-1].sha)
-        return None if data is None else data.decode("utf-8", "replace")
+        return note_text(self.wr.reader.read(loc[-1].sha), loc[-1].sha)
+
+    def blob_of(self, commit: str) -> str | None:
+        """The note blob sha on `commit` in the current notes tree (without reading the blob)."""
+        head = self.head()
+        loc = self._locate(head.tree, commit) if head else None
+        return loc[-1].sha if loc else None
 
     def listing(self) -> dict[str, str]:
         """{annotated commit sha: note blob sha} for every note, from one `git ls-tree -r`."""
@@ -75,8 +81,11 @@ class NotesStore:
 
     # ------------------------------------------------------------------------------------------ write
 
-    def prepare_append(self, lines: Mapping[str, Sequence[str]], message: str) -> PreparedAppend:
-        """Write the objects of a notes commit adding `lines` to the notes of the given commits.
+    def prepare_append(self, lines: Mapping[str, Sequence[str]], message: str,
+                       over_damage: frozenset[str] = frozenset()) -> PreparedAppend:
+        """Write the objects of a notes commit adding `lines` to the notes of the given commits. A damaged
+        note raises, unless its commit is in `over_damage`: then the new note is a line naming the damaged
+        object followed by `lines` (nothing of the old history is rewritten; it stays in the notes log).
 
         Needs the writer lock (the caller applies `update` before releasing it)."""
         if not self.wr.lock.held:
@@ -87,7 +96,14 @@ class NotesStore:
         for commit, new_lines in lines.items():
             if len(commit) != 40:
                 raise WorkspaceError(f"internal error: notes need a full commit sha, not {commit!r}")
-            old = self.read(commit, head) if head else None
+            try:
+                old = self.read(commit, head) if head else None
+            except WorkspaceDamagedError as exc:
+                if commit not in over_damage:
+                    raise
+                # The user chose to go on: the new note starts by naming the object that held the history
+                # (still in refs/notes/kbench's log, so a copy of it from a clone brings it back).
+                old = _damage_line(exc)
             text = old or ""
             if text and not text.endswith("\n"):
                 text += "\n"
@@ -155,6 +171,33 @@ class NotesStore:
         sha = self.wr.objects.tree(new_entries)
         self._remember(sha, new_entries)
         return sha
+
+
+def note_text(obj: gitio.GitObject | None, blob: str) -> str:
+    """A note blob's text; CorruptNoteError where the object is missing, not a blob, or not text."""
+    def bad(reason: str) -> CorruptNoteError:
+        return CorruptNoteError(f"note (object {blob}) {reason}", obj=blob, reason=reason)
+
+    if obj is None:
+        raise bad("is missing from the repository")
+    if obj.type != "blob":
+        raise bad(f"is a {obj.type}, not a blob")
+    try:
+        text = obj.data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad(f"is not text (invalid UTF-8 at byte {exc.start})") from None
+    if "\0" in text:
+        raise bad("is not text (it holds NUL bytes)")
+    return text
+
+
+def _damage_line(exc: WorkspaceDamagedError) -> str:
+    import json
+
+    from engine.workspace.records import now_iso
+    obj = {"v": 1, "kind": "event", "at": now_iso(), "by": "kbench", "event": "history_unreadable",
+           "data": {"object": exc.obj, "reason": str(exc)}}
+    return json.dumps(obj, separators=(",", ":")) + "\n"
 
 
 def parse_listing(out: bytes) -> dict[str, str]:

@@ -126,12 +126,13 @@ class SessionInfo:
     description: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     task_format: str = "native"
+    problem: str | None = None      # its record is damaged (listings only; `Workspace.session` raises)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "task": self.task, "direction": self.direction, "proposer": self.proposer,
                 "model": self.model, "created": self.created, "root": self.root, "head": self.head,
                 "best": self.best, "candidates": self.candidates, "description": self.description,
-                "config": self.config, "task_format": self.task_format}
+                "config": self.config, "task_format": self.task_format, "problem": self.problem}
 
 
 @dataclass(frozen=True)
@@ -327,8 +328,9 @@ def entry_line(entry: NoteEntry) -> str:
     return json.dumps(entry.to_obj(), ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def parse_note(text: str, where: str = "", commit: str = "") -> list[NoteEntry]:
-    """Parse one note blob. `where` names the candidate and `commit` the annotated commit in errors."""
+def parse_note(text: str, where: str = "", commit: str = "", skip_bad: bool = False) -> list[NoteEntry]:
+    """Parse one note blob. `where` names the candidate and `commit` the annotated commit in errors.
+    `skip_bad`: leave out lines that do not parse instead of raising (they stay in the note itself)."""
     entries: list[NoteEntry] = []
     for i, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -343,6 +345,8 @@ def parse_note(text: str, where: str = "", commit: str = "") -> list[NoteEntry]:
                 raise ValueError("not a JSON object")
             entries.append(_entry_from_obj(obj))
         except (ValueError, KeyError, TypeError) as exc:
+            if skip_bad:
+                continue
             shown = line if len(line) <= 90 else line[:87] + "..."
             raise CorruptNoteError(
                 f"{where or 'a candidate'}: line {i} of its refs/notes/kbench note cannot be read "

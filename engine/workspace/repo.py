@@ -112,6 +112,11 @@ class WriterLock:
         self._rlock.release()
 
     @property
+    def fd(self) -> int | None:
+        """The locked descriptor while held (handed to git children: see WorkspaceRepo.update_refs)."""
+        return self._fd
+
+    @property
     def held(self) -> bool:
         """True where the calling thread holds the lock."""
         return self._depth > 0 and self._owner == threading.get_ident()
@@ -177,18 +182,17 @@ class WorkspaceRepo:
             _set_marker(Path(repo.git_dir))
             return cls(p.resolve(), repo)
         if p.exists() and not _adoptable(p) and not adopt:
+            if (p / ".git").exists() and _repo_at(p) is not None:
+                return cls.create(p, adopt=adopt)   # another process created it a moment ago
             raise NotAWorkspaceError(
                 f"{p}: exists and is not empty, and is not a kbench workspace. Choose another --workspace, or "
                 "adopt it with `kbench init-workspace --adopt` (kbench adds .git/ and never touches your files).")
         p.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(["git", "init", "-q", str(p)], capture_output=True, env=gitio.git_env())
-        if proc.returncode != 0:
-            raise WorkspaceError(f"{p}: `git init` failed: {proc.stderr.decode(errors='replace').strip()}")
-        git_dir = p / ".git"
-        _set_marker(git_dir)
-        # Plain `git log` (and tig) then show kbench's verdicts and measurements with each commit.
-        gitio.run_git(git_dir, ["config", "notes.displayRef", "refs/notes/kbench"])
-        return cls(p.resolve(), git.Repo(p))
+        _init_atomically(p)
+        repo = _repo_at(p)
+        if repo is None or not _is_marked(repo):
+            raise WorkspaceError(f"{p}: the workspace was created but cannot be opened; run the command again")
+        return cls(p.resolve(), repo)
 
     def close(self) -> None:
         self.reader.close()
@@ -233,7 +237,12 @@ class WorkspaceRepo:
         if not self.lock.held:
             raise WorkspaceError("internal error: ref update outside the workspace writer lock")
         crashpoint("before-refs")
-        gitio.update_refs(self.git_dir, updates, message)
+        # git inherits the locked descriptor: were kbench killed while update-ref runs, the lock stays held
+        # until git has finished, so the next writer (a resume) never reads the refs before this write lands.
+        fds = (self.lock.fd,) if self.lock.fd is not None else ()
+        if crash_due("during-refs"):
+            _die_during(self.git_dir, updates, message, fds)
+        gitio.update_refs(self.git_dir, updates, message, pass_fds=fds)
         self._writes += 1
         crashpoint("after-refs")
 
@@ -278,11 +287,70 @@ class WorkspaceRepo:
         return gitio.Ident.now(*DEFAULT_COMMITTER)
 
 
+_crash_hits: dict[str, int] = {}
+
+
+def crash_due(name: str) -> bool:
+    """Test hook: `KBENCH_CRASHPOINT=<name>` (or `<name>:<n>`, the n-th time this process gets there, or
+    `any:<n>`, the n-th crash point of any name) says this process dies here."""
+    spec = os.environ.get("KBENCH_CRASHPOINT")
+    if not spec:
+        return False
+    point, _, nth = spec.partition(":")
+    if point not in (name, "any"):
+        return False
+    _crash_hits[point] = _crash_hits.get(point, 0) + 1
+    return _crash_hits[point] == (int(nth) if nth else 1)
+
+
 def crashpoint(name: str) -> None:
-    """Test hook: `KBENCH_CRASHPOINT=<name>` kills this process right here (SIGKILL, no cleanup)."""
-    if os.environ.get("KBENCH_CRASHPOINT") == name:
+    """Test hook: die right here (SIGKILL, no cleanup) where `crash_due(name)`."""
+    if crash_due(name):
         import signal
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _init_atomically(p: Path) -> None:
+    """Create `p/.git` whole or not at all: `git init` in a scratch folder beside `p`, mark it, then rename
+    its .git into place. Two processes creating the same workspace at once both succeed: the rename of the
+    second fails because the first's .git is there, and it opens that one."""
+    import shutil
+    import tempfile
+
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=f".{p.name}.kbench-init-", dir=p.parent))
+    except OSError:
+        scratch = Path(tempfile.mkdtemp(prefix="kbench-init-"))   # a read-only parent: rename may cross devices
+    try:
+        proc = subprocess.run(["git", "init", "-q", str(scratch)], capture_output=True, env=gitio.git_env())
+        if proc.returncode != 0:
+            raise WorkspaceError(f"{p}: `git init` failed: {proc.stderr.decode(errors='replace').strip()}")
+        git_dir = scratch / ".git"
+        _set_marker(git_dir)
+        # Plain `git log` (and tig) then show kbench's verdicts and measurements with each commit.
+        gitio.run_git(git_dir, ["config", "notes.displayRef", "refs/notes/kbench"])
+        try:
+            os.rename(git_dir, p / ".git")
+        except OSError:
+            if not (p / ".git").exists():
+                try:
+                    shutil.move(str(git_dir), str(p / ".git"))   # another filesystem: not atomic, but alone
+                except OSError as exc:
+                    raise WorkspaceError(f"{p}: cannot create the workspace repository: {exc}") from None
+            # else another process created it first: use theirs
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _die_during(git_dir: Path, updates, message: str, fds) -> None:
+    """Test hook `KBENCH_CRASHPOINT=during-refs`: start the ref update as a git child, then die (SIGKILL)
+    while it runs, as a kill at the wrong moment would."""
+    import signal
+    import threading as _t
+    os.environ["KBENCH_CRASHED_DURING_REFS"] = "1"    # the git child sees it (a test's hook may slow it down)
+    _t.Thread(target=gitio.update_refs, args=(git_dir, updates, message, fds), daemon=True).start()
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _repo_at(p: Path) -> git.Repo | None:

@@ -15,11 +15,11 @@ from typing import Any, Iterable, Iterator, Sequence
 from engine.candidates import Candidate, detect_format
 from engine.errors import CandidateError
 from engine.verdict import STAGES, Status, Verdict
-from engine.workspace import commits, gitio
-from engine.workspace.errors import (CorruptNoteError, UnknownCandidateError, UnknownSessionError,
-                                     WorkspaceError)
+from engine.workspace import commits, gitio, writers
+from engine.workspace.errors import (CorruptNoteError, DamagedObjectError, UnknownCandidateError,
+                                     UnknownSessionError, WorkspaceDamagedError, WorkspaceError)
 from engine.workspace.listing_cache import ListingCache
-from engine.workspace.notes import NotesStore, parse_listing
+from engine.workspace.notes import NotesStore, note_text, parse_listing
 from engine.workspace.records import (CANDIDATE_NS, ROOT_LEAF, CandidateRecord, Event, Measurement, NoteEntry,
                                       Override, SessionInfo, VerdictNote, branch_ref, candidate_id,
                                       candidate_ref, check_session_name, check_token, entry_line, now_iso,
@@ -30,6 +30,11 @@ from engine.workspace.views import (EMPTY_STATUS, CandidateStatus, CandidateView
                                     by_generation, fold, fold_objs)
 
 DEFAULT_DIR = "workspace"
+FSCK_HINT = ("`kbench fsck` lists all damage and repairs what is safe; a lost object can be copied back from a "
+             "clone of this workspace")
+NOTE_HINT = ("Nothing was written over it. " + FSCK_HINT + "; `kbench evolve` and `kbench reevaluate` take "
+             "--reevaluate-damaged to evaluate the candidate again (its note then goes on from a line naming the "
+             "damaged object)")
 _CACHE_CAP = 400_000
 _NAMED_REFS_MAX = 256      # up to this many unknown candidates are read by name, more by the session's prefix
 
@@ -51,6 +56,9 @@ class Workspace:
         self._statuses: dict[str, CandidateStatus] = {}        # note blob sha -> folded status (same)
         self._cache_guard = threading.Lock()
         self._listing_cache = ListingCache(repo.git_dir)      # the two above, kept on disk between processes
+        # The user said to go on over damaged notes (`--reevaluate-damaged`): appends then start a fresh note
+        # that names the unreadable one, and resume evaluates such candidates again.
+        self.accept_damage = False
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -72,6 +80,16 @@ class Workspace:
     @property
     def git_dir(self) -> Path:
         return self._repo.git_dir
+
+    def claim(self, session: str, command: str, take_over: bool = False) -> writers.Claim:
+        """Become the one writer of `session` until the returned claim is released (see engine.workspace.
+        writers). Raises SessionBusyError, naming the holder, while another process writes it."""
+        claim = writers.claim(self.git_dir, session, command, take_over=take_over)
+        # A killed writer's git child may still be finishing its write: it holds the writer lock, so
+        # taking that lock once waits for it, and what the caller reads next includes that write.
+        with self._repo.lock:
+            pass
+        return claim
 
     def close(self) -> None:
         try:
@@ -115,7 +133,7 @@ class Workspace:
                         "description": description if description is not None else task.description,
                         "config": config or {}, "task_files": sorted(files), "task_json": task.to_json()}
         wr = self._repo
-        with wr.writing():
+        with wr.writing(), writers.write_guard(self.git_dir, name):
             taken = [r for r in (root_ref(name), branch_ref(name)) if wr.ref(r)]
             if not taken and wr.refs(f"{CANDIDATE_NS}{name}/"):
                 taken = [f"{CANDIDATE_NS}{name}/*"]
@@ -144,15 +162,30 @@ class Workspace:
                 counts[session] = counts.get(session, 0) + 1
         names = sorted(roots)
         heads = {n: refs.get(branch_ref(n), roots[n]) for n in names}
-        objs = self._repo.read_batch([f"{roots[n]}:{commits.SESSION_JSON}" for n in names]
-                                     + [heads[n] for n in names])
+        revs = [f"{roots[n]}:{commits.SESSION_JSON}" for n in names] + [heads[n] for n in names]
+        try:
+            objs = self._repo.read_batch(revs)
+        except DamagedObjectError:   # one by one, so each damaged session is named and the rest listed
+            objs = [self._read_or_damage(r) for r in revs]
         out = []
         for i, n in enumerate(names):
             blob, head = objs[i], objs[len(names) + i]
             best = None
-            if head is not None and head.type == "commit" and head.sha != roots[n]:
+            if isinstance(head, gitio.GitObject) and head.type == "commit" and head.sha != roots[n]:
                 best = commits.candidate_trailer(gitio.parse_commit(head.sha, head.data))
-            out.append(_session_info(n, roots[n], heads[n], best, counts.get(n, 0), blob))
+            data, problem = {}, None
+            if isinstance(blob, gitio.GitObject):
+                try:
+                    data = json.loads(blob.data)
+                except ValueError:
+                    data = None
+            if not isinstance(data, dict) or not isinstance(blob, gitio.GitObject) or isinstance(head, Exception):
+                try:                 # say what exactly is wrong (or find a hand-made root without a record)
+                    data = self._session_json(n)
+                    self.session(n)
+                except WorkspaceError as exc:
+                    data, problem = data if isinstance(data, dict) else {}, str(exc)
+            out.append(_session_info(n, roots[n], heads[n], best, counts.get(n, 0), data, problem))
         return sorted(out, key=lambda s: (s.created, s.name))
 
     def session(self, name: str) -> SessionInfo:
@@ -164,8 +197,7 @@ class Workspace:
             raw = wr.read_commit(head)
             best = commits.candidate_trailer(raw) if raw else None
         count = sum(1 for ref in wr.refs(f"{CANDIDATE_NS}{name}/") if not ref.endswith("/" + ROOT_LEAF))
-        blob = wr.reader.read(f"{root}:{commits.SESSION_JSON}")
-        return _session_info(name, root, head, best, count, blob)
+        return _session_info(name, root, head, best, count, self._session_json(name))
 
     # ----------------------------------------------------------------------------------- candidates
 
@@ -173,16 +205,19 @@ class Workspace:
                          operator: str | None = None, proposer: str | None = None, model: str | None = None,
                          generation: int | None = None, title: str | None = None,
                          rationale: str | None = None, prompt: str | None = None,
-                         author: tuple[str, str] | None = None) -> CandidateRecord:
+                         author: tuple[str, str] | None = None,
+                         search_state: dict[str, Any] | None = None) -> CandidateRecord:
         """Commit `candidate` into `session`. `parents` (ids, prefixes or revisions) become the commit's
         parents: none for a translation (the session root), one for a mutation, two for a crossover.
+        `search_state`: the evolution loop's state after choosing this candidate (random state and
+        counters), kept in `.kbench/candidate.json` so a resumed session goes on from exactly here.
         Returns the record, whose `id` (`<session>-g<gen>-<n>`) names it from now on."""
         meta = candidate.meta or {}
         info = self._session_json(session)
         proposer = check_token("proposer", proposer or meta.get("proposer") or info.get("proposer") or "unknown")
         model = model or meta.get("model") or info.get("model")
         wr = self._repo
-        with wr.writing():
+        with wr.writing(), writers.write_guard(self.git_dir, session):
             root, _ = self._root(session)
             parent_recs = [self.resolve(p) for p in parents]
             for p in parent_recs:
@@ -210,7 +245,7 @@ class Workspace:
                     wr, task_entries=task_entries, candidate=candidate, cid=cid, session=session,
                     generation=gen, operator=op, proposer=proposer, model=model,
                     subject=commits.candidate_subject(gen, op, heading), rationale=why, prompt=asked,
-                    parents=parent_shas, author=gitio.Ident.now(*who))
+                    parents=parent_shas, author=gitio.Ident.now(*who), search_state=search_state)
                 try:
                     wr.update_refs([gitio.RefUpdate(candidate_ref(session, cid), sha)], f"kbench: commit {cid}")
                 except gitio.RefConflictError:
@@ -371,7 +406,8 @@ class Workspace:
             return self.status(query)
         with self._repo.writing():
             rec = self.resolve(query)
-            return self._append(rec, lines, self._current_entries(rec))
+            with writers.write_guard(self.git_dir, rec.session):
+                return self._append(rec, lines, self._entries_for_append(rec))
 
     def record_verdict(self, query: str, verdict: Verdict, by: str = "") -> CandidateStatus:
         return self.record(query, [VerdictNote(verdict, now_iso(), by)])
@@ -399,28 +435,31 @@ class Workspace:
             raise WorkspaceError("an override needs a reason (--reason TEXT)")
         with self._repo.writing():
             rec = self.resolve(query)
-            current = self._current_entries(rec)
-            status = fold(current)
-            if stage not in STAGES and stage not in status.stages:
-                raise WorkspaceError(f"{stage!r} is not a stage ({', '.join(STAGES)})")
-            before = status.status_of(stage)
-            if before == to_status:
-                raise WorkspaceError(f"{rec.id}: {stage} is already {to_status.value}; nothing to override")
-            who = by or "{} <{}>".format(*self._repo.identity())
-            entry = Override(stage, before.value if before else None, to_status, who, reason, now_iso())
-            self._append(rec, [entry_line(entry)], current)
-            return entry
+            with writers.write_guard(self.git_dir, rec.session):
+                current = self._entries_for_append(rec)
+                status = fold(current)
+                if stage not in STAGES and stage not in status.stages:
+                    raise WorkspaceError(f"{stage!r} is not a stage ({', '.join(STAGES)})")
+                before = status.status_of(stage)
+                if before == to_status:
+                    raise WorkspaceError(f"{rec.id}: {stage} is already {to_status.value}; nothing to override")
+                who = by or "{} <{}>".format(*self._repo.identity())
+                entry = Override(stage, before.value if before else None, to_status, who, reason, now_iso())
+                self._append(rec, [entry_line(entry)], current)
+                return entry
 
     def notes(self, query: str) -> list[NoteEntry]:
+        """The candidate's note entries. A damaged note raises CorruptNoteError, unless `accept_damage`:
+        then its readable lines (none where the blob is lost)."""
         rec = self.resolve(query)
-        return self._current_entries(rec)
+        return self._entries_for_append(rec)
 
     def status(self, query: str) -> CandidateStatus:
         return fold(self.notes(query))
 
     def view(self, query: str) -> CandidateView:
         rec = self.resolve(query)
-        return CandidateView(rec, fold(self._current_entries(rec)))
+        return CandidateView(rec, fold(self._entries_for_append(rec)))
 
     # --------------------------------------------------------------------------------------- lists
 
@@ -453,12 +492,8 @@ class Workspace:
         return raw.sha, raw.tree
 
     def _session_json(self, session: str) -> dict[str, Any]:
-        root = self._root(session)[0]
-        data = self._repo.read_blob(f"{root}:{commits.SESSION_JSON}")
-        try:
-            return json.loads(data) if data else {}
-        except ValueError:
-            return {}
+        tree = self._root(session)[1]
+        return self._record_json(tree, "session.json", f"session {session}'s record", session=session) or {}
 
     def _task_entries_of(self, session: str) -> list[gitio.TreeEntry]:
         hit = self._task_entries.get(session)
@@ -484,6 +519,12 @@ class Workspace:
                 return n
         return n
 
+    def _read_or_damage(self, rev: str) -> gitio.GitObject | None | WorkspaceDamagedError:
+        try:
+            return self._repo.reader.read(rev)
+        except WorkspaceDamagedError as exc:
+            return exc
+
     def _rev_parse(self, q: str) -> str | None:
         proc = gitio.run_git(self.git_dir, ["rev-parse", "--verify", "-q", "--end-of-options", f"{q}^{{commit}}"],
                              check=False)
@@ -505,13 +546,11 @@ class Workspace:
         return rec
 
     def _candidate_file_names(self, rec: CandidateRecord) -> tuple[list[str], dict[str, Any]]:
-        data = self._repo.read_blob(f"{rec.commit}:{commits.CANDIDATE_JSON}")
-        meta: dict[str, Any] = {}
-        if data:
-            try:
-                meta = json.loads(data)
-            except ValueError:
-                meta = {}
+        raw = self._repo.read_commit(rec.commit)
+        if raw is None:
+            raise WorkspaceDamagedError(f"candidate {rec.id}'s commit (object {rec.commit}) is missing. {FSCK_HINT}.",
+                                        obj=rec.commit, candidate=rec.id)
+        meta = self._record_json(raw.tree, "candidate.json", f"candidate {rec.id}'s record", candidate=rec.id) or {}
         names = meta.get("files")
         if not isinstance(names, list) or not names:
             # A commit made by hand: everything but the task's files and .kbench/.
@@ -525,8 +564,61 @@ class Workspace:
         return f"candidate {rec.id} (commit {rec.commit[:12]})"
 
     def _current_entries(self, rec: CandidateRecord) -> list[NoteEntry]:
-        text = self._notes.read(rec.commit)
+        try:
+            text = self._notes.read(rec.commit)
+        except WorkspaceDamagedError as exc:
+            raise self._note_damage(rec, exc) from None
         return parse_note(text or "", self._where(rec), rec.commit)
+
+    def _note_damage(self, rec: CandidateRecord, exc: WorkspaceDamagedError) -> CorruptNoteError:
+        return CorruptNoteError(f"candidate {rec.id}'s note (object {exc.obj}) {exc.reason}. {NOTE_HINT}.",
+                                obj=exc.obj, candidate=rec.id, session=rec.session, reason=exc.reason)
+
+    def _entries_for_append(self, rec: CandidateRecord) -> list[NoteEntry]:
+        """The entries a new note line is folded with. A damaged note raises, unless `accept_damage`: then
+        its readable lines count (none, where the blob itself is lost) and the append goes ahead."""
+        try:
+            return self._current_entries(rec)
+        except CorruptNoteError:
+            if not self.accept_damage:
+                raise
+            try:
+                text = self._notes.read(rec.commit)
+            except WorkspaceDamagedError:
+                return []
+            return parse_note(text or "", self._where(rec), rec.commit, skip_bad=True)
+
+    def _record_json(self, tree: str, name: str, label: str, **who: str) -> dict[str, Any] | None:
+        """`.kbench/<name>` of a commit tree, parsed; None where the tree has none. Damage raises, named."""
+        meta = next((e for e in self._repo.read_tree(tree) if e.name == commits.META_DIR and e.is_tree), None)
+        entry = next((e for e in self._repo.read_tree(meta.sha) if e.name == name), None) if meta else None
+        if entry is None:
+            return None
+        sha = entry.sha
+
+        def bad(reason: str) -> WorkspaceDamagedError:
+            return WorkspaceDamagedError(f"{label} (.kbench/{name}, object {sha}) {reason}. {FSCK_HINT}.",
+                                         obj=sha, reason=reason, **who)
+
+        try:
+            obj = self._repo.reader.read(sha)
+        except DamagedObjectError as exc:
+            raise bad(exc.reason) from None
+        if obj is None:
+            raise bad("is missing from the repository")
+        try:
+            data = json.loads(obj.data)
+        except ValueError as exc:
+            raise bad(f"is not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise bad("is not a JSON object")
+        return data
+
+    def search_state(self, query: str) -> dict[str, Any] | None:
+        """The evolution loop's state saved with this candidate (commit_candidate's `search_state`)."""
+        rec = self.resolve(query)
+        state = self._candidate_file_names(rec)[1].get("search")
+        return state if isinstance(state, dict) else None
 
     def _append(self, rec: CandidateRecord, lines: list[str], current: list[NoteEntry]) -> CandidateStatus:
         """Under the writer lock: one notes commit, and the session branch moved if the best changed."""
@@ -535,7 +627,9 @@ class Workspace:
         new_status = fold(new_entries)
         kinds = sorted({json.loads(l)["kind"] for l in lines})
         message = f"kbench: {'+'.join(kinds)} on {rec.id}\n"
-        prepared = self._notes.prepare_append({rec.commit: lines}, message)
+        prepared = self._notes.prepare_append({rec.commit: lines}, message,
+                                              over_damage=frozenset({rec.commit}) if self.accept_damage else
+                                              frozenset())
         updates = [prepared.update]
         move = self._best_move(rec, fold(current), new_status)
         if move is not None:
@@ -622,15 +716,35 @@ class Workspace:
             patterns = [prefix] if len(unknown) > _NAMED_REFS_MAX else [candidate_ref(session, x) for x in unknown]
             ref_rows = gitio.PendingGit(wr.git_dir, ["for-each-ref", f"--format={commits.REF_RECORD_FORMAT}",
                                                      *patterns])
-        blobs = parse_listing(notes_listing.result()) if notes_listing else {}
+        try:
+            blobs = parse_listing(notes_listing.result()) if notes_listing else {}
+        except gitio.GitCommandError as exc:
+            raise _named_damage(exc, {}, "the notes tree of refs/notes/kbench") from None
         new_blobs = list({blobs[sha] for sha in leaves.values() if sha in blobs} - statuses.keys())
         blob_batch = wr.start_batch(new_blobs)   # runs while the commit metadata is parsed
         if ref_rows is not None:
             id_of = {sha: leaf for leaf, sha in leaves.items()}
-            for sha, ref, parents, when, author, message in commits.parse_ref_records(ref_rows.result()):
+            try:
+                rows = ref_rows.result()
+            except gitio.GitCommandError as exc:
+                raise _named_damage(exc, {sha: f"candidate {leaf}'s commit" for leaf, sha in leaves.items()}) \
+                    from None
+            for sha, ref, parents, when, author, message in commits.parse_ref_records(rows):
                 if sha not in records and sha in id_of:
                     records[sha] = commits.record_from_parts(sha, parents, when, author, message, id_of.get)
-        texts = {b: o.data.decode("utf-8", "replace") for b, o in zip(new_blobs, blob_batch.result()) if o}
+        try:
+            blob_objs = blob_batch.result()
+        except DamagedObjectError:   # one by one, so each damaged note is named and the rest read
+            blob_objs = [self._read_or_damage(b) for b in new_blobs]
+        texts: dict[str, str] = {}
+        damaged: set[str] = set()
+        for b, o in zip(new_blobs, blob_objs):
+            try:
+                if isinstance(o, Exception):
+                    raise o
+                texts[b] = note_text(o, b)
+            except WorkspaceDamagedError:
+                damaged.add(b)
         parsed, slow = parse_notes_bulk(texts)
         for blob, objs in parsed.items():
             try:
@@ -650,21 +764,39 @@ class Workspace:
                 status, problem = EMPTY_STATUS, None
             elif blob in statuses:
                 status, problem = statuses[blob], None
-            elif blob in slow_set:
+            else:
+                # a line that does not parse, or a blob that could not be read: read it alone (a concurrent
+                # append may have replaced it since the listing), and name the damage if it is still there
                 try:
-                    status, problem = fold(parse_note(texts[blob], self._where(rec), sha)), None
-                    statuses[blob] = status
+                    if blob in slow_set:
+                        status = fold(parse_note(texts[blob], self._where(rec), sha))
+                        statuses[blob] = status
+                    else:
+                        status = fold(self._current_entries(rec))
+                    problem = None
                 except CorruptNoteError as exc:
                     if strict:
                         raise
                     status, problem = EMPTY_STATUS, str(exc)
-            else:  # its blob vanished between listing and reading (a concurrent gc): read it alone
-                status, problem = fold(self._current_entries(rec)), None
             views.append(make(CandidateView, record=rec, status=status, problem=problem))
         self._listing_cache.parsed(len(records) + len(statuses) - known)
         if len(records) > _CACHE_CAP or len(statuses) > _CACHE_CAP:
             self._records, self._statuses = {}, {}  # start afresh; running listings keep their own
         return views
+
+
+def _named_damage(exc: gitio.GitCommandError, labels: dict[str, str], fallback: str = "") -> WorkspaceError:
+    """A git command that failed on an object: name the object (and what it is, where `labels` knows)."""
+    import re
+
+    shas = re.findall(r"\b[0-9a-f]{40}\b", exc.stderr)
+    if not shas and not fallback:
+        return exc
+    sha = next((x for x in shas if x in labels), shas[0] if shas else "")
+    what = labels.get(sha) or fallback or "an object"
+    why = " ".join(exc.stderr.split())[:300]
+    return WorkspaceDamagedError(f"{what} (object {sha or '?'}) cannot be read (git: {why}). {FSCK_HINT}.",
+                                 obj=sha or None, reason=f"cannot be read (git: {why})")
 
 
 _gc_guard = threading.Lock()
@@ -711,15 +843,9 @@ def _task_files(task: Any) -> dict[str, bytes]:
 
 
 def _session_info(name: str, root: str, head: str, best: str | None, count: int,
-                  blob: gitio.GitObject | None) -> SessionInfo:
-    data: dict[str, Any] = {}
-    if blob is not None and blob.type == "blob":
-        try:
-            data = json.loads(blob.data)
-        except ValueError:
-            data = {}
+                  data: dict[str, Any], problem: str | None = None) -> SessionInfo:
     return SessionInfo(name=name, task=str(data.get("task", "?")), direction=str(data.get("direction", "?")),
                        proposer=str(data.get("proposer", "?")), model=data.get("model"),
                        created=str(data.get("created", "")), root=root, head=head, best=best, candidates=count,
                        description=str(data.get("description") or ""), config=dict(data.get("config") or {}),
-                       task_format=str(data.get("task_format") or "native"))
+                       task_format=str(data.get("task_format") or "native"), problem=problem)
