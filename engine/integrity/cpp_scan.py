@@ -21,6 +21,7 @@ hidden in `#define`s are still seen.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -106,6 +107,8 @@ CUTLASS_LIBRARY = re.compile(r"^cutlass::(?:gemm|conv|reduction)::device::|^cutl
 HALF_TYPES = {"half", "half2", "__half", "__half2", "__nv_bfloat16", "__nv_bfloat162", "nv_bfloat16",
               "nv_bfloat162", "__nv_fp8_e4m3", "__nv_fp8_e5m2", "__nv_fp8x2_e4m3", "__nv_fp8x2_e5m2",
               "__nv_fp8x4_e4m3", "__nv_fp8x4_e5m2", "__nv_fp8_storage_t", "__half_raw", "__nv_bfloat16_raw"}
+HALF_TEXT = re.compile(r"(?<![\w:])(?:" + "|".join(sorted(HALF_TYPES, key=len, reverse=True)) + r")\b|"
+                       r"\b(?:at|c10)::(?:Half|BFloat16|Float8_\w+)\b")
 HALF_QUALIFIED = re.compile(r"^(?:at|c10|torch)::(?:Half|BFloat16|Float8_\w+)$")
 HALF_SCALARS = re.compile(r"^(?:(?:at|c10|torch)::)?(?:ScalarType::)?(?:kHalf|kFloat16|kBFloat16|Half|BFloat16|"
                           r"kFloat8_\w+|Float8_\w+)$")
@@ -172,12 +175,12 @@ _QUERY = """
 (preproc_call) @pcall
 (using_declaration) @using
 (namespace_alias_definition) @alias
-(type_identifier) @type
+((type_identifier) @type (#match? @type "^(__)?(half2?|nv_bfloat162?|half_raw|nv_bfloat16_raw|nv_fp8[A-Za-z0-9_]*)$"))
 (qualified_identifier) @qual
 (kernel_call_syntax) @launch
 (return_statement) @ret
 (if_statement) @if
-(identifier) @ident
+((identifier) @ident (#match? @ident "^(cudaStreamPerThread|kHalf|kBFloat16|kFloat16|CUBLAS_[A-Z0-9_]+|CUDNN_[A-Z0-9_]+)$"))
 """
 
 
@@ -404,6 +407,8 @@ class _Scan:
         self.aliases: dict[str, str] = {}
         self.using_torch = False
         self.persistent: dict[str, str] = {}       # namespace-scope / static members: name -> type
+        self._ranges: list[_Func] = []
+        self._starts: list[int] = []
 
     # -- reporting
     def add(self, hack: str, status: str, node: Any, reason: str, confidence: float = 1.0,
@@ -417,10 +422,15 @@ class _Scan:
 
     # -- context
     def func_of(self, node: Any) -> _Func | None:
-        n = node.parent
-        while n is not None and n.type != "function_definition":
-            n = n.parent
-        return self.funcs.get(n.id) if n is not None else None
+        """The innermost function definition around `node` (by byte range: a parent walk per node is slow)."""
+        pos = node.start_byte
+        i = bisect.bisect_right(self._starts, pos) - 1
+        while i >= 0:
+            f = self._ranges[i]
+            if f.node.start_byte <= pos < f.node.end_byte and f.node.id != node.id:
+                return f
+            i -= 1
+        return None
 
     def host(self, node: Any) -> bool:
         f = self.func_of(node)
@@ -434,6 +444,12 @@ class _Scan:
 
     # -- pass 1: functions, declarations, types
     def collect(self) -> None:
+        self._collect_functions()
+        self._ranges.sort(key=lambda f: f.node.start_byte)
+        self._starts = [f.node.start_byte for f in self._ranges]
+        self._collect_rest()
+
+    def _collect_functions(self) -> None:
         for fn in self.caps.get("func", []):
             decl = fn.child_by_field_name("declarator")
             while decl is not None and decl.type != "function_declarator":
@@ -462,9 +478,12 @@ class _Scan:
                     elif "auto" not in t and "Tensor" not in t:
                         f.others.add(_text(ident))
             self.funcs[fn.id] = f
+            self._ranges.append(f)
             self.known_functions.add(f.name)
             if TENSOR_TYPE.match(rtype):
                 self.return_tensor_funcs.add(f.name)
+
+    def _collect_rest(self) -> None:
         for node in self.caps.get("decl", []):
             for d in _declarators(node):
                 if d.type == "function_declarator" or (d.child_by_field_name("declarator") is not None and
@@ -544,8 +563,7 @@ class _Scan:
 
     @staticmethod
     def _is_half_type_text(t: str) -> bool:
-        return any(re.search(rf"(?<![\w:]){re.escape(h)}\b", t) for h in HALF_TYPES) or \
-            bool(re.search(r"\b(?:at|c10)::(?:Half|BFloat16|Float8_\w+)\b", t))
+        return bool(HALF_TEXT.search(t))
 
     def _specialised_half(self, fn: Any) -> bool:
         p = fn.parent
