@@ -40,3 +40,11 @@ def test_too_tight_tolerance_is_a_warning(tmp_path, capsys):
     assert main(["check-task", str(dst), "--seeds", "1", "--direction", "forward", "--config", "odd-small"]) == 0
     out = capsys.readouterr().out
     assert "warning: too tight" in out and "ref-err" in out
+
+
+def test_kernelbench_softmax_shape_is_vacuous_but_trivial_outputs_no_longer_pass():
+    """KernelBench's softmax shape and tolerance: 0 is within atol everywhere, yet neither zeros, nor a
+    constant, nor the output for other inputs passes the scale-aware comparison."""
+    task = load_task(str(ROOT / "tests" / "fixtures" / "kernelbench" / "vacuous" / "softmax_wide.py"))
+    rows = check_task(task, seeds=1, device="cpu", configs=["seed0-normal"])
+    assert rows[0].vacuous == 1.0 and rows[0].warnings and not rows[0].degenerate, rows[0]
