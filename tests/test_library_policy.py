@@ -98,3 +98,13 @@ def test_evolution_loop_check_follows_the_session_policy():
     v = check(task, "forward", cand)
     assert v.status == Status.PASS and v.data["policy"] == "engineering"
     assert session_checks(None)[0] is static_integrity_check
+
+
+def test_a_scanner_error_is_a_skipped_verdict_not_a_crash(monkeypatch):
+    from engine.integrity import static
+
+    def boom(*a, **k):
+        raise RuntimeError("grammar exploded")
+    monkeypatch.setattr(static, "scan_candidate", boom)
+    v = static.check_candidate(load_candidate(CUBLAS), None, None)
+    assert v.status == Status.SKIPPED and "grammar exploded" in v.reason and "dynamic checks" in v.reason

@@ -154,7 +154,12 @@ def check_candidate(candidate: Any, task: Any = None, policy: str | None = None)
     if why is not None:
         return Verdict("static", Status.SKIPPED, f"the C++/CUDA parser is not available ({why}); install "
                        "tree-sitter and tree-sitter-cuda", {"policy": resolve_policy(policy, task).policy})
-    return static_verdict(scan_candidate(candidate, task, policy), resolve_policy(policy, task))
+    try:
+        findings = scan_candidate(candidate, task, policy)
+    except Exception as exc:  # noqa: BLE001 - a scanner bug must not stop an evaluation: the dynamic checks still run
+        return Verdict("static", Status.SKIPPED, f"the static scanner failed on this candidate ({type(exc).__name__}: "
+                       f"{exc}); the dynamic checks still judge it", {"policy": resolve_policy(policy, task).policy})
+    return static_verdict(findings, resolve_policy(policy, task))
 
 
 def gate_static(report: Any, candidate: Any, task: Any, override: bool = False, say: Any = None,
