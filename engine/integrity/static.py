@@ -29,7 +29,6 @@ from engine.integrity.findings import (  # noqa: F401 - the catalog ids are part
     MONKEY_PATCH,
     NO_OWN_KERNEL,
     REFERENCE_IMPORT,
-    SCANNER,
     SHAPE_SPECIALISATION,
     SIDE_STREAM,
     STATIC_CACHE,
