@@ -103,6 +103,9 @@ class EvalConfig:
     compile_baseline: bool = True         # also time torch.compile (slow to warm up: off for quick sessions)
     timing_configs: list[str] | None = None  # time only these configs (correctness still covers all)
     profile: bool = True                  # the profile stage (ncu + torch profiler) for candidates that pass
+    # Vendor libraries and ATen: "pure" (not allowed) or "engineering" (allowed, tagged); None: the task's
+    # `library_policy`, else "pure" (engine.integrity.policy; README "Library policy").
+    library_policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -349,6 +352,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(f"[verify] min_confidence must be between 0 and 1, got {cfg.verify.min_confidence}.")
     if cfg.eval.trials < 1 or cfg.eval.timeout_s <= 0:
         raise ConfigError("[eval] trials must be at least 1 and timeout_s positive.")
+    if cfg.eval.library_policy is not None and cfg.eval.library_policy not in ("pure", "engineering"):
+        raise ConfigError(f"[eval] library_policy: expected pure or engineering, got {cfg.eval.library_policy!r}.")
     ex = cfg.executor
     if ex.kind not in ("local", "ray"):
         raise ConfigError(f"[executor] kind: expected local or ray, got {ex.kind!r}.")

@@ -313,9 +313,11 @@ class Backend:
         else:
             raise KbenchError(f"the {proposer} proposer cannot drive a session from the app")
         evaluator = self._make_evaluator(t, direction)
+        from engine.evolve.checks import session_checks
         es = EvolutionSession(self.ws, name, t, prop, evaluator, direction=direction,
                               budgets=Budgets(generations=generations, population=population, usd=usd),
                               policy=default_policy(proposer), ledger=ledger,
+                              checks=session_checks(self.config.eval.library_policy),
                               model=self.config.llm.model if proposer == "anthropic" else None,
                               session_config={"generations": generations, "population": population,
                                               "budget_usd": usd, "started_from": "tui"})

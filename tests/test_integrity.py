@@ -126,7 +126,7 @@ def test_3xtf32_split_is_accepted_and_plain_tf32_is_not():
 
 def test_half_as_a_variable_name_is_not_half_precision():
     assert scan_cpp("k.cu", "const int half = n >> 1; for (int half = 0; half < 2; ++half) y[half * 4] = 0;") == []
-    assert scan_cpp("k.cu", "half h = x; __half* p = q;")
+    assert scan_cpp("k.cu", "__device__ void f(float x) { half h = x; __half* p = q; }")
 
 
 def test_allocation_views_and_checks_are_allowed():
@@ -148,8 +148,13 @@ def test_device_attribute_memo_is_not_a_cache_but_a_pointer_keyed_one_is():
             '  if (!cached) cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, 0); ++used; return cached; }\n')
     assert scan_cpp("k.cu", memo) == []
     keyed = ('#include <torch/extension.h>\nstatic const void* last_x = nullptr;\n'
-             'torch::Tensor f(torch::Tensor x) { if (x.data_ptr() == last_x) return x; last_x = x.data_ptr(); return x; }\n')
-    assert {f.hack for f in scan_cpp("binding.cpp", keyed)} == {static.STATIC_CACHE}
+             'void launch(float* p);\n'
+             'torch::Tensor f(torch::Tensor x) { if (x.data_ptr() == last_x) return x; last_x = x.data_ptr();\n'
+             '  launch(x.data_ptr<float>()); return x; }\n')
+    assert {(f.hack, f.status) for f in scan_cpp("binding.cpp", keyed)} == {(static.STATIC_CACHE, "fail")}
+    # keyed by address, but only to find a descriptor: no early exit, nothing kept flows to the output
+    descriptor = keyed.replace("if (x.data_ptr() == last_x) return x; ", "if (x.data_ptr() != last_x) rebuild(); ")
+    assert scan_cpp("binding.cpp", descriptor) == []
     counter = 'torch::Tensor f(torch::Tensor x) { static long call_count = 0; if (call_count++ > 10) return x; return x; }'
     f = scan_cpp("binding.cpp", counter)
     assert [(x.hack, x.status) for x in f] == [(static.STATIC_CACHE, "suspicious")]

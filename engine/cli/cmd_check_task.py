@@ -43,9 +43,13 @@ def cmd_check_task(args: argparse.Namespace) -> int:
                 stats = (f"std {r.std:.3g}" if r.std is not None else "std -") + \
                         f"  near-zero {r.frac_near_zero:.3f}" + \
                         f"  d/input {r.input_sensitivity:.3g}" + \
-                        (f"  d/init {r.init_sensitivity:.3g}" if r.init_sensitivity is not None else "  d/init -")
+                        (f"  d/init {r.init_sensitivity:.3g}" if r.init_sensitivity is not None else "  d/init -") + \
+                        (f"  vacuous {r.vacuous:.2f}" if r.vacuous is not None else "") + \
+                        (f"  ref-err {r.ref_error:.2g}" if r.ref_error is not None else "  ref-err -")
                 state = "DEGENERATE: " + "; ".join(r.flags) if r.flags else "ok"
                 print(f"  {r.direction:<8} {r.config:<22} {stats}  [{r.device}, {r.seeds} seeds]  {state}")
+                for w in r.warnings:
+                    print(f"  {'':<8} {'':<22} warning: {w}")
     if args.json:
         print(json.dumps({"tasks": report, "degenerate": bad}, indent=2))
     else:

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", type=int, default=None, help="GPU index to pin the evaluation to")
     p.add_argument("--override-static", action="store_true",
                    help="a person's override: go on past a static `fail` (the verdict then says overridden)")
+    p.add_argument("--library-policy", choices=["pure", "engineering"], default=None,
+                   help="vendor libraries and ATen: pure (not allowed) or engineering (allowed, tagged); "
+                        "default: [eval] library_policy, else the task's, else pure")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_eval)
 
@@ -37,10 +40,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     task = load_task(args.task)
     candidate = load_candidate(args.candidate)
     direction = "backward" if args.backward else "forward"
+    policy = args.library_policy
+    if policy is None:
+        from engine.config import load_config
+        policy = load_config(None).eval.library_policy
     opts = EvalOptions(configs=args.configs, timing_configs=args.timing_configs, trials=args.trials, timing=not args.no_timing,
                        baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
                        timeout_s=args.timeout, gpu=args.gpu, profile=not args.no_profile,
-                       override_static=args.override_static)
+                       override_static=args.override_static, library_policy=policy)
     quiet = args.json
     report = evaluate(task, candidate, direction, opts,
                       progress=None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True)))

@@ -76,13 +76,17 @@ def _evaluation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
                    help="time only this config (repeatable; correctness still runs on every config)")
     p.add_argument("--no-profile", action="store_true", help="skip the profile stage (ncu + torch profiler)")
+    p.add_argument("--library-policy", choices=["pure", "engineering"], default=None,
+                   help="vendor libraries and ATen: pure (not allowed) or engineering (allowed, tagged on each "
+                        "candidate); default: [eval] library_policy, else the task's, else pure")
 
 
 def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
     flags: dict[str, Any] = {"executor.kind": args.executor, "executor.ray_address": args.ray_address,
                              "executor.gpus": args.gpus, "executor.build_workers": getattr(args, "build_workers", None),
                              "eval.trials": args.trials, "eval.timeout_s": args.timeout,
-                             "eval.timing_configs": args.timing_configs}
+                             "eval.timing_configs": args.timing_configs,
+                             "eval.library_policy": getattr(args, "library_policy", None)}
     if args.no_compile_baseline:
         flags["eval.compile_baseline"] = False
     if args.no_profile:
@@ -132,8 +136,10 @@ def _proposer(args: argparse.Namespace, ws: Any, config: Any, ledger: Any):
 
 def cmd_evolve(args: argparse.Namespace) -> int:
     from engine.config import load_config
+    from engine.evolve.checks import session_checks
     from engine.evolve.loop import Budgets, EvolutionSession
     from engine.evolve.operators import default_policy, parse_weights
+    from engine.integrity.policy import resolve_policy
     from engine.llm.accounting import CostLedger
     from engine.tasks.loader import load_task
 
@@ -165,8 +171,10 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         policy=default_policy(args.proposer, parse_weights(args.operators) if args.operators else None),
         ledger=ledger, verifier=verifier, use_baseline=not args.no_baseline, hints=args.hints, seed=args.seed,
         model=config.llm.model if args.proposer == "anthropic" else None,
+        checks=session_checks(config.eval.library_policy),
         session_config={"generations": args.generations, "population": args.population, "budget_usd": usd,
-                        "operators": args.operators, "seed": args.seed})
+                        "operators": args.operators, "seed": args.seed,
+                        "library_policy": resolve_policy(config.eval.library_policy, task).to_json()})
     t0 = time.monotonic()
 
     def show(e) -> None:

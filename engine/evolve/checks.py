@@ -8,17 +8,24 @@ not to repeat it (see executor.default_gpu).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from engine.verdict import Status, Verdict
 
 
-def static_integrity_check(task: Any, direction: str, candidate: Any) -> Verdict:
+def static_integrity_check(task: Any, direction: str, candidate: Any, policy: str | None = None) -> Verdict:
+    """The static scan under the session's library policy (None: the task's, else the default)."""
     try:
-        from engine.integrity.static import scan_candidate, static_verdict
+        from engine.integrity.static import check_candidate
     except ImportError:  # an engine without the integrity package
         return Verdict("static", Status.SKIPPED, "no static integrity scanner in this engine")
-    return static_verdict(scan_candidate(candidate, task))
+    return check_candidate(candidate, task, policy)
+
+
+def session_checks(policy: str | None) -> tuple[Any, ...]:
+    """The default checks for a session whose library policy is `policy` (`[eval] library_policy` or a flag)."""
+    return (partial(static_integrity_check, policy=policy),) if policy else DEFAULT_CHECKS
 
 
 DEFAULT_CHECKS = (static_integrity_check,)

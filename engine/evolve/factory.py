@@ -15,7 +15,8 @@ def eval_options(config: Any, **overrides: Any) -> Any:
     e = config.eval
     kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile,
                           "timing_configs": list(e.timing_configs) if e.timing_configs else None,
-                          "baselines": ("eager", "compile") if e.compile_baseline else ("eager",)}
+                          "baselines": ("eager", "compile") if e.compile_baseline else ("eager",),
+                          "library_policy": e.library_policy}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return EvalOptions(**kw)
 

@@ -1,9 +1,32 @@
-"""Compare a candidate's outputs with the reference's: structure first, then values within tolerance."""
+"""Compare a candidate's outputs with the reference's: structure first, then values, at three scales.
+
+1. Non-finite values must sit exactly where the reference has them (NaN where NaN, +Inf where +Inf, -Inf
+   where -Inf): nothing is mapped to a number before comparing, so neither unwritten memory (NaN-poisoned)
+   nor a NaN hidden as 0 can pass.
+2. Element-wise: |got - ref| <= atol + rtol * |ref| (with the task's mismatch budget).
+3. Scale-aware: per output and per row (the last dimension; 1024-element tiles for vectors), rows that are
+   entirely zero where the reference's are not are named, and where the element-wise tolerance is vacuous
+   (zero itself would pass for most elements, as with KernelBench's atol on a softmax) the normalised error
+   ||got - ref|| / ||ref|| must stay below `normalised_tolerance`. Optionally, against a float64 reference,
+   the candidate's normalised error must stay within a margin of the task-dtype reference's own error.
+
+Rows too small to matter (RMS below 1e-3 of the output's, or only subnormal values) are never judged by the
+row checks: their values are rounding noise, which the element-wise atol exists for.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+TILE = 1024                 # vectors are judged in tiles of this many elements
+MIN_ROW = 8                 # shorter last dimensions are judged as tiles of the flattened output
+SIGNIFICANT_ROW = 1e-3      # a row is judged when its RMS is at least this fraction of the output's
+VACUOUS_FRACTION = 0.5      # the element-wise test is vacuous where zero would pass for this many elements
+REF_ERROR_MARGIN = 10.0     # float64 check: allowed multiple of the eager reference's own error
+# Smallest normalised-error bound per dtype: far above the rounding error of an honest kernel in that dtype
+# (float32 kernels are ~1e-6..1e-4 from eager), far below a wrong or half-written result (~0.5..1.4).
+NORM_FLOOR = {"float64": 1e-6, "float32": 1e-2, "float16": 5e-2, "bfloat16": 1e-1}
 
 
 @dataclass
@@ -14,14 +37,27 @@ class Comparison:
     max_rel_err: float = 0.0
     mismatch_fraction: float = 0.0
     details: list[str] = field(default_factory=list)
+    max_norm_err: float = 0.0          # worst ||got - ref|| / ||ref|| over the outputs
+    rows: list[int] = field(default_factory=list)   # the rows (or tiles) named in the reason, first 64
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def normalised_tolerance(rtol: float, dtype: Any) -> float:
+    """Bound on ||got - ref|| / ||ref|| where the element-wise tolerance is vacuous."""
+    floor = NORM_FLOOR.get(str(dtype).replace("torch.", ""), 1e-2)
+    return min(0.5, max(10.0 * rtol, floor))
+
+
 def compare_outputs(got: tuple, want: tuple, atol: float, rtol: float,
-                    max_mismatch_fraction: float = 0.0) -> Comparison:
-    """Element-wise check of every output; the first structural problem or value mismatch is the reason."""
+                    max_mismatch_fraction: float = 0.0, *, ref64: tuple | None = None,
+                    margin: float = REF_ERROR_MARGIN) -> Comparison:
+    """Check every output; the first structural problem or value mismatch is the reason.
+
+    `ref64`, when given, holds the reference's outputs computed in float64 on the same inputs: each
+    output's normalised error against it must stay within `margin` times the task-dtype reference's own.
+    """
     import torch
 
     if len(got) != len(want):
@@ -46,64 +82,207 @@ def compare_outputs(got: tuple, want: tuple, atol: float, rtol: float,
         if w.is_contiguous() and not g.is_contiguous():
             # is_contiguous ignores the strides of size-1 dims, which carry no layout
             return Comparison(False, f"{name}: strides {g.stride()}, expected contiguous {w.stride()}")
-        c = _compare_values(g, w, atol, rtol, name, max_mismatch_fraction)
+        w64 = ref64[i] if ref64 is not None and i < len(ref64) and isinstance(ref64[i], torch.Tensor) else None
+        c = _compare_values(g, w, atol, rtol, name, max_mismatch_fraction, w64, margin)
         if not c.ok:
             return c
         worst.max_abs_err = max(worst.max_abs_err, c.max_abs_err)
         worst.max_rel_err = max(worst.max_rel_err, c.max_rel_err)
+        worst.max_norm_err = max(worst.max_norm_err, c.max_norm_err)
+        worst.mismatch_fraction = max(worst.mismatch_fraction, c.mismatch_fraction)
+        worst.details += c.details
     return worst
 
 
-def _compare_values(g: Any, w: Any, atol: float, rtol: float, name: str,
-                    max_mismatch_fraction: float = 0.0) -> Comparison:
+# -- rows --------------------------------------------------------------------------------------------------
+
+def _rows(t: Any) -> tuple[Any, str]:
+    """A 2-D view whose rows are judged one by one, and how to name them."""
+    if t.dim() >= 2 and t.shape[-1] >= MIN_ROW:
+        lead = tuple(t.shape[:-1])
+        what = "rows" if len(lead) == 1 else f"rows (flattened over the leading dims {lead})"
+        return t.reshape(-1, t.shape[-1]), what
+    flat = t.reshape(-1)
+    n = flat.numel() // TILE * TILE
+    if n == 0:
+        return flat.reshape(1, -1), "elements"
+    return flat[:n].reshape(-1, TILE), f"tiles of {TILE} elements"
+
+
+def _ranges(idx: list[int], limit: int = 8) -> str:
+    """[0,1,2,5,7,8] -> '0-2, 5, 7-8'."""
+    out: list[str] = []
+    start = prev = None
+    for i in idx:
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = i
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(out[:limit]) + (f", ... ({len(out) - limit} more ranges)" if len(out) > limit else "")
+
+
+def _name_rows(mask: Any, what: str) -> tuple[str, list[int]]:
+    import torch
+    idx = torch.nonzero(mask.reshape(-1)).reshape(-1).tolist()
+    return f"{len(idx)} of {mask.numel()} {what}: {_ranges(idx)}", idx[:64]
+
+
+def _row_of(flat_index: int, t: Any) -> str:
+    if t.dim() >= 2 and t.shape[-1] >= MIN_ROW:
+        return f"row {flat_index // t.shape[-1]}"
+    return f"tile {flat_index // TILE}"
+
+
+# -- values ------------------------------------------------------------------------------------------------
+
+def _compare_values(g: Any, w: Any, atol: float, rtol: float, name: str, max_mismatch_fraction: float = 0.0,
+                    w64: Any = None, margin: float = REF_ERROR_MARGIN) -> Comparison:
     import torch
 
+    n = max(w.numel(), 1)
     if not w.is_floating_point():
         bad = (g != w)
         n_bad = int(bad.sum())
         if n_bad:
-            return Comparison(False, f"{name}: {n_bad} of {w.numel()} integer elements differ",
-                              mismatch_fraction=n_bad / max(w.numel(), 1))
+            rows, what = _rows(bad)
+            desc, idx = _name_rows(rows.any(dim=1), what)
+            return Comparison(False, f"{name}: {n_bad} of {w.numel()} integer elements differ, in {desc}",
+                              mismatch_fraction=n_bad / n, rows=idx)
         return Comparison(True)
-    g64, w64 = g.double(), w.double()
-    ref_nonfinite = ~torch.isfinite(w64)
-    got_nonfinite = ~torch.isfinite(g64)
-    # Non-finite values must match exactly where the reference has them, and appear nowhere else.
-    if bool((got_nonfinite & ~ref_nonfinite).any()):
-        n = int((got_nonfinite & ~ref_nonfinite).sum())
-        kind = "NaN" if bool(torch.isnan(g64[~ref_nonfinite]).any()) else "Inf"
-        return Comparison(False, f"{name}: {n} {kind} value(s) where the reference is finite "
-                                 "(unwritten or uninitialised output memory, or overflow)",
-                          mismatch_fraction=n / max(w.numel(), 1))
-    if not bool(g64.any()) and bool(w64[~ref_nonfinite].any()):
+    g64, w64_ = g.double(), w.double()
+
+    # 1. non-finite values exactly where the reference has them
+    checks = (("NaN", torch.isnan), ("+Inf", lambda t: torch.isposinf(t)), ("-Inf", lambda t: torch.isneginf(t)))
+    for label, test in checks:
+        tg, tw = test(g64), test(w64_)
+        extra, missing = tg & ~tw, tw & ~tg
+        if bool(extra.any()):
+            rows, what = _rows(extra)
+            desc, idx = _name_rows(rows.any(dim=1), what)
+            k = int(extra.sum())
+            return Comparison(False, f"{name}: {k} {label} value(s) where the reference has none (unwritten or "
+                                     f"uninitialised output memory, or overflow), in {desc}",
+                              mismatch_fraction=k / n, rows=idx)
+        if bool(missing.any()):
+            rows, what = _rows(missing)
+            desc, idx = _name_rows(rows.any(dim=1), what)
+            k = int(missing.sum())
+            return Comparison(False, f"{name}: {k} element(s) where the reference is {label} and the output is "
+                                     f"not (a {label} hidden or never computed), in {desc}",
+                              mismatch_fraction=k / n, rows=idx)
+    finite = torch.isfinite(w64_)
+    gf = torch.where(finite, g64, torch.zeros((), dtype=g64.dtype, device=g64.device))
+    wf = torch.where(finite, w64_, torch.zeros((), dtype=w64_.dtype, device=w64_.device))
+    if not bool(finite.any()):
+        return Comparison(True)   # every value is non-finite, and they all match
+
+    # the whole output zero where the reference is not
+    if not bool(gf.any()) and bool(wf.any()):
         return Comparison(False, f"{name}: every element is 0 where the reference is not: unwritten or "
                                  "uninitialised output memory, or a kernel that never ran",
-                          max_abs_err=float(w64[~ref_nonfinite].abs().max()), mismatch_fraction=1.0)
-    finite = ~ref_nonfinite
-    if bool(ref_nonfinite.any()) and not torch.equal(g64[ref_nonfinite].nan_to_num(0.0, 1.0, -1.0),
-                                                    w64[ref_nonfinite].nan_to_num(0.0, 1.0, -1.0)):
-        return Comparison(False, f"{name}: non-finite values differ from the reference's")
-    diff = (g64 - w64).abs()[finite]
-    ref_abs = w64.abs()[finite]
-    if diff.numel() == 0:
-        return Comparison(True)
-    allowed = atol + rtol * ref_abs
-    bad = diff > allowed
+                          max_abs_err=float(wf.abs().max()), mismatch_fraction=1.0)
+
+    diff = (gf - wf).abs()
+    allowed = atol + rtol * wf.abs()
+    bad = (diff > allowed) & finite
     max_abs = float(diff.max())
-    max_rel = float((diff / ref_abs.clamp_min(1e-30)).max())
+    max_rel = float((diff / wf.abs().clamp_min(1e-30))[finite].max())
+    ref_norm = float(torch.linalg.vector_norm(wf))
+    norm_err = float(torch.linalg.vector_norm(gf - wf)) / ref_norm if ref_norm > 0 else (0.0 if max_abs == 0 else float("inf"))
+
+    # 2. rows: named when entirely zero where the reference's are not, or wrong under a vacuous tolerance
+    rg, what = _rows(gf)
+    rw, _ = _rows(wf)
+    rbad, _ = _rows(bad)
+    rfin, _ = _rows(finite)
+    tiny = torch.finfo(w.dtype).tiny * 1e3
+    row_rms = torch.sqrt((rw * rw).mean(dim=1))
+    out_rms = float(torch.sqrt((wf * wf).mean()))
+    significant = (row_rms >= SIGNIFICANT_ROW * out_rms) & (rw.abs().amax(dim=1) > tiny)
+    zero_rows = (rg == 0).all(dim=1) & (rw.abs().amax(dim=1) > tiny) & (significant | rbad.any(dim=1))
+    if bool(zero_rows.any()):
+        desc, idx = _name_rows(zero_rows, what)
+        return Comparison(False, f"{name}: {desc} are entirely 0 where the reference's are not (unwritten or "
+                                 "skipped rows)", max_abs_err=max_abs, max_rel_err=max_rel, max_norm_err=norm_err,
+                          mismatch_fraction=int(bad.sum()) / n, rows=idx)
+
+    # 3. element-wise, within the task's mismatch budget
     n_bad = int(bad.sum())
+    details: list[str] = []
     if n_bad and n_bad <= max_mismatch_fraction * w.numel():
-        return Comparison(True, max_abs_err=max_abs, max_rel_err=max_rel, mismatch_fraction=n_bad / w.numel(),
-                          details=[f"{name}: {n_bad} element(s) outside tolerance, within the task's "
-                                   f"mismatch budget of {max_mismatch_fraction:g}"])
-    if n_bad:
-        flat_idx = int(torch.nonzero(bad.reshape(-1))[0])
-        fi = torch.nonzero(finite.reshape(-1)).reshape(-1)[flat_idx]
-        index = tuple(int(x) for x in torch.unravel_index(fi, w.shape)) if w.dim() else ()
+        details.append(f"{name}: {n_bad} element(s) outside tolerance, within the task's mismatch budget of "
+                       f"{max_mismatch_fraction:g}")
+    elif n_bad:
+        first = int(torch.nonzero(bad.reshape(-1))[0])
+        index = tuple(int(x) for x in torch.unravel_index(torch.tensor(first), w.shape)) if w.dim() else ()
+        desc, idx = _name_rows(rbad.any(dim=1), what)
         return Comparison(
             False,
-            f"{name}: {n_bad} of {w.numel()} elements outside atol={atol:g} rtol={rtol:g}; "
-            f"max abs err {max_abs:.3g}, first at {list(index)}: got {float(g64.reshape(-1)[fi]):.6g}, "
-            f"expected {float(w64.reshape(-1)[fi]):.6g}",
-            max_abs_err=max_abs, max_rel_err=max_rel, mismatch_fraction=n_bad / w.numel())
-    return Comparison(True, max_abs_err=max_abs, max_rel_err=max_rel)
+            f"{name}: {n_bad} of {w.numel()} elements outside atol={atol:g} rtol={rtol:g}; max abs err {max_abs:.3g}, "
+            f"first at {list(index)}: got {float(g64.reshape(-1)[first]):.6g}, expected "
+            f"{float(w64_.reshape(-1)[first]):.6g}; in {desc}",
+            max_abs_err=max_abs, max_rel_err=max_rel, mismatch_fraction=n_bad / n, max_norm_err=norm_err, rows=idx)
+
+    # 4. normalised error where the element-wise tolerance cannot judge: zero itself would pass it for most
+    # of the reference's nonzero values (exact zeros, as after a ReLU, say nothing about the tolerance)
+    tau = normalised_tolerance(rtol, w.dtype)
+    nonzero = finite & (wf != 0)
+    zero_passes = (wf.abs() <= allowed) & nonzero
+    rzp, _ = _rows(zero_passes)
+    rnz, _ = _rows(nonzero)
+    row_vacuous = rzp.sum(dim=1) >= VACUOUS_FRACTION * rnz.sum(dim=1).clamp_min(1)
+    row_err = torch.sqrt(((rg - rw) ** 2).sum(dim=1)) / torch.sqrt((rw * rw).sum(dim=1)).clamp_min(1e-300)
+    wrong_rows = row_vacuous & significant & (row_err > tau) & rnz.any(dim=1)
+    if bool(wrong_rows.any()):
+        desc, idx = _name_rows(wrong_rows, what)
+        return Comparison(False, f"{name}: {desc} have a normalised error above {tau:.3g} (worst "
+                                 f"{float(row_err[wrong_rows].max()):.3g}) under a tolerance that cannot judge them "
+                                 f"(atol={atol:g} exceeds most of their values)", max_abs_err=max_abs,
+                          max_rel_err=max_rel, max_norm_err=norm_err, mismatch_fraction=n_bad / n, rows=idx)
+    vacuous = int(zero_passes.sum()) / max(int(nonzero.sum()), 1)
+    if vacuous >= VACUOUS_FRACTION and ref_norm > 0 and norm_err > tau:
+        return Comparison(False, f"{name}: normalised error ||got - ref|| / ||ref|| = {norm_err:.3g} exceeds "
+                                 f"{tau:.3g}; atol={atol:g} is larger than {vacuous:.0%} of the reference's values, so "
+                                 "the element-wise check cannot judge this output", max_abs_err=max_abs,
+                          max_rel_err=max_rel, max_norm_err=norm_err, mismatch_fraction=n_bad / n)
+
+    # 5. against float64: within a margin of the eager reference's own error
+    if w64 is not None and tuple(w64.shape) == tuple(w.shape):
+        e = reference_error(w, w64)
+        r64 = w64.double()
+        keep = torch.isfinite(r64)
+        den = float(torch.linalg.vector_norm(r64[keep]))
+        if den > 0:
+            cand = float(torch.linalg.vector_norm((g64 - r64)[keep])) / den
+            allowance = max(margin * e, 8 * torch.finfo(w.dtype).eps)
+            if cand > allowance:
+                return Comparison(False, f"{name}: normalised error against the float64 reference {cand:.3g} exceeds "
+                                         f"{margin:g} x the eager reference's own ({e:.3g})", max_abs_err=max_abs,
+                                  max_rel_err=max_rel, max_norm_err=norm_err, mismatch_fraction=n_bad / n)
+    return Comparison(True, max_abs_err=max_abs, max_rel_err=max_rel, mismatch_fraction=n_bad / n,
+                      details=details, max_norm_err=norm_err)
+
+
+def reference_error(ref: Any, ref64: Any) -> float:
+    """||ref - ref64|| / ||ref64|| over the finite elements: the task dtype's own error on this output."""
+    import torch
+    r, r64 = ref.double(), ref64.double()
+    keep = torch.isfinite(r64) & torch.isfinite(r)
+    den = float(torch.linalg.vector_norm(r64[keep]))
+    return float(torch.linalg.vector_norm((r - r64)[keep])) / den if den > 0 else 0.0
+
+
+def vacuous_fraction(ref: Any, atol: float, rtol: float) -> float:
+    """Fraction of the reference's finite nonzero elements for which 0 is within atol + rtol * |ref|."""
+    import torch
+    r = ref.double()
+    keep = torch.isfinite(r) & (r != 0)
+    if not bool(keep.any()):
+        return 0.0
+    v = r[keep].abs()
+    return float((v <= atol + rtol * v).double().mean())

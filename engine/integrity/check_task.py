@@ -12,8 +12,16 @@ degenerate when a trivial output passes the task's own comparison (same toleranc
 
 For a backward, `input-insensitive` compares whole setups (inputs, parameters and grad_out all redrawn).
 
+
+Warnings (reported, not degenerate): `vacuous tolerance` (below) and `too tight`: the float64 reference,
+rounded to the task's dtype, fails the comparison, so a kernel more accurate than eager would be rejected.
+
 Statistics reported per config (worst over seeds and outputs): std, fraction of elements with |y| <= atol,
-relative change of the output with the inputs and with the initialisation.
+relative change of the output with the inputs and with the initialisation, the fraction of nonzero
+reference values for which 0 is within atol + rtol*|y| (`vacuous`; at 0.5 and above only the scale-aware
+checks of engine.harness.compare judge the config, which the report says), and the task dtype's own error
+against a float64 run of the reference (`ref_error`: ||y - y64|| / ||y64||, what a tolerance derived from
+the reference would start from).
 """
 
 from __future__ import annotations
@@ -37,6 +45,9 @@ class ConfigCheck:
     frac_near_zero: float | None = None
     input_sensitivity: float | None = None   # ||f(x') - f(x)|| / ||f(x)||, same parameters
     init_sensitivity: float | None = None    # ||f_θ'(x) - f_θ(x)|| / ||f_θ(x)||, same inputs (None: no parameters)
+    vacuous: float | None = None             # fraction of nonzero reference values for which 0 passes atol/rtol
+    ref_error: float | None = None           # ||y - y64|| / ||y64||: the task dtype's own error (None: no float64 run)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def degenerate(self) -> bool:
@@ -58,10 +69,14 @@ def _rel(a: list[Any], b: list[Any]) -> float:
     return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
 
 
-def _passes(trial: list[Any], ref: list[Any], spec: Any) -> bool:
+def _compare(trial: list[Any], ref: list[Any], spec: Any) -> Any:
     from engine.harness.compare import compare_outputs
     return compare_outputs(tuple(trial), tuple(ref), spec.tolerance.atol, spec.tolerance.rtol,
-                           spec.max_mismatch_fraction).ok
+                           spec.max_mismatch_fraction)
+
+
+def _passes(trial: list[Any], ref: list[Any], spec: Any) -> bool:
+    return _compare(trial, ref, spec).ok
 
 
 def _param_state(runtime: Any) -> list[Any]:
@@ -79,13 +94,37 @@ def _changed(a: list[Any], b: list[Any]) -> bool:
     return len(a) != len(b) or any(x.shape != y.shape or not torch.equal(x, y) for x, y in zip(a, b))
 
 
+def _reference64(runtime: Any, config: Any, seed: int, device: Any) -> list[Any] | None:
+    """The reference in float64 on the same seeded setup (model, inputs and grad_out converted), or None
+    where the reference cannot run in float64 (it fixes a dtype somewhere, say)."""
+    import torch
+
+    def up(t: Any) -> Any:
+        return t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+    try:
+        with torch.no_grad():
+            runtime.setup(config, seed, device)
+        model = getattr(runtime, "model", None)
+        if model is not None and hasattr(model, "double"):
+            model.double()
+        if isinstance(getattr(runtime, "grad_out", None), torch.Tensor):
+            runtime.grad_out = up(runtime.grad_out)
+        out = _floats(runtime.reference([up(t) for t in runtime.inputs()]))
+        return out if out and all(t.dtype == torch.float64 for t in out) else None
+    except Exception:  # noqa: BLE001 - float64 is a bonus: the dtype run is the check
+        return None
+
+
 def check_config(runtime: Any, config: Any, device: Any, seeds: int = 3) -> ConfigCheck:
     import torch
+
+    from engine.harness.compare import reference_error, vacuous_fraction
 
     spec = runtime.spec
     res = ConfigCheck(runtime.direction, config.name, str(device), seeds)
     atol = spec.tolerance.atol
-    stds, nz, sens_in, sens_init = [], [], [], []
+    stds, nz, sens_in, sens_init, vac, errs = [], [], [], [], [], []
+    tight: set[str] = set()
     flags: set[str] = set()
     for k in range(seeds):
         s1, s2 = config.seed * 7717 + 2 * k + 1, config.seed * 7717 + 2 * k + 2
@@ -125,10 +164,25 @@ def check_config(runtime: Any, config: Any, device: Any, seeds: int = 3) -> Conf
             flags.add("input-insensitive: the output for other inputs passes the comparison")
         if params and _passes(a, b, spec):
             flags.add("init-insensitive: the output for other parameters/initialisation passes the comparison")
+        vac.append(max(vacuous_fraction(t, atol, spec.tolerance.rtol) for t in a))
+        a64 = _reference64(runtime, config, s1, device)
+        if a64 is not None and len(a64) == len(a):
+            errs.append(max(reference_error(t, t64) for t, t64 in zip(a, a64)))
+            honest = _compare([t64.to(t.dtype) for t, t64 in zip(a, a64)], a, spec)
+            if not honest.ok:
+                tight.add(f"too tight: the float64 reference, rounded to {a[0].dtype}, fails the task's own "
+                          f"comparison ({honest.reason[:200]}): a kernel more accurate than eager would be rejected")
     res.std = min(stds) if stds else None
     res.frac_near_zero = max(nz) if nz else None
     res.input_sensitivity = min(sens_in) if sens_in else None
     res.init_sensitivity = min(sens_init) if sens_init else None
+    res.vacuous = max(vac) if vac else None
+    res.ref_error = max(errs) if errs else None
+    if res.vacuous is not None and res.vacuous >= 0.5:
+        res.warnings.append(f"vacuous tolerance: 0 is within atol={atol:g} (rtol={spec.tolerance.rtol:g}) for "
+                            f"{res.vacuous:.0%} of the reference's nonzero values; only the scale-aware checks "
+                            "(dead rows, normalised error) judge this config")
+    res.warnings += sorted(tight)
     res.flags = sorted(flags)
     return res
 

@@ -46,6 +46,7 @@ class EvalOptions:
     roofline: bool = True                   # place results on the measured roofline (measured once per GPU)
     integrity: bool = True                  # static reward-hack scan before compile, the judge's integrity verdict
     override_static: bool = False           # a person's override: go on to compile despite a static `fail`
+    library_policy: str | None = None       # "pure" | "engineering"; None: the task's, else "pure" (engine.integrity.policy)
     # After timing, for candidates that pass: the `profile` stage (engine/profile), whose summary feeds the
     # mutate and repair prompts. `skipped` with the reason where ncu is missing or not permitted.
     profile: bool = True
@@ -145,7 +146,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
 
     if opts.integrity:  # engine.integrity.static: reward-hack scan of the sources, before any build or GPU time
         from engine.integrity.static import gate_static
-        if not gate_static(report, candidate, task, opts.override_static, say):
+        if not gate_static(report, candidate, task, opts.override_static, say, policy=opts.library_policy):
             report.seconds = time.monotonic() - t0
             return report
     say(f"compiling {candidate.format} candidate {candidate.source_hash}")

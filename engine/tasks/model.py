@@ -84,6 +84,8 @@ class Task:
     dtype: str
     directions: dict[str, DirectionSpec]
     configs: tuple[TaskConfig, ...]
+    # `pure` or `engineering` (engine.integrity.policy); None: the session's or the default decides.
+    library_policy: str | None = None
 
     def spec(self, direction: str) -> DirectionSpec:
         try:
@@ -108,6 +110,7 @@ class Task:
                 for d, s in self.directions.items()
             },
             "configs": [c.to_json() for c in self.configs],
+            "library_policy": self.library_policy,
         }
 
     @classmethod
@@ -124,4 +127,5 @@ class Task:
                 for d, s in obj["directions"].items()
             },
             configs=tuple(TaskConfig.from_json(c) for c in obj["configs"]),
+            library_policy=obj.get("library_policy"),
         )

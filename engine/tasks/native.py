@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import TaskError
+from engine.integrity.policy import POLICIES
 from engine.tasks import costexpr, pysource
 from engine.tasks.inits import SCHEMES
 from engine.tasks.model import DTYPE_BYTES, Cost, DirectionSpec, Task, TaskConfig, Tolerance
@@ -88,8 +89,12 @@ def load_native(root: Path) -> Task:
         configs.append(TaskConfig(name=cname, model_kwargs=model_kwargs, input_kwargs=input_kwargs,
                                   seed=int(raw.get("seed", 0)), init=init, cost=cost))
 
+    policy = meta.get("library_policy")
+    if policy is not None and policy not in POLICIES:
+        raise TaskError(f"{toml_path}: library_policy {policy!r} is not one of {', '.join(POLICIES)}.")
     return Task(name=name, root=root.resolve(), format="native", description=str(meta.get("description", "")),
-                tags=tuple(meta.get("tags", ())), dtype=dtype, directions=specs, configs=tuple(configs))
+                tags=tuple(meta.get("tags", ())), dtype=dtype, directions=specs, configs=tuple(configs),
+                library_policy=policy)
 
 
 def _no_grad_positions(names: list[str], fn_params: pysource.Params, where: str) -> tuple[int, ...]:

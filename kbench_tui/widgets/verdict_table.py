@@ -17,6 +17,20 @@ def fmt_ms(v: float | None) -> str:
     return f"{v:.4f}" if v is not None else "-"
 
 
+def library_lines(stage) -> list[str]:
+    """The library uses the static stage tagged (engineering policy), one line per library with its sites."""
+    data = stage.verdict.verdict.data if stage is not None and stage.verdict is not None else {}
+    uses = data.get("libraries") or {}
+    if not uses:
+        return []
+    out = [f"libraries ({data.get('policy', '?')} policy): " +
+           ", ".join(f"{lib} x{len(sites)}" for lib, sites in sorted(uses.items()))]
+    for lib, sites in sorted(uses.items()):
+        out += [f"  {lib}: {site}" for site in sites[:3]] + ([f"  {lib}: ... {len(sites) - 3} more"]
+                                                            if len(sites) > 3 else [])
+    return out
+
+
 class VerdictTable(VerticalScroll):
     DEFAULT_CSS = """
     VerdictTable { height: 1fr; }
@@ -57,6 +71,9 @@ class VerdictTable(VerticalScroll):
         summary.append(f"  speedup {fmt_x(st.speedup)} vs eager, {fmt_x(st.speedup_compile)} vs torch.compile")
         if not st.measurements:
             summary.append(f"\nno measurement yet. {gpu_notice}".rstrip(), style="dim")
+        libs = library_lines(st.stages.get("static"))
+        if libs:
+            summary.append("\n" + "\n".join(libs), style="cyan")
         self.query_one("#verdict-summary", Static).update(summary)
         hist = Text()
         for o in st.overrides:
