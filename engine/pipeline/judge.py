@@ -316,7 +316,12 @@ class Judge:
         for cfg in configs:
             self.out.progress("correctness", cfg.name)
             t0 = time.monotonic()
-            prep = prepare(runtime, cfg, self.req.trials, device)
+            try:
+                prep = prepare(runtime, cfg, self.req.trials, device)
+            except Exception as exc:  # noqa: BLE001 - the task's own code: a task problem, named as such
+                self.out.data.error = (f"the task's reference failed on config {cfg.name}: {type(exc).__name__}: "
+                                       f"{str(exc).strip()[:600]}")
+                return
             header, tensors = _plan_message(prep)
             self.runner.send(header, tensors)  # type: ignore[union-attr]
             reply = self.runner.reply(self.deadline - time.monotonic())  # type: ignore[union-attr]
