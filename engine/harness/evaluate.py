@@ -130,7 +130,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             report.seconds = time.monotonic() - t0
             return report
     say(f"compiling {candidate.format} candidate {candidate.source_hash}")
-    build = build_candidate(candidate, opts.cache_root, detect_toolchain(), timeout_s=opts.build_timeout_s)
+    toolchain = detect_toolchain()
+    build = build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
     report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
     if not build.ok:
         report.verdicts.append(Verdict("compile", Status.FAIL, build.error or "compilation failed",
@@ -148,6 +149,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         spec["py_path"] = str(src_dir / candidate.main_file)
         spec["module_name"] = f"kb_modelnew_{candidate.source_hash}"
         extra_env["TORCH_EXTENSIONS_DIR"] = str(kernelbench_extensions_dir(opts.cache_root, candidate))
+        extra_env["TORCH_CUDA_ARCH_LIST"] = ";".join(toolchain.archs)  # as its compile stage built it
 
     request = {"task": task.to_json(), "direction": direction, "candidate": spec, "configs": opts.configs,
                "trials": opts.trials, "timing": opts.timing, "timing_configs": opts.timing_configs, "baselines": list(opts.baselines),
