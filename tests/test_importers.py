@@ -721,3 +721,13 @@ def test_kernelbench_runtime_elementwise():
         ref = rt.reference(rt.inputs())
         assert close(rt.candidate(types.SimpleNamespace(ModelNew=Swish), rt.inputs()), ref, tol)
         assert not close(rt.candidate(types.SimpleNamespace(ModelNew=Unscaled), rt.inputs()), ref, tol)
+
+
+def test_prompts_state_robust_kbenchs_backward_convention():
+    """An LLM writing a robust-kbench backward must be told upstream's convention, not kbench's generic one."""
+    from engine.llm.render import context_values
+
+    rkb = context_values(load_task(RKB_TASK), "backward")["backward_contract"]
+    assert "AutogradFunction.backward_fn" in rkb and "fn=AutogradFunction.apply" in rkb
+    native = context_values(load_task("softmax"), "backward")["backward_contract"]
+    assert "candidate.backward(grad_output, *fn_args)" in native

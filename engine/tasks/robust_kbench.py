@@ -32,6 +32,15 @@ DEFAULT_TOLERANCE = {"forward": 1e-5, "backward": 1e-5}
 KINDS = ("init", "input", "shared")
 MODES = ("single", "multi")
 AUTOGRAD_CLASS = "AutogradFunction"
+# What a backward candidate of a robust-kbench task must do (prompts quote it; the runtime implements it).
+BACKWARD_CONTRACT = (
+    "robust-kbench's convention: the harness sets the class attribute `AutogradFunction.backward_fn` to "
+    "`candidate.backward`, runs `Model(...)(*inputs, fn=AutogradFunction.apply)` and backpropagates a fixed "
+    "grad_output. `AutogradFunction.backward` (in the reference) calls `AutogradFunction.backward_fn(...)` with its "
+    "own arguments, in its own order (the backward signature above shows them, e.g. a tuple of saved tensors), and "
+    "uses what it returns as written there, so `backward` takes exactly those arguments and returns exactly what "
+    "that call unpacks. The gradients of the inputs that require grad and of every parameter are compared with "
+    "plain autograd through forward_fn.")
 # robust-kbench passes tolerances on its command line; a json may carry them under either spelling.
 TOLERANCE_KEYS = {"atol": ("atol", "op_atol"), "rtol": ("rtol", "op_rtol")}
 
