@@ -113,3 +113,20 @@ def test_kernelbench_modelnew(candidate, passes):
     assert (rc == 0) == passes, _verdict(rep, "correctness")
     if not passes:
         assert _verdict(rep, "correctness")["status"] == "fail"
+
+
+def test_kernelbench_modelnew_that_does_not_compile_fails_the_compile_stage():
+    rc, rep = kbench_eval(KB / "scaled_swish.py", KB / "candidates" / "scaled_swish_compile_error.py", "--no-timing")
+    assert rc == 1 and not rep["passed"]
+    v = _verdict(rep, "compile")
+    assert v["status"] == "fail" and 'identifier "scal" is undefined' in v["reason"], v
+    assert not any(x["stage"] == "correctness" for x in rep["verdicts"])
+
+
+def test_kernelbench_modelnew_built_by_the_compile_stage_is_reused(tmp_path):
+    """The compile stage builds the load_inline extension without a GPU; the sandbox's import finds it up to date
+    (same TORCH_EXTENSIONS_DIR and arch list) instead of compiling again."""
+    rc, rep = kbench_eval(KB / "scaled_swish.py", KB / "candidates" / "scaled_swish_correct.py", "--no-timing")
+    assert rc == 0, rep
+    assert _verdict(rep, "compile")["status"] == "pass" and _verdict(rep, "correctness")["status"] == "pass"
+    assert rep["seconds"] - rep["build"]["seconds"] < 60, rep   # no second 60-80 s nvcc run in the sandbox
