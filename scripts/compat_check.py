@@ -42,6 +42,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
     error: str = ""
     check: str = ""                # check-task summary
+    shapes: str = ""               # KernelBench --shapes: which configs run on meta tensors
     must_load: bool = True
 
 
@@ -88,23 +89,92 @@ def load_row(source: str, path: Path) -> Row:
     return row
 
 
+CPU_MAX_ELEMENTS = 2e7   # inputs + parameters of one config, on a CPU (upstream tasks carry no cost model)
+
+
+def config_elements(task, cfg) -> float | None:
+    """Elements of a config's inputs and parameters, from a build on the meta device (no memory, no compute)."""
+    import torch
+
+    from engine.harness.runtimes import runtime_for
+    from engine.harness.runtimes.robust_kbench import accepted_kwargs
+
+    try:
+        rt = runtime_for(task, next(iter(task.directions)))
+        mod = rt.reference_module
+        with torch.device("meta"):
+            if task.format == "kernelbench":
+                model = mod.Model(*mod.get_init_inputs())
+                inputs = list(mod.get_inputs())
+            else:
+                model = mod.Model(**accepted_kwargs(mod.Model, cfg.model_kwargs))
+                inputs = list(mod.get_inputs(**accepted_kwargs(mod.get_inputs, cfg.input_kwargs)))
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)] + list(model.parameters())
+        return float(sum(t.numel() for t in tensors))
+    except Exception:  # noqa: BLE001 - unknown size: let check-task try it
+        return None
+
+
 def check_row(row: Row, device: str) -> None:
     from engine.integrity.check_task import check_task
 
     task = load_task(row.path)
     t0 = time.monotonic()
+    wanted = [c.name for c in task.configs]
+    if device == "cpu":
+        sizes = {c.name: config_elements(task, c) for c in task.configs}
+        wanted = [n for n, e in sizes.items() if e is None or e <= CPU_MAX_ELEMENTS]
+    if not wanted:
+        row.check = f"all {len(task.configs)} configs too large for {device}"
+        return
     try:
-        results = check_task(task, seeds=2, device=device)
+        results = check_task(task, seeds=2, device=device, configs=wanted)
     except Exception as exc:  # noqa: BLE001 - the table reports it
         row.check = f"error: {type(exc).__name__}: {str(exc)[:200]}"
         return
     ran = [r for r in results if not r.skipped]
     failed = [r for r in results if r.skipped.startswith("reference failed")]
     degenerate = [f"{r.direction}/{r.config}: {r.flags[0].split(':')[0]}" for r in ran if r.degenerate]
-    row.check = (f"{len(ran)} checked, {len(results) - len(ran) - len(failed)} too large for {device}"
+    large = (len(task.configs) - len(wanted)) * len(task.directions) + len(results) - len(ran) - len(failed)
+    row.check = (f"{len(ran)} (direction, config) checked, {large} too large for {device}"
                  + (f", {len(failed)} reference failed ({failed[0].skipped[:120]})" if failed else "")
                  + (f", degenerate: {'; '.join(degenerate[:4])}" if degenerate else ", none degenerate")
                  + f" ({time.monotonic() - t0:.0f} s)")
+
+
+def shapes_row(row: Row) -> None:
+    """KernelBench: build each config's Model and inputs on the meta device and run the forward: shapes only, no
+    memory or compute. A config that fails where seed0 runs (kbench's odd-size variant) breaks the problem."""
+    import torch
+
+    from engine.harness.runtimes.base import import_file
+    from engine.harness.runtimes.kernelbench import module_constants
+    from engine.harness.runtimes.robust_kbench import module_name
+
+    task = load_task(row.path)
+    try:
+        mod = import_file(Path(row.path), module_name("kbench_compat", row.path))
+    except Exception as exc:  # noqa: BLE001
+        row.shapes = f"import failed: {type(exc).__name__}: {str(exc)[:150]}"
+        return
+    results = {}
+    for cfg in task.configs:
+        try:
+            with torch.device("meta"), torch.no_grad():
+                model = mod.Model(*mod.get_init_inputs())
+                with module_constants(mod, cfg.input_kwargs):
+                    inputs = mod.get_inputs()
+                model(*inputs)
+            results[cfg.name] = "ok"
+        except Exception as exc:  # noqa: BLE001
+            results[cfg.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+    bad = {k: v for k, v in results.items() if v != "ok"}
+    if not bad:
+        row.shapes = "all configs run on meta"
+    elif results.get("seed0") != "ok":
+        row.shapes = f"meta cannot tell ({results.get('seed0')})"
+    else:
+        row.shapes = "FAILS on meta: " + "; ".join(f"{k}: {v}" for k, v in bad.items())
 
 
 def evaluate_kernels(checkout: Path) -> list[dict]:
@@ -145,13 +215,13 @@ def evaluate_kernels(checkout: Path) -> list[dict]:
 
 
 def print_table(rows: list[Row]) -> None:
-    print("| source | task | loads | directions | configs | check-task | notes / error |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| source | task | loads | directions | configs | check-task | shapes | notes / error |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         what = r.error if not r.loads else "; ".join(r.notes)
         what = what.replace("|", "\\|").replace("\n", " ")
         print(f"| {r.source} | {r.name} | {'yes' if r.loads else 'NO'} | {'+'.join(r.directions) or '-'} | "
-              f"{r.configs or '-'} | {r.check or '-'} | {what[:300]} |")
+              f"{r.configs or '-'} | {r.check or '-'} | {r.shapes.replace('|', '/') or '-'} | {what[:300]} |")
 
 
 def summarise(rows: list[Row]) -> list[str]:
@@ -159,7 +229,14 @@ def summarise(rows: list[Row]) -> list[str]:
     for source in dict.fromkeys(r.source for r in rows):
         group = [r for r in rows if r.source == source]
         ok = sum(r.loads for r in group)
-        lines.append(f"{source}: {ok}/{len(group)} load")
+        line = f"{source}: {ok}/{len(group)} load"
+        if any(r.shapes for r in group):
+            meta = sum(r.shapes == "all configs run on meta" for r in group)
+            fails = [r.name for r in group if r.shapes.startswith("FAILS")]
+            unknown = sum(r.shapes.startswith(("meta cannot", "import failed")) for r in group)
+            line += (f"; on meta tensors every config runs for {meta}, the odd-size variant fails for "
+                     f"{len(fails)}{' (' + ', '.join(fails) + ')' if fails else ''}, {unknown} cannot be run on meta")
+        lines.append(line)
     return lines
 
 
@@ -170,6 +247,8 @@ def main() -> int:
     ap.add_argument("--eval", action="store_true", help="evaluate robust-kbench's published kernels (GPU)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when visible)")
     ap.add_argument("--all", action="store_true", help="robust-kbench: also tasks/kernelbench/**")
+    ap.add_argument("--shapes", action="store_true",
+                    help="KernelBench: run every config's Model and inputs on meta tensors (shapes only)")
     ap.add_argument("--only", default="", help="only tasks whose path contains this text")
     ap.add_argument("--quiet", action="store_true", help="only the summary, not the table")
     ap.add_argument("--json", default=None, help="write the rows (and eval results) as JSON here")
@@ -184,6 +263,8 @@ def main() -> int:
         if row.loads and args.check_task:
             print(f"  check-task {row.name} ...", file=sys.stderr, flush=True)
             check_row(row, args.device or "cpu")
+        if row.loads and args.shapes and layout == "kernelbench":
+            shapes_row(row)
         rows.append(row)
     if not args.quiet:
         print_table(rows)
