@@ -731,3 +731,13 @@ def test_prompts_state_robust_kbenchs_backward_convention():
     assert "AutogradFunction.backward_fn" in rkb and "fn=AutogradFunction.apply" in rkb
     native = context_values(load_task("softmax"), "backward")["backward_contract"]
     assert "candidate.backward(grad_output, *fn_args)" in native
+
+
+def test_size_variant_leaves_a_size_written_twice(tmp_path: Path):
+    """KernelBench's HingeLoss broadcasts [batch_size, *input_shape] against [batch_size] and only works because
+    batch_size == input_shape[0]: a constant whose value appears elsewhere in the file is not varied."""
+    path = tmp_path / "hinge.py"
+    path.write_text((KB / "hinge_targets.py").read_text().replace(
+        "batch_size = 96\n", "batch_size = 96\ninput_shape = (96,)\nrows = 40\n").replace(
+        "torch.randn(batch_size, 1)", "torch.randn(batch_size, *input_shape) + rows"))
+    assert size_variant(pysource.parse_module(path)) == {"rows": 39}

@@ -137,17 +137,23 @@ def size_variant(module: ast.Module) -> dict[str, int]:
             constants[node.targets[0].id] = node.value.value
     read_by_inputs = _loaded_names(get_inputs)
     read_elsewhere: set[str] = set()
+    literals: dict[str, set[int]] = {}  # int literals outside each constant's own assignment
     for node in module.body:
-        if node is get_inputs:
-            continue
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in constants:
+        own = (node.targets[0].id if isinstance(node, ast.Assign) and len(node.targets) == 1
+               and isinstance(node.targets[0], ast.Name) and node.targets[0].id in constants else None)
+        values = {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and type(n.value) is int}
+        for name in constants:
+            if name != own:
+                literals.setdefault(name, set()).update(values)
+        if node is get_inputs or own is not None:
             continue
         read_elsewhere |= _loaded_names(node)
     variant = {}
     for name, value in constants.items():
+        # the same number written elsewhere (`input_shape = (32768,)` beside `batch_size = 32768`) may be a
+        # size that must match this one: leave both alone
         if (name in read_by_inputs and name not in read_elsewhere and assigned.get(name) == 1
-                and value >= VARIANT_MIN):
+                and value >= VARIANT_MIN and value not in literals.get(name, set())):
             variant[name] = value - 1 if value % 2 == 0 else value - 2
     return variant
 
