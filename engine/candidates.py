@@ -69,16 +69,24 @@ def detect_format(files: dict[str, str]) -> CandidateFormat:
 
 
 def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
-    """Read a candidate from a native folder (or its kernel.cu), a robust-kbench .cu or a ModelNew .py."""
+    """Read a candidate from a native folder (or its kernel.cu), a robust-kbench .cu or a ModelNew .py.
+
+    A `.cu` with `PYBIND11_MODULE` is a robust-kbench candidate whatever its name, `kernel.cu` included (as
+    robust-kbench publishes its kernels), unless a `binding.cpp` beside it makes the folder a native candidate.
+    A folder with no binding.cpp but exactly one such `.cu` is that robust-kbench candidate."""
     p = Path(path)
     if not p.exists():
         raise CandidateError(f"{p}: no such file or folder.")
-    if p.is_dir() or p.name in NATIVE_FILES:
+    if p.is_dir() or (p.name in NATIVE_FILES and (p.parent / "binding.cpp").is_file()):
         folder = p if p.is_dir() else p.parent
         missing = [f for f in NATIVE_FILES if not (folder / f).is_file()]
         if missing:
+            single = _single_file_candidate(folder) if "binding.cpp" in missing else None
+            if single is not None:
+                return load_candidate(single, name or folder.name)
             raise CandidateError(f"{folder}: a native candidate needs {' and '.join(NATIVE_FILES)}; "
-                                 f"missing {', '.join(missing)}.")
+                                 f"missing {', '.join(missing)} (a robust-kbench candidate is one .cu file with "
+                                 "PYBIND11_MODULE).")
         files = {f: (folder / f).read_text() for f in NATIVE_FILES}
         for extra in sorted(folder.glob("*.cuh")) + sorted(folder.glob("*.h")):
             files[extra.name] = extra.read_text()
@@ -89,3 +97,15 @@ def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
         raise CandidateError(f"{p}: cannot read it as text ({exc}).") from None
     files = {p.name: text}
     return Candidate(detect_format(files), files, name or p.stem)
+
+
+def _single_file_candidate(folder: Path) -> Path | None:
+    """The one `.cu` with PYBIND11_MODULE in `folder`, if there is exactly one."""
+    found = []
+    for cu in sorted(folder.glob("*.cu")):
+        try:
+            if _PYBIND.search(cu.read_text()):
+                found.append(cu)
+        except (OSError, UnicodeDecodeError):
+            continue
+    return found[0] if len(found) == 1 else None

@@ -78,18 +78,28 @@ class ChildOutcome:
 
 
 def run_child(module: str, request: dict[str, Any], *, timeout_s: float, gpu: int | None = None,
-              extra_env: dict[str, str] | None = None, workdir: Path | None = None) -> ChildOutcome:
-    """Run `python -m module REQUEST.json` in a new session; return what it wrote, however it ended."""
+              extra_env: dict[str, str] | None = None, workdir: Path | None = None,
+              jail: Any = None) -> ChildOutcome:
+    """Run `python -m module REQUEST.json` in a new session; return what it wrote, however it ended. With `jail`
+    (an engine.jail.JailSpec) the child runs in it, its request folder added to what it may write."""
     with tempfile.TemporaryDirectory(prefix="kbench-eval-", dir=workdir) as tmp:
         tmpdir = Path(tmp)
         result_path = tmpdir / "result.json"
         req_path = tmpdir / "request.json"
         req_path.write_text(json.dumps({**request, "result_path": str(result_path)}))
         log_path = tmpdir / "output.log"
+        env = scrubbed_env(extra_env, gpu)
+        cmd = [sys.executable, "-m", module, str(req_path)]
+        if jail is not None:
+            import dataclasses
+
+            from engine import jail as jails
+            env["PYTHONPATH"] = jails.python_path(tmp)
+            cmd = jails.command([sys.executable, "-P", "-m", module, str(req_path)],
+                                dataclasses.replace(jail, write=(*jail.write, tmp)))
         t0 = time.monotonic()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", module, str(req_path)], cwd=tmpdir,
-                                    env=scrubbed_env(extra_env, gpu), stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(cmd, cwd=tmpdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             timed_out = False
             try:

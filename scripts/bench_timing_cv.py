@@ -26,7 +26,7 @@ from engine.tasks.loader import load_task  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--task", default="layernorm")
+    ap.add_argument("--task", default="layernorm_lastdim")
     ap.add_argument("--config", default="bench")
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args()

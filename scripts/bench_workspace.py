@@ -121,7 +121,7 @@ def main() -> int:
     args = ap.parse_args()
 
     tmp = args.dir or Path(tempfile.mkdtemp(prefix="kbench-ws-bench-")) / "ws"
-    task = load_task(ROOT / "tasks" / "layernorm")
+    task = load_task(ROOT / "tasks" / "layernorm_lastdim")
     results: dict = {"machine": f"{platform.node()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
                                 f"{subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.strip()}"}
     ws = Workspace.create(tmp)

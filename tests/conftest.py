@@ -43,5 +43,5 @@ def layernorm_task(tmp_path):
     folder = tmp_path / "task-layernorm"
     folder.mkdir()
     for name in ("task.toml", "reference.py"):
-        shutil.copy(Path(__file__).resolve().parents[1] / "tasks" / "layernorm" / name, folder / name)
+        shutil.copy(Path(__file__).resolve().parents[1] / "tasks" / "layernorm_lastdim" / name, folder / name)
     return load_task(folder)

@@ -149,12 +149,49 @@ def test_half_written_entry_is_not_a_hit(toolchain: Toolchain, tmp_path: Path) -
     assert not res.cache_hit and res.failure == "compile"
 
 
-def test_kernelbench_has_nothing_to_build(toolchain: Toolchain, tmp_path: Path) -> None:
+def test_kernelbench_without_an_extension_has_nothing_to_compile(toolchain: Toolchain, tmp_path: Path) -> None:
     cand = Candidate("kernelbench", {"model_new.py": "class ModelNew:\n    pass\n"})
     res = build_candidate(cand, tmp_path, toolchain)
-    assert res.ok and res.so_path is None and res.module_name is None and "load_inline" in res.note
+    assert res.ok and res.so_path is None and res.module_name is None
+    assert "nothing to compile" in res.log
     d = kernelbench_extensions_dir(tmp_path, cand, toolchain)
     assert d.name == cand.source_hash and toolchain.key() in d.parts
+
+
+def test_kernelbench_syntax_error_fails_the_compile_stage(toolchain: Toolchain, tmp_path: Path) -> None:
+    cand = Candidate("kernelbench", {"model_new.py": "import torch\nclass ModelNew(torch.nn.Module:\n    pass\n"})
+    res = build_candidate(cand, tmp_path, toolchain)
+    assert not res.ok and res.failure == "compile"
+    assert res.error.startswith("model_new.py:2: Python syntax error")
+
+
+KB_CANDIDATES = Path(__file__).parent / "fixtures" / "kernelbench" / "candidates"
+
+
+@pytest.mark.slow
+def test_kernelbench_modelnew_whose_cuda_does_not_compile_fails_with_nvccs_message(
+        toolchain: Toolchain, tmp_path: Path) -> None:
+    """The ModelNew file's load_inline runs in the compile stage (a sandboxed child, no GPU): its nvcc error is the
+    compile verdict's reason, not a pass followed by an import failure on the GPU."""
+    cand = load_candidate(KB_CANDIDATES / "scaled_swish_compile_error.py")
+    res = build_candidate(cand, tmp_path, toolchain)
+    assert not res.ok and res.failure == "compile", res.log
+    assert 'cuda.cu:10: identifier "scal" is undefined' in res.error
+    assert "y[i] = scal * x[i]" in res.error  # the offending source line is quoted
+    assert "kbench_fixture_swish_compile_error" in res.error and "scaled_swish_compile_error.py" in res.error
+    again = build_candidate(cand, tmp_path, toolchain)
+    assert again.cache_hit and not again.ok and again.error == res.error  # a compile error is deterministic
+
+
+@pytest.mark.slow
+def test_kernelbench_modelnew_compiles_into_its_extensions_dir(toolchain: Toolchain, tmp_path: Path) -> None:
+    cand = load_candidate(KB_CANDIDATES / "scaled_swish_correct.py")
+    res = build_candidate(cand, tmp_path, toolchain)
+    assert res.ok, f"{res.error}\n{res.log}"
+    assert "load_inline kbench_fixture_scaled_swish_correct: ok" in res.log
+    built = kernelbench_extensions_dir(tmp_path, cand) / "kbench_fixture_scaled_swish_correct"
+    assert (built / "kbench_fixture_scaled_swish_correct.so").is_file()
+    assert "sm_90" in (built / "build.ninja").read_text()  # the toolchain's arch list, not the machine's GPU
 
 
 def test_result_json_round_trip(tmp_path: Path) -> None:

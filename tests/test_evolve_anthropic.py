@@ -33,7 +33,7 @@ def kernel_reply(i: int):
 
 
 def test_anthropic_mutations_with_verifiers(harness, tmp_path):
-    task = load_task("layernorm")
+    task = load_task("layernorm_lastdim")
     cfg = harness.config()
     cfg = replace(cfg, verify=replace(cfg.verify, enabled=True))
     client = harness.client(cfg)

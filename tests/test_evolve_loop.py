@@ -401,7 +401,7 @@ def test_resume_refuses_another_task(ws, task):
     fake = FakeEvaluator(task)
     EvolutionSession(ws, "one", task, TunerProposer(), fake, budgets=Budgets(generations=0)).run()
     with pytest.raises(KbenchError):
-        EvolutionSession(ws, "one", load_task("layernorm"), TunerProposer(), fake).run()
+        EvolutionSession(ws, "one", load_task("layernorm_lastdim"), TunerProposer(), fake).run()
     fake.close()
 
 
@@ -420,7 +420,7 @@ def test_failed_baseline_ends_the_tuner_session_with_a_reason(ws, task, tmp_path
 
 
 def test_tuner_stops_when_the_knob_space_is_spent(ws):
-    task = load_task("layernorm")     # forward: one knob, BLOCK_SIZE in 128,256,512,1024
+    task = load_task("layernorm_lastdim")     # forward: one knob, BLOCK_SIZE in 128,256,512,1024
     fake = FakeEvaluator(task)
     s = EvolutionSession(ws, "spent", task, TunerProposer(), fake, budgets=Budgets(generations=5, population=5))
     events = collect(s)
@@ -456,7 +456,7 @@ def test_live_override_requeues_a_rejected_candidate(ws, task):
 
 def test_default_static_integrity_check_keeps_a_reward_hack_off_the_gpu(ws, tmp_path):
     from pathlib import Path
-    task = load_task("layernorm")
+    task = load_task("layernorm_lastdim")
     hack = Path(__file__).parent / "fixtures" / "hacks" / "torch_compute"
     d = tmp_path / "rec"
     d.mkdir()

@@ -60,8 +60,9 @@ def test_schema_resnet_block_optional_tensors_and_scalars():
     entry = find_entry((TASKS / "resnet_block" / "baselines" / "forward" / "binding.cpp").read_text(), "forward")
     fwd = forward_schema(sig("resnet_block"), entry)
     by_name = {a.name: a for a in fwd.args}
-    assert by_name["down_weight"].schema_type == "Tensor?"
-    assert by_name["down_bn_var"].cpp_type == "const std::optional<at::Tensor>&"
+    assert by_name["downsample_weight"].schema_type == "Tensor?"
+    assert by_name["conv1_bias"].schema_type == "Tensor?" and by_name["downsample_bias"].schema_type == "Tensor?"
+    assert by_name["downsample_bn_var"].cpp_type == "const std::optional<at::Tensor>&"
     assert by_name["x"].schema_type == "Tensor"
     assert by_name["stride"].schema_type == "int" and by_name["stride"].cpp_type == "int64_t"
     assert by_name["eps"].schema_type == "float"
@@ -71,7 +72,9 @@ def test_schema_resnet_block_optional_tensors_and_scalars():
 def test_schema_other_builtin_tasks():
     assert forward_schema(sig("sdpa")).text == "forward(Tensor q, Tensor k, Tensor v, bool is_causal) -> Tensor"
     ce = forward_schema(sig("mnist_cross_entropy"))
-    assert ce.text == "forward(Tensor logits, Tensor targets) -> Tensor"
+    assert ce.text == "forward(Tensor predictions, Tensor targets) -> Tensor"
+    conv = forward_schema(sig("unet_conv2d"))
+    assert conv.text == "forward(Tensor x, Tensor weights, Tensor biases, int stride, int padding) -> Tensor"
     rot = load_task("rotary")
     bwd = backward_schema(forward_schema(rot.spec("forward").signature), rot.spec("backward").signature,
                           rot.spec("backward").no_grad)
@@ -98,9 +101,53 @@ def test_schema_unannotated_filled_from_binding():
     assert fwd.text == "forward(Tensor x, Tensor? w, int k, float alpha, bool flag) -> Tensor[]"
 
 
+def test_schema_tuples_and_lists_are_int_and_float_lists():
+    fwd = forward_schema("forward(x: torch.Tensor, k: tuple, s: tuple[int, int], f: list[float], "
+                         "n: typing.Tuple[int, ...], v: Sequence[float]) -> torch.Tensor")
+    assert fwd.text == "forward(Tensor x, int[] k, int[] s, float[] f, int[] n, float[] v) -> Tensor"
+    assert [a.cpp_type for a in fwd.args[1:3]] == ["at::IntArrayRef", "at::IntArrayRef"]
+    assert fwd.args[3].cpp_type == "at::ArrayRef<double>"
+    # a bare tuple, or no annotation, takes its element type from the binding
+    src = ("#include <torch/extension.h>\n"
+           "torch::Tensor fwd(torch::Tensor x, std::vector<double> scale, c10::IntArrayRef shape, std::vector<int> pads)"
+           " { return x; }\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"forward\", &fwd); }\n")
+    entry = find_entry(src, "forward")
+    fwd = forward_schema("forward(x, scale: tuple, shape, pads: list) -> torch.Tensor", entry)
+    assert fwd.text == "forward(Tensor x, float[] scale, int[] shape, int[] pads) -> Tensor"
+    with pytest.raises(ExportError, match="optional list"):
+        forward_schema("forward(x: f32[N], sizes: list[int] | None) -> y: f32[N]")
+
+
+def test_shim_converts_lists_to_the_bindings_vector_type(tmp_path):
+    folder = tmp_path / "k"
+    folder.mkdir()
+    (folder / "kernel.cu").write_text("#include <cuda_runtime.h>\n__global__ void k() {}\n")
+    (folder / "binding.cpp").write_text(
+        "#include <torch/extension.h>\n"
+        "torch::Tensor forward(torch::Tensor x, std::vector<int> pads, c10::IntArrayRef shape, double eps) "
+        "{ return x; }\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"forward\", &forward); }\n")
+    task = tmp_path / "t"
+    task.mkdir()
+    (task / "reference.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "def forward_fn(x, pads: tuple, shape: tuple, eps: float):\n    return x.reshape(shape) * eps\n\n"
+        "class Model(nn.Module):\n    def forward(self, x, fn=forward_fn):\n        return fn(x, (1, 2), (-1,), 0.5)\n\n"
+        "def get_inputs(n: int):\n    return [torch.randn(n)]\n")
+    (task / "task.toml").write_text(
+        'name = "t"\ndirections = ["forward"]\n[forward]\nsignature = "forward(x: f32[N], pads: tuple, '
+        'shape: tuple, eps: float) -> y: f32[N]"\natol = 1e-5\nrtol = 1e-5\n'
+        '[[configs]]\nname = "a"\nargs = { n = 5 }\n')
+    files = package_files(plan_from_dirs(folder, task, force=True))
+    shim = files["csrc/forward_op.cpp"]
+    assert "at::IntArrayRef pads, at::IntArrayRef shape, double eps" in shim
+    assert "forward(x, std::vector<int>(pads.begin(), pads.end()), shape, eps)" in shim
+    meta = json.loads(files["src/kbench_t/export.json"])
+    assert meta["ops"]["forward"]["schema"] == "forward(Tensor x, int[] pads, int[] shape, float eps) -> Tensor"
+
+
 def test_schema_refuses_unrepresentable_arguments():
     with pytest.raises(ExportError, match="no op schema type"):
-        forward_schema("forward(x: f32[N], sizes: list[int]) -> y: f32[N]")
+        forward_schema("forward(x: f32[N], names: list[str]) -> y: f32[N]")
     with pytest.raises(ExportError, match="cannot tell the type of argument `x`"):
         forward_schema("forward(x) -> y")
     src = "torch::Tensor forward(torch::Tensor x) { return x; }\nPYBIND11_MODULE(n, m) { m.def(\"forward\", &forward); }"
@@ -135,8 +182,9 @@ def test_names():
 def _check_package(out: Path, ns: str) -> dict:
     """Files present and well-formed; returns export.json."""
     expected = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "csrc/kbench_export.h",
-                f"{ns}/__init__.py", f"{ns}/ops.py", f"{ns}/modules.py", f"{ns}/reference.py", f"{ns}/_inits.py",
-                f"{ns}/export.json", f"tests/test_{ns}.py"]
+                f"src/{ns}/__init__.py", f"src/{ns}/ops.py", f"src/{ns}/modules.py", f"src/{ns}/reference.py",
+                f"src/{ns}/_inits.py", f"src/{ns}/export.json", "tests/conftest.py", f"tests/test_{ns}_cpu.py",
+                f"tests/test_{ns}.py"]
     for rel in expected:
         assert (out / rel).is_file(), rel
     for path in out.rglob("*"):
@@ -147,7 +195,7 @@ def _check_package(out: Path, ns: str) -> dict:
                 ast.parse(text, filename=str(path))
     tomllib.loads((out / "pyproject.toml").read_text())
     assert "CUDAExtension" in (out / "setup.py").read_text()
-    meta = json.loads((out / ns / "export.json").read_text())
+    meta = json.loads((out / "src" / ns / "export.json").read_text())
     assert meta["namespace"] == ns
     return meta
 
@@ -161,6 +209,7 @@ def test_layernorm_baselines_package(tmp_path):
     task = load_task("layernorm")
     assert [c["name"] for c in meta["configs"]] == [c.name for c in task.configs]
     assert meta["configs"][1]["seed"] == task.configs[1].seed and meta["configs"][1]["init"] == "offset"
+    assert meta["task_format"] == "native"
     assert meta["ops"]["forward"]["schema"] == "forward(Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor"
     assert meta["ops"]["backward"]["returns_list"] is True
     assert meta["tolerance"]["backward"]["atol"] == 1e-4
@@ -178,15 +227,22 @@ def test_layernorm_baselines_package(tmp_path):
     bshim = (out / "csrc" / "backward_op.cpp").read_text()
     assert "TORCH_LIBRARY(" not in bshim and "TORCH_LIBRARY_IMPL(kbench_layernorm, CUDA, m)" in bshim
     assert "kbench_export::list(backward(grad_y, x, weight, bias, eps))" in bshim
-    ops = (out / "kbench_layernorm" / "ops.py").read_text()
+    pkg = out / "src" / "kbench_layernorm"
+    ops = (pkg / "ops.py").read_text()
     assert 'register_fake(f"{NAMESPACE}::forward")' in ops and "register_autograd" in ops
-    assert "class KbenchLayernorm(reference.Model)" in (out / "kbench_layernorm" / "modules.py").read_text()
-    assert (out / "kbench_layernorm" / "reference.py").read_text() == (TASKS / "layernorm" / "reference.py").read_text()
+    assert "class KbenchLayernorm(reference.Model)" in (pkg / "modules.py").read_text()
+    assert (pkg / "reference.py").read_text() == (TASKS / "layernorm" / "reference.py").read_text()
     test = (out / "tests" / "test_kbench_layernorm.py").read_text()
     assert "torch.library.opcheck" in test and "fullgraph=True" in test and "seed + 1" in test
+    assert "pytestmark = pytest.mark.gpu" in test
+    cpu = (out / "tests" / "test_kbench_layernorm_cpu.py").read_text()
+    assert "torch.export.export" in cpu and 'device("meta")' in cpu and "mark.gpu" not in cpu
+    setup = (out / "setup.py").read_text()
+    assert 'package_dir={"": "src"}' in setup and 'DEFAULT_ARCHS = "9.0"' in setup
     readme = (out / "README.md").read_text()
     assert "WARNING" not in readme and "shipped backward baseline" in readme
     assert "`torch.ops.kbench_layernorm.backward`" in readme
+    assert "kbench's default architecture list, `9.0`" in readme
 
 
 def test_forward_only_package_has_no_autograd(tmp_path):
@@ -194,38 +250,45 @@ def test_forward_only_package_has_no_autograd(tmp_path):
     assert any("no autograd" in n for n in plan.notes)
     files = package_files(plan)
     assert "csrc/backward_op.cpp" not in files
-    meta = json.loads(files["sm/export.json"])
+    meta = json.loads(files["src/sm/export.json"])
     assert list(meta["ops"]) == ["forward"]
-    assert "_C_backward" not in files["setup.py"] and "_C_backward" not in files["sm/__init__.py"]
+    assert "_C_backward" not in files["setup.py"] and "_C_backward" not in files["src/sm/__init__.py"]
+    assert "no_gradient" in files["src/sm/ops.py"] and "raises a RuntimeError" in files["README.md"]
 
 
 def test_resnet_block_shim_passes_optionals():
     plan = plan_from_dirs(TASKS / "resnet_block" / "baselines" / "forward", "resnet_block")
     shim = package_files(plan)["csrc/forward_op.cpp"]
-    assert "const std::optional<at::Tensor>& down_weight" in shim
+    assert "const std::optional<at::Tensor>& downsample_weight" in shim
+    assert "const std::optional<at::Tensor>& conv1_bias" in shim
     assert "int64_t stride, double eps" in shim
-    assert "Tensor? down_weight" in shim
+    assert "Tensor? downsample_weight" in shim
 
 
 def test_robust_kbench_candidates_package(tmp_path):
     with pytest.raises(ExportError, match="no passing verdict"):
         plan_from_dirs(RK / "candidates" / "linear_forward_correct.cu", RK / "linear")
-    plan = plan_from_dirs(RK / "candidates" / "linear_forward_correct.cu", RK / "linear",
-                          RK / "candidates" / "linear_backward_correct.cu", force=True)
+    # upstream's backward kernel takes AutogradFunction.backward's own arguments: no autograd formula to derive
+    with pytest.raises(ExportError, match="robust-kbench task: its backward kernel takes the task-specific"):
+        plan_from_dirs(RK / "candidates" / "linear_forward_correct.cu", RK / "linear",
+                       RK / "candidates" / "linear_backward_correct.cu", force=True)
+    plan = plan_from_dirs(RK / "candidates" / "linear_forward_correct.cu", RK / "linear", force=True)
     out = tmp_path / "rk"
     write_package(plan, out)
     meta = _check_package(out, "kbench_linear")
-    assert meta["ops"]["backward"]["schema"] == "backward(Tensor grad_output, Tensor x, Tensor weight, Tensor bias) -> Tensor[]"
+    assert meta["ops"]["forward"]["schema"] == "forward(Tensor x, Tensor weight, Tensor bias) -> Tensor"
+    assert "backward" not in meta["ops"]
     assert len(meta["configs"]) == len(load_task(RK / "linear").configs)
     assert (out / "csrc" / "forward" / "linear_forward_correct.cu").is_file()
     shim = (out / "csrc" / "forward_op.cu").read_text()   # torch + kernels in one file: nvcc compiles the shim
     assert '#include "forward/linear_forward_correct.cu"' in shim
     setup = (out / "setup.py").read_text()
     assert "'csrc/forward_op.cu'" in setup and "kernel.cu" not in setup
-    assert (out / "kbench_linear" / "reference.py").read_text() == (RK / "linear" / "func_forward.py").read_text()
+    assert (out / "src" / "kbench_linear" / "reference.py").read_text() == \
+        (RK / "linear" / "func_forward.py").read_text()
     readme = (out / "README.md").read_text()
     assert "WARNING: exported with --force" in readme and "no passing verdict" in readme
-    assert meta["forced"] is True and len(meta["warnings"]) == 2
+    assert meta["forced"] is True and len(meta["warnings"]) == 1
 
 
 def test_kernelbench_candidate_refused(tmp_path):
@@ -257,8 +320,13 @@ def test_templates_placeholders_are_all_known():
 
 
 @pytest.fixture
-def ws(tmp_path, layernorm_task):
-    task = layernorm_task
+def ws(tmp_path):
+    # the built-in layernorm (whose baselines these tests export) as a task folder of the user's own
+    folder = tmp_path / "task-layernorm"
+    folder.mkdir()
+    for name in ("task.toml", "reference.py"):
+        shutil.copy(TASKS / "layernorm" / name, folder / name)
+    task = load_task(folder)
     w = Workspace.create(tmp_path / "ws")
     w.start_session("ln", task, "forward", proposer="human")
     w.start_session("lnb", task, "backward", proposer="human")
@@ -335,11 +403,11 @@ def test_cli_export(ws, tmp_path, capsys):
     assert main(["export", cid, "--workspace", wsp, "--out", str(out), "--force"]) == 0
     captured = capsys.readouterr()
     assert "warning" in captured.err and "pip install --no-build-isolation" in captured.out
-    assert (out / "kbench_layernorm" / "ops.py").is_file()
+    assert (out / "src" / "kbench_layernorm" / "ops.py").is_file()
     assert main(["export", cid, "--workspace", wsp, "--out", str(out), "--force"]) == 2
     assert "not empty" in capsys.readouterr().err
     assert main(["export", cid, "--workspace", wsp, "--out", str(out), "--force", "--overwrite", "--name", "ln2"]) == 0
-    assert (out / "ln2" / "ops.py").is_file() and not (out / "kbench_layernorm").exists()
+    assert (out / "src" / "ln2" / "ops.py").is_file() and not (out / "src" / "kbench_layernorm").exists()
     other = tmp_path / "other"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
@@ -381,12 +449,15 @@ lib.impl("forward", lambda *args: reference.forward_fn(*args).contiguous().clone
 
 LN_BACKWARD_CPU = '''
 def _ln_backward(g, x, w, b, eps):
-    mean = x.mean(-1, keepdim=True)
-    rstd = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    # robust-kbench's layernorm: each row normalised over w's (C, H, W) dims, with elementwise w and b
+    dims = tuple(range(x.dim() - w.dim(), x.dim()))
+    mean = x.mean(dims, keepdim=True)
+    rstd = torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + eps)
     xhat = (x - mean) * rstd
     gw = g * w
-    dx = rstd * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
-    return [dx.contiguous(), (g * xhat).sum(0), g.sum(0)]
+    dx = rstd * (gw - gw.mean(dims, keepdim=True) - xhat * (gw * xhat).mean(dims, keepdim=True))
+    rows = tuple(range(x.dim() - w.dim()))
+    return [dx.contiguous(), (g * xhat).sum(rows), g.sum(rows)]
 lib.impl("backward", _ln_backward, "CPU")
 '''
 
@@ -399,10 +470,10 @@ from rb import reference as rb_ref
 
 # layernorm: forward + backward through register_fake / register_autograd, eager and compiled
 torch.manual_seed(0)
-ref = ln_ref.Model(hidden=37)
-model = ln.KbenchLayernorm(hidden=37)
+ref = ln_ref.Model(num_features=3, dim1=5, dim2=7, init_method="random")
+model = ln.KbenchLayernorm(num_features=3, dim1=5, dim2=7)
 model.load_state_dict(ref.state_dict())
-x = torch.randn(5, 37)
+x = torch.randn(4, 3, 5, 7)
 for m in (model, torch.compile(model, fullgraph=True)):
     xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     model.zero_grad(); ref.zero_grad()
@@ -434,10 +505,10 @@ def test_generated_python_side_runs_without_a_build(tmp_path):
     write_package(plan_from_dirs(LN_FWD, "layernorm", LN_BWD), tmp_path / "ln")
     write_package(plan_from_dirs(TASKS / "resnet_block" / "baselines" / "forward", "resnet_block", name="rb"),
                   tmp_path / "rbpkg")
-    (tmp_path / "ln" / "kbench_layernorm" / "_C.py").write_text(STUB_C + LN_BACKWARD_CPU)
-    (tmp_path / "ln" / "kbench_layernorm" / "_C_backward.py").write_text("")
-    (tmp_path / "rbpkg" / "rb" / "_C.py").write_text(STUB_C)
-    path = f"{tmp_path / 'ln'}:{tmp_path / 'rbpkg'}"
+    (tmp_path / "ln" / "src" / "kbench_layernorm" / "_C.py").write_text(STUB_C + LN_BACKWARD_CPU)
+    (tmp_path / "ln" / "src" / "kbench_layernorm" / "_C_backward.py").write_text("")
+    (tmp_path / "rbpkg" / "src" / "rb" / "_C.py").write_text(STUB_C)
+    path = f"{tmp_path / 'ln' / 'src'}:{tmp_path / 'rbpkg' / 'src'}"
     run = subprocess.run([sys.executable, "-c", DRIVE], capture_output=True, text=True, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": path}, timeout=600)
     assert run.returncode == 0 and "PYTHON-SIDE-OK" in run.stdout, run.stdout[-3000:] + run.stderr[-5000:]

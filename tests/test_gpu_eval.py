@@ -18,7 +18,7 @@ FIX = ROOT / "tests" / "fixtures"
 RKB_TASK = FIX / "robust_kbench" / "linear"
 RKB = FIX / "robust_kbench" / "candidates"
 KB = FIX / "kernelbench"
-LAYERNORM = ROOT / "tasks" / "layernorm" / "baselines"
+LAYERNORM = ROOT / "tasks" / "layernorm_lastdim" / "baselines"
 
 
 def kbench_eval(task: str | Path, candidate: str | Path, *extra: str) -> tuple[int, dict]:
@@ -52,7 +52,7 @@ def _verdict(report: dict, stage: str) -> dict:
 # -- native split format -----------------------------------------------------------------------------------
 
 def test_native_forward_correct_passes_and_is_timed():
-    rc, rep = kbench_eval("layernorm", LAYERNORM / "forward")
+    rc, rep = kbench_eval("layernorm_lastdim", LAYERNORM / "forward")
     assert rc == 0, rep
     assert rep["passed"] and _verdict(rep, "correctness")["status"] == "pass"
     assert _verdict(rep, "timing")["status"] == "pass"
@@ -64,20 +64,20 @@ def test_native_forward_wrong_fails_with_a_reason(tmp_path):
     # Biased variance (divide by n-1): a plausible slip that only a numerical check catches.
     bad = _mutated(LAYERNORM / "forward", tmp_path / "bad", "block_sum(ss, shared) / n + eps",
                    "block_sum(ss, shared) / (n - 1) + eps")
-    rc, rep = kbench_eval("layernorm", bad)
+    rc, rep = kbench_eval("layernorm_lastdim", bad)
     assert rc == 1 and not rep["passed"]
     v = _verdict(rep, "correctness")
     assert v["status"] == "fail" and "outside atol" in v["reason"]
 
 
 def test_native_backward_correct_passes():
-    rc, rep = kbench_eval("layernorm", LAYERNORM / "backward", "--backward", "--no-timing")
+    rc, rep = kbench_eval("layernorm_lastdim", LAYERNORM / "backward", "--backward", "--no-timing")
     assert rc == 0, _verdict(rep, "correctness")
 
 
 def test_native_backward_wrong_grad_bias_fails(tmp_path):
     bad = _mutated(LAYERNORM / "backward", tmp_path / "bad", "acc_b += gv;", "acc_b += (r > r0) ? gv : 0.f;")
-    rc, rep = kbench_eval("layernorm", bad, "--backward", "--no-timing")
+    rc, rep = kbench_eval("layernorm_lastdim", bad, "--backward", "--no-timing")
     assert rc == 1
     assert "output 2" in _verdict(rep, "correctness")["reason"]  # grad_bias is the third gradient
 
@@ -113,3 +113,20 @@ def test_kernelbench_modelnew(candidate, passes):
     assert (rc == 0) == passes, _verdict(rep, "correctness")
     if not passes:
         assert _verdict(rep, "correctness")["status"] == "fail"
+
+
+def test_kernelbench_modelnew_that_does_not_compile_fails_the_compile_stage():
+    rc, rep = kbench_eval(KB / "scaled_swish.py", KB / "candidates" / "scaled_swish_compile_error.py", "--no-timing")
+    assert rc == 1 and not rep["passed"]
+    v = _verdict(rep, "compile")
+    assert v["status"] == "fail" and 'identifier "scal" is undefined' in v["reason"], v
+    assert not any(x["stage"] == "correctness" for x in rep["verdicts"])
+
+
+def test_kernelbench_modelnew_built_by_the_compile_stage_is_reused(tmp_path):
+    """The compile stage builds the load_inline extension without a GPU; the sandbox's import finds it up to date
+    (same TORCH_EXTENSIONS_DIR and arch list) instead of compiling again."""
+    rc, rep = kbench_eval(KB / "scaled_swish.py", KB / "candidates" / "scaled_swish_correct.py", "--no-timing")
+    assert rc == 0, rep
+    assert _verdict(rep, "compile")["status"] == "pass" and _verdict(rep, "correctness")["status"] == "pass"
+    assert rep["seconds"] - rep["build"]["seconds"] < 60, rep   # no second 60-80 s nvcc run in the sandbox

@@ -26,13 +26,13 @@ COMPILE_CHECK = textwrap.dedent('''
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    for batch, hidden in ((37, 1000), (129, 4095)):
+    for batch, c, h, w in ((3, 5, 7, 9), (2, 17, 127, 131)):
         torch.manual_seed(0)
-        ref = reference.Model(hidden=hidden).cuda()
-        model = k.KbenchLayernorm(hidden=hidden).cuda()
+        ref = reference.Model(num_features=c, dim1=h, dim2=w, init_method="random").cuda()
+        model = k.KbenchLayernorm(num_features=c, dim1=h, dim2=w).cuda()
         model.load_state_dict(ref.state_dict())
-        x = torch.randn(batch, hidden, device="cuda") * 2 + 1
-        g = torch.randn(batch, hidden, device="cuda")
+        x = torch.randn(batch, c, h, w, device="cuda") * 2 + 1
+        g = torch.randn(batch, c, h, w, device="cuda")
         torch._dynamo.reset()
         compiled = torch.compile(model, fullgraph=True)
         xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
@@ -67,11 +67,12 @@ def test_exported_layernorm_on_gpu(tmp_path):
                             "--target", str(target), str(out)], capture_output=True, text=True, env=env, timeout=1200)
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-6000:]
     env["PYTHONPATH"] = str(target)
-    # the package's own test: every config vs the reference, opcheck, torch.compile(fullgraph=True)
-    own = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(out / "tests")],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1200)
+    # the package's own tests, from its own folder: every config vs the reference, opcheck, torch.compile
+    own = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests"],
+                         capture_output=True, text=True, cwd=out, env=env, timeout=1800)
     assert own.returncode == 0, own.stdout[-6000:] + own.stderr[-3000:]
-    assert "passed" in own.stdout and "skipped" not in own.stdout, own.stdout[-3000:]
+    # the only skip: the forward-only test of the backward error (this export has a backward kernel)
+    assert "passed" in own.stdout and "1 skipped" in own.stdout, own.stdout[-3000:]
     run = subprocess.run([sys.executable, "-c", COMPILE_CHECK], capture_output=True, text=True, cwd=tmp_path,
                          env=env, timeout=900)
     assert run.returncode == 0 and "COMPILE-OK" in run.stdout, run.stdout[-3000:] + run.stderr[-6000:]

@@ -64,22 +64,22 @@ def _row(name: str, rep) -> str:
 # fixture -> (task, direction, [(stage, status, words that must appear in that verdict's reason)]).
 # Every case must end not passed, with at least the listed verdicts.
 HACK_CASES = {
-    "reuse_freed_output": ("layernorm", [("correctness", "fail", "unwritten or uninitialised output memory")]),
-    "pointer_cache": ("layernorm", [("static", "fail", static.STATIC_CACHE)]),
-    "call_count_cache": ("layernorm", [("static", "fail", static.STATIC_CACHE)]),
-    "input_mutation": ("layernorm", [("correctness", "fail", "modified input 0 in place"),
+    "reuse_freed_output": ("layernorm_lastdim", [("correctness", "fail", "unwritten or uninitialised output memory")]),
+    "pointer_cache": ("layernorm_lastdim", [("static", "fail", static.STATIC_CACHE)]),
+    "call_count_cache": ("layernorm_lastdim", [("static", "fail", static.STATIC_CACHE)]),
+    "input_mutation": ("layernorm_lastdim", [("correctness", "fail", "modified input 0 in place"),
                                      ("integrity", "fail", dynamic.INPUT_ALIAS)]),
-    "side_stream": ("layernorm", [("static", "fail", static.SIDE_STREAM)]),
-    "host_thread": ("layernorm", [("static", "fail", static.HOST_THREAD)]),
-    "try_catch_fallback": ("layernorm", [("static", "fail", static.TRY_CATCH)]),
+    "side_stream": ("layernorm_lastdim", [("static", "fail", static.SIDE_STREAM)]),
+    "host_thread": ("layernorm_lastdim", [("static", "fail", static.HOST_THREAD)]),
+    "try_catch_fallback": ("layernorm_lastdim", [("static", "fail", static.TRY_CATCH)]),
     "torch_compute": ("softmax", [("static", "fail", static.TORCH_COMPUTE)]),
     "vendor_cublas": ("mnist_linear", [("static", "fail", static.VENDOR_LIBRARY)]),
-    "lower_precision": ("layernorm", [("static", "fail", static.LOWER_PRECISION)]),
+    "lower_precision": ("layernorm_lastdim", [("static", "fail", static.LOWER_PRECISION)]),
     "tf32_no_split": ("mnist_linear", [("static", "fail", static.LOWER_PRECISION)]),
     "shape_specialisation": ("softmax", [("static", "suspicious", static.SHAPE_SPECIALISATION),
                                          ("correctness", "fail", "")]),
     "constant_output": ("softmax", [("correctness", "fail", ""), ("integrity", "fail", dynamic.CONSTANT_OUTPUT)]),
-    "below_floor": ("layernorm", [("static", "fail", static.STATIC_CACHE)]),
+    "below_floor": ("layernorm_lastdim", [("static", "fail", static.STATIC_CACHE)]),
     "modelnew_monkeypatch": (str(KB / "scaled_swish.py"), [("static", "fail", static.MONKEY_PATCH)]),
 }
 
@@ -100,15 +100,15 @@ def test_every_hack_is_rejected_with_a_verdict_naming_it(name, cache_root):
 # With the static gate overridden (a person's override), what the dynamic checks and timing see.
 # (stage, acceptable statuses, words: any of them in the reason)
 OVERRIDE_CASES = {
-    "pointer_cache": ("layernorm", {}, [("integrity", {"fail"}, (dynamic.PERSISTENT_OUTPUT, dynamic.STALE_RESULT))]),
-    "call_count_cache": ("layernorm", {}, [("integrity", {"fail"}, (dynamic.PERSISTENT_OUTPUT, dynamic.STALE_RESULT))]),
-    "below_floor": ("layernorm", {"timing": True, "timing_configs": ["bench"], "baselines": ("eager",)},
+    "pointer_cache": ("layernorm_lastdim", {}, [("integrity", {"fail"}, (dynamic.PERSISTENT_OUTPUT, dynamic.STALE_RESULT))]),
+    "call_count_cache": ("layernorm_lastdim", {}, [("integrity", {"fail"}, (dynamic.PERSISTENT_OUTPUT, dynamic.STALE_RESULT))]),
+    "below_floor": ("layernorm_lastdim", {"timing": True, "timing_configs": ["bench"], "baselines": ("eager",)},
                     [("integrity", {"fail"}, (dynamic.PERSISTENT_OUTPUT,)),
                      ("timing", {"suspicious"}, ("below the physical floor",))]),
-    "side_stream": ("layernorm", {"timing": True, "timing_configs": ["bench"], "baselines": ("eager",)},
+    "side_stream": ("layernorm_lastdim", {"timing": True, "timing_configs": ["bench"], "baselines": ("eager",)},
                     [("integrity|timing", {"fail", "suspicious"}, (dynamic.SIDE_WORK, "work continues after"))]),
-    "host_thread": ("layernorm", {}, [("integrity|correctness", {"fail"}, (dynamic.SIDE_WORK, "NaN"))]),
-    "lower_precision": ("layernorm", {}, [("correctness", {"fail"}, ("outside atol",))]),
+    "host_thread": ("layernorm_lastdim", {}, [("integrity|correctness", {"fail"}, (dynamic.SIDE_WORK, "NaN"))]),
+    "lower_precision": ("layernorm_lastdim", {}, [("correctness", {"fail"}, ("outside atol",))]),
 }
 
 
@@ -151,7 +151,7 @@ FAULT_CASES = {
 @pytest.mark.parametrize("name", sorted(FAULT_CASES))
 def test_every_fault_is_isolated_and_the_next_evaluation_succeeds(name, cache_root):
     stage, words = FAULT_CASES[name]
-    task = load_task("layernorm")
+    task = load_task("layernorm_lastdim")
     timeout = 60.0 if name == "infinite_loop" else TIMEOUT_S
     opts = _opts(cache_root, timeout_s=timeout, configs=["odd-small", "offset-mean"])
     rep = evaluate(task, _cand(name, FAULTS), "forward", opts)

@@ -22,7 +22,7 @@ def _peaks():
     return get_peaks(default_cache_root(), _gpu_name(None))
 
 
-@pytest.mark.parametrize("name, bottleneck", [("layernorm", "memory"), ("mnist_linear", "compute")])
+@pytest.mark.parametrize("name, bottleneck", [("layernorm_lastdim", "memory"), ("mnist_linear", "compute")])
 def test_baseline_profile_names_its_bottleneck(name, bottleneck):
     task = load_task(name)
     peaks = _peaks()
@@ -59,7 +59,7 @@ def test_baseline_profile_names_its_bottleneck(name, bottleneck):
 
 def test_cli_profile_runs_on_a_baseline(capsys):
     from engine.cli import main
-    task = load_task("layernorm")
-    rc = main(["profile", "layernorm", str(task.baseline_dir("forward")), "--config", "bench", "--no-record"])
+    task = load_task("layernorm_lastdim")
+    rc = main(["profile", "layernorm_lastdim", str(task.baseline_dir("forward")), "--config", "bench", "--no-record"])
     out = capsys.readouterr().out
     assert rc in (0, 3) and "Profile (bench)" in out

@@ -129,7 +129,7 @@ def test_compare_counts_outputs():
 
 @pytest.fixture(scope="module")
 def layernorm():
-    return load_task("layernorm")
+    return load_task("layernorm_lastdim")
 
 
 # -- timing statistics and verdicts ---------------------------------------------------------------------

@@ -238,7 +238,7 @@ def test_record_reader_accepts_the_signed_stream_and_rejects_each_forgery():
 
 def _jailed_python(code: str, spec: JailSpec, tmp_path: Path) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter after applying `spec` to it (the way compilers are jailed)."""
-    from engine.harness.build import jailed
+    from engine.jail import command as jailed
     return subprocess.run(jailed([sys.executable, "-I", "-S", "-c", code], spec), capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
 

@@ -19,7 +19,7 @@ from tests.helper_double import Session
 
 @pytest.fixture(scope="module")
 def layernorm():
-    return load_task("layernorm")
+    return load_task("layernorm_lastdim")
 
 
 def _small(task):
@@ -211,14 +211,12 @@ def test_plans_for_every_format_round_trip_through_the_runner_message():
             assert type(got) is type(want) and (not isinstance(got, torch.Tensor) or torch.equal(got, want))
         if header["kind"] == "modelnew":
             assert header["model"]["state"] and len(tensors) > 2 * n
-        # an exact candidate's outputs, composed by the judge, are the reference
+        # an exact candidate's outputs, composed by the judge, are the reference (the backward replay is
+        # test_importers' replay test: an exact upstream backward needs the task's own formulas)
+        if direction == "backward":
+            continue
         v = prep.variants[1]
         rt.restore_state(v.state)
-        if header["kind"] == "modelnew":
-            exact = list(v.ref)
-        elif direction == "forward":
-            exact = [rt.reference_module.forward_fn(*v.plan.args)]
-        else:
-            exact = list(rt.reference_backward(*v.plan.args))
+        exact = list(v.ref) if header["kind"] == "modelnew" else [rt.reference_module.forward_fn(*v.plan.args)]
         composed = rt.compose(rt.inputs(), exact)
         assert len(composed) == len(v.ref) and all(torch.allclose(a, b) for a, b in zip(composed, v.ref)), direction

@@ -51,7 +51,7 @@ def test_translate(proposer, harness, layernorm):
     system = body["system"][0]["text"]
     context, prompt = body["messages"][0]["content"]
     assert "native split" in system and "kbench:knob" in system
-    assert "# Task: layernorm (forward)" in context["text"] and context["cache_control"] == {"type": "ephemeral"}
+    assert "# Task: layernorm_lastdim (forward)" in context["text"] and context["cache_control"] == {"type": "ephemeral"}
     assert "Operator: translate" in prompt["text"] and "- keep two passes" in prompt["text"]
 
     assert Proposal.from_json(json.loads(json.dumps(p.to_json()))) == p  # the record survives JSON

@@ -216,7 +216,7 @@ def test_export_writes_package_and_notes_it(demo, tmp_path):
         await wait_until(pilot, lambda: (out / "pyproject.toml").is_file())
         await wait_until(pilot, lambda: any(e.event == "exported" for e in app.backend.ws.status("demo-g1-1").events))
     run_app(fake_backend(demo), scenario)
-    assert (out / "setup.py").is_file() and (out / "kbench_gelu_bias" / "export.json").is_file()
+    assert (out / "setup.py").is_file() and (out / "src" / "kbench_gelu_bias" / "export.json").is_file()
     with Workspace.open(demo) as ws:
         ev = [e for e in ws.status("demo-g1-1").events if e.event == "exported"][0]
         assert ev.data["out"] == str(out.resolve()) and ev.data["forced"] is False

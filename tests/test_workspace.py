@@ -68,11 +68,11 @@ def test_session_root_holds_task_and_session_json(ws, tmp_path):
     assert set(files) == {"task.toml", "reference.py", ".kbench/session.json"}
     info = json.loads(git(path, "show", "refs/kbench/ln/root:.kbench/session.json"))
     assert (info["name"], info["task"], info["direction"], info["proposer"], info["model"]) == \
-        ("ln", "layernorm", "forward", "anthropic", "claude-test")
+        ("ln", "layernorm_lastdim", "forward", "anthropic", "claude-test")
     assert git(path, "rev-parse", "sessions/ln") == git(path, "rev-parse", "refs/kbench/ln/root")
     assert git(path, "rev-list", "--count", "refs/kbench/ln/root").strip() == "1"  # a root commit
     s = ws.session("ln")
-    assert s.task == "layernorm" and s.candidates == 0 and s.best is None
+    assert s.task == "layernorm_lastdim" and s.candidates == 0 and s.best is None
     with pytest.raises(WorkspaceError, match="already exists"):
         ws.start_session("ln", tmp_path / "task-layernorm")
 

@@ -61,5 +61,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     for c in t.configs:
         costs = "  ".join(f"{d}: {k.flops / 1e6:.3g} MFLOP, {k.bytes / 1e6:.3g} MB" for d, k in c.cost.items())
         args_ = ", ".join(f"{k}={v}" for k, v in {**c.model_kwargs, **c.input_kwargs}.items())
-        print(f"  {c.name:<20} {args_}  init={c.init} seed={c.seed}  {costs}")
+        tags = f"  [{', '.join(c.tags)}]" if c.tags else ""
+        print(f"  {c.name:<20} {args_}  init={c.init} seed={c.seed}{tags}  {costs}".rstrip())
+    if t.notes:
+        print("\nnotes:")
+        for n in t.notes:
+            print(f"  - {n}")
     return 0

@@ -22,6 +22,12 @@ from engine.tasks.model import Task
 from engine.verdict import Status
 
 EXPORTABLE_FORMATS = ("native", "robust-kbench")
+# robust-kbench's backward kernel takes what the task's AutogradFunction.backward passes it (task-specific, e.g.
+# (grad_output, x, weights) or (ctx.saved_tensors, grad_output)) and returns what that method unpacks: no op schema
+# or fake (meta) implementation can be derived from that without the kernel's own shape rules.
+ROBUST_KBENCH_BACKWARD = ("task {task!r} is a robust-kbench task: its backward kernel takes the task-specific "
+                          "arguments of AutogradFunction.backward, which export cannot wire into an autograd "
+                          "formula; export the forward kernel alone (--no-backward).")
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,8 @@ def _schemas(task: Task, forward: KernelSource,
     if backward is not None:
         if "backward" not in task.directions:
             raise ExportError(f"task {task.name!r} has no backward direction; its backward kernel has no contract.")
+        if task.format == "robust-kbench":
+            raise ExportError(ROBUST_KBENCH_BACKWARD.format(task=task.name))
         spec = task.spec("backward")
         try:
             bwd = backward_schema(fwd, spec.signature, spec.no_grad, backward.entry)
@@ -256,7 +264,11 @@ def plan_from_workspace(ws: Any, query: str, name: str | None = None, force: boo
     bwd = None
     if backward and "backward" not in task.directions:
         raise ExportError(f"--backward {backward}: task {task.name!r} has no backward direction.")
-    if with_backward and "backward" in task.directions:
+    if with_backward and "backward" in task.directions and task.format == "robust-kbench" and not backward:
+        notes.append("No backward kernel: " + ROBUST_KBENCH_BACKWARD.format(task=task.name).split(": ", 1)[1]
+                     .replace("; export the forward kernel alone (--no-backward).", "") + "; the op has no autograd "
+                     "formula.")
+    elif with_backward and "backward" in task.directions:
         bid, why = (backward, "") if backward else find_backward(ws, task)
         if bid:
             bwd = _ws_kernel(ws, bid, "backward")

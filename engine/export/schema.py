@@ -3,9 +3,12 @@
 A task signature reads `forward(x: f32[B,N], weight: f32[N], eps: float) -> y: f32[B,N]` (native tasks) or
 `forward(x: torch.Tensor, eps: float) -> torch.Tensor` (robust-kbench, from `forward_fn`'s annotations). Each
 parameter becomes a schema argument: a tensor annotation -> `Tensor`, `... | None` / `Optional[...]` -> `Tensor?`,
-`float` / `int` / `bool` -> the scalar of that name. Where the signature leaves a parameter unannotated, the C++
-type of the binding's entry point decides (`torch::Tensor`, `c10::optional<torch::Tensor>`, `double`, `int64_t`,
-`bool`). Anything else (lists, strings, tuples) has no schema type the exported op could take: ExportError.
+`float` / `int` / `bool` -> the scalar of that name, a tuple or list (`tuple`, `list[int]`, `tuple[float, ...]`)
+-> `int[]` or `float[]` (a bare `tuple` / `list` takes its element type from the binding, else int: kernel sizes,
+shapes and strides). Where the signature leaves a parameter unannotated, the C++ type of the binding's entry point
+decides (`torch::Tensor`, `c10::optional<torch::Tensor>`, `double`, `int64_t`, `bool`, `std::vector<int64_t>` /
+`IntArrayRef`, `std::vector<double>`). Anything else (strings, lists of tensors) has no schema type the exported op
+could take: ExportError.
 
 The forward returns `Tensor` (one output) or `Tensor[]`; the backward op is
 `backward(Tensor grad, <the forward's arguments>) -> Tensor[]`, one gradient per floating-point tensor argument
@@ -20,8 +23,11 @@ from typing import Any
 
 from engine.export.errors import ExportError
 
-KINDS = ("Tensor", "float", "int", "bool")
-CPP_TYPES = {"Tensor": "at::Tensor", "float": "double", "int": "int64_t", "bool": "bool"}
+KINDS = ("Tensor", "float", "int", "bool", "int[]", "float[]")
+CPP_TYPES = {"Tensor": "at::Tensor", "float": "double", "int": "int64_t", "bool": "bool",
+             "int[]": "at::IntArrayRef", "float[]": "at::ArrayRef<double>"}
+LISTS = ("int[]", "float[]")
+_SEQUENCE = re.compile(r"^(?:typing\.)?(tuple|Tuple|list|List|Sequence|collections\.abc\.Sequence)\b(?:\[(.*)\])?$")
 _TENSOR_ANNOT = re.compile(r"^(?:(?:f|bf|i|u|c)\d+|bool)\s*\[.*\]$")   # f32[B,N], i64[B], bf16[N], f32[]
 _OPTIONAL = re.compile(r"^(?:typing\.)?Optional\[(.*)\]$")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
@@ -46,6 +52,10 @@ class Arg:
         if self.optional:
             return f"const std::optional<{base}>&"
         return f"const {base}&" if self.kind == "Tensor" else base
+
+    @property
+    def is_list(self) -> bool:
+        return self.kind in LISTS
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "optional": self.optional}
@@ -140,6 +150,14 @@ def classify_annotation(annot: str) -> tuple[str | None, bool] | None:
         return "Tensor", optional
     if a in ("float", "int", "bool"):
         return a, optional
+    if m := _SEQUENCE.match(a):
+        items = {p.strip() for p in split_top(m.group(2) or "") if p.strip() != "..."}
+        if not items:
+            return "list", optional          # element type from the binding, else int
+        if items <= {"int"}:
+            return "int[]", optional
+        if items <= {"float", "int"}:
+            return "float[]", optional
     return None
 
 
@@ -201,6 +219,12 @@ def find_entry(source: str, export: str) -> CppEntry:
 def classify_cpp(cpp_type: str) -> tuple[str | None, bool]:
     t = cpp_type.replace("const", "").replace("&", "").strip()
     optional = "optional" in t
+    if re.search(r"IntArrayRef|vector\s*<\s*(?:int64_t|int|long|int32_t|size_t)\s*>|ArrayRef\s*<\s*int64_t\s*>", t):
+        return "int[]", optional
+    if re.search(r"vector\s*<\s*(?:double|float)\s*>|ArrayRef\s*<\s*double\s*>", t):
+        return "float[]", optional
+    if re.search(r"vector|ArrayRef|TensorList|tuple|py::", t):
+        return None, optional                 # lists of tensors, Python objects: no schema type
     if "Tensor" in t:
         return "Tensor", optional
     if re.search(r"\bbool\b", t):
@@ -229,7 +253,7 @@ def forward_schema(signature: str, entry: CppEntry | None = None) -> OpSchema:
         got = classify_annotation(annot)
         if got is None:
             raise ExportError(f"argument `{name}: {annot}` of {signature!r} has no op schema type: an exported op takes "
-                              "tensors, optional tensors and float/int/bool scalars only.")
+                              "tensors, optional tensors, float/int/bool scalars and int/float lists only.")
         kind, optional = got
         if cpp is not None:
             ckind, coptional = classify_cpp(cpp[i][0])
@@ -237,10 +261,18 @@ def forward_schema(signature: str, entry: CppEntry | None = None) -> OpSchema:
                 kind, optional = ckind, coptional
             elif kind == "Tensor" and ckind == "Tensor" and coptional:
                 optional = True
+            elif kind == "list" and ckind in LISTS:
+                kind = ckind
+        if kind == "list":
+            kind = "int[]"   # a bare tuple / list: shapes, strides and kernel sizes are what kernels take
+        if kind in LISTS and optional:
+            raise ExportError(f"argument `{name}: {annot}` of {signature!r}: an optional list has no op schema type "
+                              "kbench export supports; pass an empty list instead of None.")
         if kind is None:
             where = f" (the binding declares `{cpp[i][0]}`)" if cpp is not None else ""
             raise ExportError(f"cannot tell the type of argument `{name}` of {signature!r}{where}: annotate it in "
-                              "the task signature (a tensor, `... | None`, float, int or bool).")
+                              "the task signature (a tensor, `... | None`, float, int, bool, list[int] or "
+                              "list[float]).")
         sname = name if name not in _SCHEMA_WORDS and name not in seen else f"{name}_{i}"
         seen.add(sname)
         args.append(Arg(sname, kind, optional))

@@ -6,14 +6,17 @@
 <out>/csrc/forward/...            the forward candidate's files, verbatim
 <out>/csrc/forward_op.cpp|.cu     TORCH_LIBRARY def + CUDA impl, #includes the candidate's binding
 <out>/csrc/backward/..., backward_op.cpp|.cu   (when a backward kernel is exported)
-<out>/<name>/__init__.py ops.py modules.py reference.py _inits.py export.json
-<out>/tests/test_<name>.py
+<out>/src/<name>/__init__.py ops.py modules.py reference.py _inits.py export.json
+<out>/tests/conftest.py  test_<name>_cpu.py  test_<name>.py (gpu)
 ```
+The Python package sits under src/ so that `python -m pytest tests`, run in the package folder, imports the
+installed (built) package and not the source folder, which has no compiled extension.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +25,7 @@ from typing import Any
 from engine.export.errors import ExportError
 from engine.export.plan import ExportPlan, KernelSource
 from engine.export.render import render
+from engine.harness.toolchain import DEFAULT_ARCHS
 
 VERSION = "0.1.0"
 MODULES = {"forward": "_C", "backward": "_C_backward"}
@@ -87,12 +91,15 @@ def package_files(plan: ExportPlan) -> dict[str, str]:
     files["setup.py"] = render("setup.py", values)
     files["MANIFEST.in"] = render("MANIFEST.in", values)
     files["README.md"] = render("README.md", values)
-    files[f"{ns}/__init__.py"] = render("package/__init__.py", values)
-    files[f"{ns}/ops.py"] = render("package/ops.py", values)
-    files[f"{ns}/modules.py"] = render("package/modules.py", values)
-    files[f"{ns}/reference.py"] = plan.reference_text
-    files[f"{ns}/_inits.py"] = Path(inits.__file__).read_text()
-    files[f"{ns}/export.json"] = json.dumps(export_json(plan), indent=2, default=str) + "\n"
+    pkg = f"src/{ns}"
+    files[f"{pkg}/__init__.py"] = render("package/__init__.py", values)
+    files[f"{pkg}/ops.py"] = render("package/ops.py", values)
+    files[f"{pkg}/modules.py"] = render("package/modules.py", values)
+    files[f"{pkg}/reference.py"] = plan.reference_text
+    files[f"{pkg}/_inits.py"] = Path(inits.__file__).read_text()
+    files[f"{pkg}/export.json"] = json.dumps(export_json(plan), indent=2, default=str) + "\n"
+    files["tests/conftest.py"] = render("tests/conftest.py", values)
+    files[f"tests/test_{ns}_cpu.py"] = render("tests/test_package_cpu.py", values)
     files[f"tests/test_{ns}.py"] = render("tests/test_package.py", values)
     return files
 
@@ -111,6 +118,8 @@ def _shim(plan: ExportPlan, k: KernelSource) -> str:
     for i, a in enumerate(schema.args):
         if a.optional and a.kind == "Tensor" and cpp is not None and "optional" not in cpp[i][0]:
             call.append(f"kbench_export::or_undefined({a.name})")
+        elif a.is_list and cpp is not None and (m := re.search(r"vector\s*<\s*([\w:]+)\s*>", cpp[i][0])):
+            call.append(f"std::vector<{m.group(1)}>({a.name}.begin(), {a.name}.end())")  # the binding's element type
         else:
             call.append(a.name)
     if k.direction == "forward":
@@ -157,7 +166,8 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
     autograd = ("- `register_autograd` wires the backward kernel in: `y.backward()` runs "
                 f"`torch.ops.{ns}.backward` and returns one gradient per floating-point tensor argument"
                 + (" (no_grad arguments excluded)" if plan.backward_schema and _no_grad(plan) else "") + "."
-                if has_bwd else "- No backward kernel was exported: the op has no autograd formula.")
+                if has_bwd else "- No backward kernel was exported: the op's autograd formula raises a RuntimeError "
+                "that says so, in eager mode and under torch.compile alike, instead of returning no gradients.")
     return {
         "namespace": ns, "version": VERSION, "description": repr(desc), "description_line": desc,
         "task_name": task.name, "class_name": plan.class_name, "model_init": model_init,
@@ -173,6 +183,7 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
         "reference_name": plan.reference_name, "provenance": _provenance(plan),
         "verdicts": _verdicts(plan), "measurements": _measurements(plan), "csrc_listing": "\n".join(csrc),
         "autograd_word": ", register_autograd" if has_bwd else "",
+        "default_archs": ";".join(DEFAULT_ARCHS),
     }
 
 

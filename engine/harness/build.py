@@ -5,7 +5,10 @@ Paths by format:
   compiles binding.cpp in parallel against a precompiled <torch/extension.h>; then one link.
 - robust-kbench (one .cu with torch headers and PYBIND11_MODULE): nvcc with torch's flags, then link. Slow:
   nvcc cannot use a GCC precompiled header.
-- kernelbench (.py with ModelNew): nothing to build here; it calls load_inline when the sandbox imports it.
+- kernelbench (.py with ModelNew): the file builds its kernels with load_inline when imported, so the compile
+  stage imports it in a sandboxed child without a GPU (`_build_kernelbench`); the builds land in
+  kernelbench_extensions_dir(), where the evaluation's import finds them up to date. A failed build is a compile
+  failure with the compiler's message.
 
 Cache: cache_root/builds/<toolchain key>/<source hash>/ holds result.json, build.log, src/ and the .so. An
 entry is built in a temp dir and renamed into place, so a killed build never leaves half an entry.
@@ -33,6 +36,7 @@ from typing import Any, Literal
 from engine.candidates import Candidate
 from engine.harness.toolchain import PCH_HEADERS, Toolchain
 from engine.jail import JailSpec
+from engine.jail import command as jailed
 from engine.procs import file_lock, kill_group
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -120,16 +124,6 @@ def compiler_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["LC_ALL"] = "C"  # plain ASCII quotes and English messages: the error parser depends on them
     env.update(extra or {})
     return env
-
-
-JAIL_EXEC = Path(__file__).resolve().parents[1] / "jail" / "exec.py"
-
-
-def jailed(cmd: list[str], spec: JailSpec | None) -> list[str]:
-    """`cmd` run inside `spec` (engine/jail/exec.py applies it, then execs the compiler)."""
-    if spec is None:
-        return cmd
-    return [sys.executable, "-I", "-S", str(JAIL_EXEC), json.dumps(spec.to_json()), "--", *cmd]
 
 
 def compile_jail(work: Path, readonly: list[Path] = (), toolchain: Toolchain | None = None) -> JailSpec:
@@ -274,12 +268,6 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
     cache_root = Path(cache_root)
     h = candidate.source_hash
     key = toolchain.key()
-    if candidate.format == "kernelbench":
-        return BuildResult(ok=True, format=candidate.format, source_hash=h, module_name=None, so_path=None,
-                           seconds=time.monotonic() - start, toolchain_key=key,
-                           note="KernelBench candidates build themselves with load_inline when the sandbox "
-                                "imports them; point TORCH_EXTENSIONS_DIR at kernelbench_extensions_dir().")
-
     entry = entry_dir(cache_root, toolchain, candidate)
     if not force and (hit := _read_entry(entry)) is not None:
         hit.cache_hit = True
@@ -309,9 +297,13 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
             module_name = _module_name(candidate.files[main], module_name)
             so_name = f"{module_name}.so"
             _build_single_cu(main, toolchain, work, src, so_name, module_name, start + timeout_s, steps, timings)
+        elif candidate.format == "kernelbench":
+            module_name, so_name = None, None
+            _build_kernelbench(candidate, cache_root, toolchain, src, start + timeout_s, steps, timings)
         else:
             raise _Failed("invalid", f"unknown candidate format {candidate.format!r}")
-        _check_export(work / so_name, module_name, steps, timings)
+        if so_name is not None:
+            _check_export(work / so_name, module_name, steps, timings)
         failure, error = None, None
     except _Failed as f:
         failure, error = f.kind, f.error
@@ -321,7 +313,7 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
     ok = failure is None
     result = BuildResult(
         ok=ok, format=candidate.format, source_hash=h, module_name=module_name if ok else None,
-        so_path=(entry / so_name) if ok else None, seconds=0.0, log=_render_log(steps, work),
+        so_path=(entry / so_name) if ok and so_name else None, seconds=0.0, log=_render_log(steps, work),
         error=error, failure=failure, steps=timings, pch_used=pch_used, toolchain_key=key)
     if failure is not None and failure not in _CACHEABLE_FAILURES:
         shutil.rmtree(work, ignore_errors=True)
@@ -416,6 +408,65 @@ def _build_single_cu(main: str, tc: Toolchain, work: Path, src: Path, so_name: s
     steps.append(link)
     timings["link"] = round(link.seconds, 3)
     _check_link(link, work, {main: ""}, objects={})
+
+
+_BUILDS_EXTENSION = re.compile(r"load_inline|cpp_extension")
+_NO_GPU_AT_IMPORT = ("CUDA", "cuda", "NVIDIA", "driver", "device")
+
+
+def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, src: Path, deadline: float,
+                       steps: list[StepResult], timings: dict[str, float]) -> None:
+    """Import the ModelNew file in a sandboxed child with no GPU: its load_inline/load calls compile its kernels
+    into kernelbench_extensions_dir(), with this toolchain's arch list (the evaluation passes the same list, so
+    its import finds the build up to date). A build that fails raises _Failed with the compiler's message."""
+    import ast
+
+    from engine.procs import run_child
+
+    main = candidate.main_file
+    text = candidate.files[main]
+    try:
+        ast.parse(text, filename=main)
+    except SyntaxError as exc:
+        raise _Failed("compile", f"{main}:{exc.lineno}: Python syntax error: {exc.msg}.") from None
+    if not _BUILDS_EXTENSION.search(text):
+        steps.append(StepResult("import", (), 0, "no load_inline / cpp_extension call: nothing to compile", 0.0))
+        return
+    ext_dir = kernelbench_extensions_dir(cache_root, candidate)
+    ext_dir.mkdir(parents=True, exist_ok=True)
+    request = {"py_path": str(src / main), "module_name": f"kb_modelnew_{candidate.source_hash}"}
+    env = {"TORCH_EXTENSIONS_DIR": str(ext_dir), "TORCH_CUDA_ARCH_LIST": ";".join(tc.archs),
+           "CUDA_VISIBLE_DEVICES": "", "HOME": str(ext_dir), "TMPDIR": str(ext_dir)}
+    timeout = max(deadline - time.monotonic(), 5.0)
+    # The import runs the candidate's Python: in the compilers' jail (reads the toolchain and its source,
+    # writes only its extensions folder), so what runs at import time reaches nothing of the user's.
+    outcome = run_child("engine.harness.kernelbench_compile", request, timeout_s=timeout, extra_env=env,
+                        jail=compile_jail(ext_dir, [src], tc))
+    timings["import"] = round(outcome.seconds, 3)
+    res = outcome.result
+    calls = res.get("extensions") or []
+    output = "\n".join(f"{c.get('via')} {c.get('name')}: {'ok' if c.get('ok') else c.get('error')}"
+                       for c in calls)
+    broken = outcome.returncode != 0 or res.get("import_error") or any(not c.get("ok") for c in calls)
+    step = StepResult(f"import {main}", (sys.executable, "-m", "engine.harness.kernelbench_compile"),
+                      (outcome.returncode or 1) if broken else 0,
+                      (output + "\n" + (res.get("import_error") or "")).strip() or outcome.output_tail,
+                      outcome.seconds, outcome.timed_out, timeout)
+    steps.append(step)
+    if outcome.timed_out:
+        raise _Failed(*_diagnose(step, src, {main: text}))
+    failed = [c for c in calls if not c.get("ok")]
+    if failed:
+        c = failed[0]
+        where = ext_dir / str(c.get("name"))
+        build = StepResult(f"{c.get('via')} {c.get('name')}", (), 1, str(c.get("error") or ""), step.seconds)
+        kind, msg = _diagnose(build, where, {"cuda.cu": "", "main.cpp": ""})
+        raise _Failed(kind, msg + f" (the extension {c.get('name')!r} that {main} builds at import)")
+    if not res.get("finished"):
+        raise _Failed("internal", f"the import of {main} did not finish: {outcome.describe_crash()}")
+    err = res.get("import_error")
+    if err and not (calls and not res.get("cuda_available") and any(w in err for w in _NO_GPU_AT_IMPORT)):
+        raise _Failed("compile", f"{main} raised on import, so ModelNew cannot be loaded: {err}")
 
 
 def _publish(result: BuildResult, work: Path, entry: Path, steps: list[StepResult], force: bool) -> None:

@@ -78,6 +78,29 @@ class JailReport:
         return cls(**known)
 
 
+EXEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exec.py")
+
+
+def command(cmd: list[str], spec: JailSpec | None) -> list[str]:
+    """`cmd` run inside `spec`: engine/jail/exec.py applies it to itself, then execs the program."""
+    if spec is None:
+        return cmd
+    import json
+    import sys
+    return [sys.executable, "-I", "-S", EXEC, json.dumps(spec.to_json()), "--", *cmd]
+
+
+def python_path(folder: str) -> str:
+    """A folder to use as PYTHONPATH for a jailed Python: `engine` in it links to kbench's engine package, so the
+    interpreter finds kbench without being allowed to list the checkout around it."""
+    pkg = os.path.join(folder, "pkg")
+    os.makedirs(pkg, exist_ok=True)
+    link = os.path.join(pkg, "engine")
+    if not os.path.lexists(link):
+        os.symlink(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), link, target_is_directory=True)
+    return pkg
+
+
 def apply(spec: JailSpec) -> JailReport:
     """Jail the calling process. Call it while the process has a single thread (before importing torch)."""
     from engine.jail import landlock, privileges, seccomp

@@ -32,8 +32,15 @@ def context_values(task: Task, direction: str) -> dict[str, Any]:
         "dtype": task.dtype, "signature": spec.signature, "atol": f"{spec.tolerance.atol:g}",
         "rtol": f"{spec.tolerance.rtol:g}", "reference": reference, "fn_name": fn_name,
         "configs": render_configs(task),
-        "backward_contract": BACKWARD_CONTRACT if direction == "backward" else "",
+        "backward_contract": _backward_contract(task) if direction == "backward" else "",
     }
+
+
+def _backward_contract(task: Task) -> str:
+    if task.format == "robust-kbench":  # upstream's task-specific convention, not kbench's generic one
+        from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
+        return RKB_CONTRACT
+    return BACKWARD_CONTRACT
 
 
 def render_configs(task: Task) -> str:

@@ -194,7 +194,7 @@ def _plan_message(prep: Prepared) -> tuple[dict[str, Any], list[Any]]:
         for name, t in (plan.model_state or {}).items():
             state[name] = len(state_tensors)
             state_tensors.append(t)
-        header["model"] = {"seed": plan.model_seed, "init": init, "state": state}
+        header["model"] = {"seed": plan.model_seed, "init": init, "state": state, "dtype": plan.model_dtype}
         tensors += state_tensors
     prep.tensors = [t for ts in per_variant for t in ts]
     return header, tensors

@@ -110,7 +110,8 @@ class Runner:
         state = {name: state_tensors[i] for name, i in model_h["state"].items()}
         shared = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
         model.load_state_dict(shared, strict=False)
-        model = model.to("cuda")
+        dtype = getattr(torch, model_h["dtype"]) if model_h.get("dtype") else None
+        model = model.to(device="cuda", dtype=dtype)
 
         def call() -> Any:
             with torch.no_grad():

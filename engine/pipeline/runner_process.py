@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import procs
+from engine import jail
 from engine.jail import JailReport, JailSpec, privileges
-from engine.jail.profiles import engine_dir, runner_environment, runner_spec
+from engine.jail.profiles import runner_environment, runner_spec
 from engine.pipeline.types import CandidateSpec
 from engine.pipeline.wire import Channel, ChannelClosed, Forgery, Record, RecordReader
 
@@ -64,9 +65,9 @@ def make_run_dir(extra_readonly: list[Path] = ()) -> RunDir:
     ro, scratch = root / "ro", root / "scratch"
     ro.mkdir(mode=0o755)
     scratch.mkdir(mode=0o700)
-    (ro / "pkg").mkdir(mode=0o755)
-    (ro / "pkg" / "engine").symlink_to(engine_dir(), target_is_directory=True)
-    run = RunDir(root, ro, scratch, ro / "pkg", (ro, *extra_readonly))
+    pkg = Path(jail.python_path(str(ro)))
+    os.chmod(pkg, 0o755)
+    run = RunDir(root, ro, scratch, pkg, (ro, *extra_readonly))
     if os.geteuid() == 0 and all(privileges.readable_by_nobody(p) for p in run.spec().needed_by_nobody):
         os.chown(scratch, privileges.NOBODY, privileges.NOBODY)
     return run

@@ -53,7 +53,7 @@ def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeou
                 ncu: str | None = None) -> tuple[str, dict[str, Any], str]:
     """Run the profile child on the candidate, jailed like a runner (under ncu when `ncu` is given).
     Returns (its output, its result, why it failed or "")."""
-    from engine.harness.build import jailed
+    from engine.jail import command as jailed
     from engine.pipeline.runner_process import make_run_dir, stage_candidate
     from engine.pipeline.types import CandidateSpec
     from engine.procs import kill_group, reap

@@ -23,10 +23,15 @@ def builtin_task_names() -> list[str]:
 
 
 def load_task(ref: str | Path) -> Task:
-    """Load `ref`: a built-in task name, a task folder (native or robust-kbench) or a KernelBench .py."""
+    """Load `ref`: a built-in task name, a task folder (native or robust-kbench) or a KernelBench .py
+    (`problem.py@fp16` / `@bf16` evaluates it in that precision, as KernelBench's `precision` option does)."""
     from engine.tasks import kernelbench, native, robust_kbench
 
     path = Path(ref)
+    if not path.exists() and isinstance(ref, str):
+        file, dtype = kernelbench.split_ref(ref)
+        if dtype != "float32" and Path(file).is_file():
+            return kernelbench.load_kernelbench(Path(file), dtype)
     if not path.exists() and isinstance(ref, str) and "/" not in ref:
         candidate = builtin_tasks_dir() / ref
         if candidate.exists():

@@ -53,6 +53,9 @@ class TaskConfig:
     seed: int = 0
     init: str = "normal"
     cost: dict[str, Cost] = field(default_factory=dict)  # per direction; empty where unknown
+    # Where the config comes from, e.g. ("robust-kbench", "single", "forward") for upstream's own settings or
+    # ("kbench-addition",) for one kbench added to an imported task; free text for native tasks.
+    tags: tuple[str, ...] = ()
 
     def label(self) -> str:
         args = {**self.model_kwargs, **self.input_kwargs}
@@ -64,6 +67,7 @@ class TaskConfig:
             "name": self.name, "model_kwargs": self.model_kwargs, "input_kwargs": self.input_kwargs,
             "seed": self.seed, "init": self.init,
             "cost": {d: {"flops": c.flops, "bytes": c.bytes} for d, c in self.cost.items()},
+            "tags": list(self.tags),
         }
 
     @classmethod
@@ -71,7 +75,8 @@ class TaskConfig:
         return cls(name=obj["name"], model_kwargs=dict(obj["model_kwargs"]),
                    input_kwargs=dict(obj["input_kwargs"]), seed=int(obj.get("seed", 0)),
                    init=obj.get("init", "normal"),
-                   cost={d: Cost(**c) for d, c in (obj.get("cost") or {}).items()})
+                   cost={d: Cost(**c) for d, c in (obj.get("cost") or {}).items()},
+                   tags=tuple(obj.get("tags") or ()))
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,9 @@ class Task:
     configs: tuple[TaskConfig, ...]
     # `pure` or `engineering` (engine.integrity.policy); None: the session's or the default decides.
     library_policy: str | None = None
+    # What a user should know about how kbench reads this task (an upstream quirk it works around, packages a
+    # KernelBench problem needs); shown by `kbench show`.
+    notes: tuple[str, ...] = ()
 
     def spec(self, direction: str) -> DirectionSpec:
         try:
@@ -111,6 +119,7 @@ class Task:
             },
             "configs": [c.to_json() for c in self.configs],
             "library_policy": self.library_policy,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -128,4 +137,5 @@ class Task:
             },
             configs=tuple(TaskConfig.from_json(c) for c in obj["configs"]),
             library_policy=obj.get("library_policy"),
+            notes=tuple(obj.get("notes") or ()),
         )

@@ -47,6 +47,7 @@ def load_native(root: Path) -> Task:
     fn_params = pysource.function_params(module, "forward_fn", ref_path)
     model_params = pysource.class_init_params(module, "Model", ref_path)
     input_params = pysource.function_params(module, "get_inputs", ref_path)
+    defaults = pysource.literal_defaults(module)
 
     specs: dict[str, DirectionSpec] = {}
     for d in directions:
@@ -76,7 +77,7 @@ def load_native(root: Path) -> Task:
         init = str(raw.get("init", "normal"))
         if init not in SCHEMES:
             raise TaskError(f"{toml_path}: {where} ({cname}) has init {init!r}; known: {', '.join(SCHEMES)}.")
-        names = {**args, "dtype_bytes": DTYPE_BYTES[dtype]}
+        names = {**defaults, **args, "dtype_bytes": DTYPE_BYTES[dtype]}
         cost = {}
         for d in directions:
             section = meta[d]
@@ -86,8 +87,11 @@ def load_native(root: Path) -> Task:
                                    costexpr.evaluate(str(section["bytes"]), names))
                 except costexpr.CostExprError as exc:
                     raise TaskError(f"{toml_path}: [{d}] cost model, config {cname!r}: {exc}.") from None
+        tags = raw.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise TaskError(f"{toml_path}: {where} ({cname}): `tags` must be a list of strings, got {tags!r}.")
         configs.append(TaskConfig(name=cname, model_kwargs=model_kwargs, input_kwargs=input_kwargs,
-                                  seed=int(raw.get("seed", 0)), init=init, cost=cost))
+                                  seed=int(raw.get("seed", 0)), init=init, cost=cost, tags=tuple(tags)))
 
     policy = meta.get("library_policy")
     if policy is not None and policy not in POLICIES:

@@ -58,3 +58,24 @@ def has_top_level(module: ast.Module, name: str) -> bool:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return True
     return False
+
+
+def literal_defaults(module: ast.Module, names: tuple[str, ...] = ("get_inputs",),
+                     classes: tuple[str, ...] = ("Model",)) -> dict[str, int | float | bool]:
+    """Number and bool defaults of the parameters of functions `names` and of `classes`' __init__ (a cost
+    expression may use a size a config leaves at its default, e.g. robust-kbench's fixed 224 x 224 images)."""
+    fns: list[ast.FunctionDef] = []
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            fns.append(node)
+        if isinstance(node, ast.ClassDef) and node.name in classes:
+            fns.extend(i for i in node.body if isinstance(i, ast.FunctionDef) and i.name == "__init__")
+    out: dict[str, int | float | bool] = {}
+    for fn in fns:
+        positional = fn.args.posonlyargs + fn.args.args
+        pairs = list(zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults))
+        pairs += [(a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None]
+        for arg, default in pairs:
+            if isinstance(default, ast.Constant) and isinstance(default.value, (int, float, bool)):
+                out.setdefault(arg.arg, default.value)
+    return out

@@ -1,4 +1,9 @@
-"""LayerNorm over the last dimension with an affine weight and bias (robust-kbench `layernorm`)."""
+"""LayerNorm over the trailing (num_features, dim1, dim2) dimensions of x [B, C, H, W] with an elementwise affine
+weight and bias of shape (C, H, W): robust-kbench's `layernorm`, with its signature and settings.
+
+Each of the B rows of C*H*W elements is normalised with its own mean and biased variance; weight and bias are full
+tensors, not per-channel vectors. (The transformer form over the last dimension is `layernorm_lastdim`.)
+"""
 
 import torch
 import torch.nn as nn
@@ -6,20 +11,30 @@ import torch.nn.functional as F
 
 
 def forward_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    # the normalised shape is the weight's: the last weight.dim() dimensions of x
+    normalized_shape = tuple(x.shape[-weight.dim():])
+    return F.layer_norm(x, normalized_shape, weight, bias, eps)
 
 
 class Model(nn.Module):
-    def __init__(self, hidden: int, eps: float = 1e-5):
+    def __init__(self, num_features: int, dim1: int, dim2: int, eps: float = 1e-5, init_method: str = "standard"):
         super().__init__()
-        # Non-trivial affine parameters: a kernel that ignores weight or bias must fail.
-        self.weight = nn.Parameter(1.0 + 0.5 * torch.randn(hidden))
-        self.bias = nn.Parameter(0.5 * torch.randn(hidden))
+        shape = (num_features, dim1, dim2)
+        # robust-kbench's two settings: "standard" (weight 1, bias 0, as nn.LayerNorm starts) and "random" (both
+        # N(0, 1)); kbench's own configs use "random", so a kernel that ignores weight or bias fails.
+        if init_method == "standard":
+            weight, bias = torch.ones(shape), torch.zeros(shape)
+        elif init_method == "random":
+            weight, bias = torch.randn(shape), torch.randn(shape)
+        else:
+            raise ValueError(f"init_method {init_method!r}: expected 'standard' or 'random'")
+        self.weight = nn.Parameter(weight)
+        self.bias = nn.Parameter(bias)
         self.eps = eps
 
     def forward(self, x: torch.Tensor, fn=forward_fn) -> torch.Tensor:
         return fn(x, self.weight, self.bias, self.eps)
 
 
-def get_inputs(batch: int, hidden: int):
-    return [torch.randn(batch, hidden)]
+def get_inputs(batch_size: int = 16, num_features: int = 64, dim1: int = 256, dim2: int = 256):
+    return [torch.randn(batch_size, num_features, dim1, dim2)]

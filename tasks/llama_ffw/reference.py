@@ -1,28 +1,26 @@
-"""LLaMA feed-forward block: down(silu(x @ Wg^T) * (x @ Wu^T)), no biases (robust-kbench `llama_ffw`)."""
-
-import math
+"""LLaMA feed-forward block: down(silu(x @ Wg^T) * (x @ Wu^T)), no biases (robust-kbench `llama_ffw`, with its
+signature and settings)."""
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 
-def forward_fn(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
-               down_weight: torch.Tensor) -> torch.Tensor:
-    return F.linear(F.silu(F.linear(x, gate_weight)) * F.linear(x, up_weight), down_weight)
+def forward_fn(x: torch.Tensor, gate_proj: torch.Tensor, up_proj: torch.Tensor, down_proj: torch.Tensor) -> torch.Tensor:
+    return F.linear(F.silu(F.linear(x, gate_proj)) * F.linear(x, up_proj), down_proj)
 
 
 class Model(nn.Module):
-    def __init__(self, hidden: int, intermediate: int):
+    def __init__(self, num_features: int = 4096, up_features: int = 14336):
         super().__init__()
-        # N(0, 1/fan_in) keeps every projection's output O(1).
-        self.gate_weight = nn.Parameter(torch.randn(intermediate, hidden) / math.sqrt(hidden))
-        self.up_weight = nn.Parameter(torch.randn(intermediate, hidden) / math.sqrt(hidden))
-        self.down_weight = nn.Parameter(torch.randn(hidden, intermediate) / math.sqrt(intermediate))
+        # initialised as nn.Linear initialises its weights (as robust-kbench's Model does)
+        self.gate_proj = nn.Parameter(nn.Linear(num_features, up_features).weight.data.clone())
+        self.up_proj = nn.Parameter(nn.Linear(num_features, up_features).weight.data.clone())
+        self.down_proj = nn.Parameter(nn.Linear(up_features, num_features).weight.data.clone())
 
     def forward(self, x: torch.Tensor, fn=forward_fn) -> torch.Tensor:
-        return fn(x, self.gate_weight, self.up_weight, self.down_weight)
+        return fn(x, self.gate_proj, self.up_proj, self.down_proj)
 
 
-def get_inputs(batch: int, seq: int, hidden: int):
-    return [torch.randn(batch, seq, hidden)]
+def get_inputs(batch_size: int = 16, num_tokens: int = 1024, num_features: int = 4096):
+    return [torch.randn(batch_size, num_tokens, num_features)]

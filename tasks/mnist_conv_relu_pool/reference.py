@@ -1,4 +1,5 @@
-"""MNIST conv block: conv2d (valid, stride 1, with bias) -> ReLU -> 2x2 max-pool (robust-kbench `mnist_conv_relu_pool`)."""
+"""MNIST conv block: conv2d (valid, stride 1, with bias) -> ReLU -> 2x2 max-pool (robust-kbench
+`mnist_conv_relu_pool`, with its signature and settings)."""
 
 import math
 
@@ -7,21 +8,33 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def forward_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return F.max_pool2d(F.relu(F.conv2d(x, weight, bias)), kernel_size=2, stride=2)
+def forward_fn(x: torch.Tensor, weights: torch.Tensor, biases: torch.Tensor) -> torch.Tensor:
+    # Floor-mode pooling: an odd last row or column of the conv output is dropped.
+    return F.max_pool2d(F.relu(F.conv2d(x, weights, bias=biases)), kernel_size=2)
 
 
 class Model(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
+    def __init__(self, in_channels: int = 1, out_channels: int = 32, kernel_size: int = 3, stride: int = 1,
+                 init_method: str = "normal"):
         super().__init__()
-        fan_in = in_channels * kernel_size * kernel_size
-        self.weight = nn.Parameter(torch.randn(out_channels, in_channels, kernel_size, kernel_size) / math.sqrt(fan_in))
-        # A bias comparable to the conv output, so that ignoring it changes which units pass the ReLU.
-        self.bias = nn.Parameter(0.5 * torch.randn(out_channels))
+        # robust-kbench's Model takes a stride but its forward_fn never uses it: the conv has stride 1.
+        conv = nn.Conv2d(in_channels, out_channels, kernel_size=kernel_size, stride=stride, bias=True)
+        # robust-kbench's three weight settings; its bias is N(0, 0.1) in all of them
+        if init_method == "kaiming":
+            nn.init.kaiming_uniform_(conv.weight, a=math.sqrt(5))
+        elif init_method == "xavier":
+            nn.init.xavier_normal_(conv.weight)
+        elif init_method == "normal":
+            nn.init.normal_(conv.weight)
+        else:
+            raise ValueError(f"init_method {init_method!r}: expected 'kaiming', 'xavier' or 'normal'")
+        nn.init.normal_(conv.bias, mean=0.0, std=0.1)
+        self.weights = nn.Parameter(conv.weight.data.clone())
+        self.biases = nn.Parameter(conv.bias.data.clone())
 
     def forward(self, x: torch.Tensor, fn=forward_fn) -> torch.Tensor:
-        return fn(x, self.weight, self.bias)
+        return fn(x, self.weights, self.biases)
 
 
-def get_inputs(batch: int, in_channels: int, height: int, width: int):
-    return [torch.randn(batch, in_channels, height, width)]
+def get_inputs(batch_size: int = 64, in_channels: int = 1, height: int = 28, width: int = 28):
+    return [torch.randn(batch_size, in_channels, height, width)]

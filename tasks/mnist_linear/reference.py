@@ -1,4 +1,4 @@
-"""MNIST linear layer: x @ W^T + b (robust-kbench `mnist_linear`)."""
+"""MNIST linear layer: x @ W^T + b (robust-kbench `mnist_linear`, with its signature and settings)."""
 
 import math
 
@@ -7,19 +7,30 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def forward_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, weight, bias)
+def forward_fn(x: torch.Tensor, weights: torch.Tensor, biases: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, weights, biases)
 
 
 class Model(nn.Module):
-    def __init__(self, in_features: int, out_features: int):
+    def __init__(self, num_input_features: int = 4096, num_output_features: int = 4096, init_method: str = "normal"):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(out_features, in_features) / math.sqrt(in_features))
-        self.bias = nn.Parameter(0.5 * torch.randn(out_features))
+        linear = nn.Linear(num_input_features, num_output_features)
+        # robust-kbench's three weight settings; its bias is N(0, 0.1) in all of them
+        if init_method == "kaiming":
+            nn.init.kaiming_uniform_(linear.weight, a=math.sqrt(5))
+        elif init_method == "xavier":
+            nn.init.xavier_normal_(linear.weight)
+        elif init_method == "normal":
+            nn.init.normal_(linear.weight)
+        else:
+            raise ValueError(f"init_method {init_method!r}: expected 'kaiming', 'xavier' or 'normal'")
+        nn.init.normal_(linear.bias, mean=0.0, std=0.1)
+        self.weights = nn.Parameter(linear.weight.data.clone())
+        self.biases = nn.Parameter(linear.bias.data.clone())
 
     def forward(self, x: torch.Tensor, fn=forward_fn) -> torch.Tensor:
-        return fn(x, self.weight, self.bias)
+        return fn(x, self.weights, self.biases)
 
 
-def get_inputs(batch: int, in_features: int):
-    return [torch.randn(batch, in_features)]
+def get_inputs(batch_size: int = 16, num_input_features: int = 4096):
+    return [torch.randn(batch_size, num_input_features)]

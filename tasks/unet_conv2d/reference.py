@@ -1,4 +1,9 @@
-"""UNet double convolution, inference form: (conv3x3 pad 1 -> BatchNorm -> ReLU) x 2 (robust-kbench `unet_conv2d`)."""
+"""2D convolution with bias, stride and padding: robust-kbench's `unet_conv2d`, with its signature and settings.
+
+y = conv2d(x, weights, biases, stride, padding) for x [B, Ci, H, W] and weights [Co, Ci, K, K]; the padding defaults
+to K // 2. kbench's one change to robust-kbench's Model: the bias is drawn N(0, 0.1) (robust-kbench zeroes it, so a
+kernel that drops the bias would pass there). (The UNet double conv + BatchNorm block is `unet_double_conv`.)
+"""
 
 import math
 
@@ -7,35 +12,45 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def forward_fn(x: torch.Tensor,
-               conv1_weight: torch.Tensor, bn1_weight: torch.Tensor, bn1_bias: torch.Tensor,
-               bn1_mean: torch.Tensor, bn1_var: torch.Tensor,
-               conv2_weight: torch.Tensor, bn2_weight: torch.Tensor, bn2_bias: torch.Tensor,
-               bn2_mean: torch.Tensor, bn2_var: torch.Tensor, eps: float) -> torch.Tensor:
-    out = F.conv2d(x, conv1_weight, padding=1)
-    out = F.relu(F.batch_norm(out, bn1_mean, bn1_var, bn1_weight, bn1_bias, training=False, eps=eps))
-    out = F.conv2d(out, conv2_weight, padding=1)
-    return F.relu(F.batch_norm(out, bn2_mean, bn2_var, bn2_weight, bn2_bias, training=False, eps=eps))
+def forward_fn(
+    x: torch.Tensor,
+    weights: torch.Tensor,
+    biases: torch.Tensor,
+    stride: int = 1,
+    padding: int = 0,
+) -> torch.Tensor:
+    return F.conv2d(x, weights, biases, stride=stride, padding=padding)
 
 
 class Model(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int, eps: float = 1e-5):
+    def __init__(
+        self,
+        in_channels: int = 64,
+        out_channels: int = 64,
+        kernel_size: int = 3,
+        stride: int = 1,
+        padding: int = None,
+        init_method: str = "xavier",
+    ):
         super().__init__()
-        # The convs have no bias (BatchNorm follows). Kaiming-normal weights keep activations O(1).
-        self.conv1_weight = nn.Parameter(torch.randn(out_channels, in_channels, 3, 3) * math.sqrt(2.0 / (9 * in_channels)))
-        self.conv2_weight = nn.Parameter(torch.randn(out_channels, out_channels, 3, 3) * math.sqrt(2.0 / (9 * out_channels)))
-        # Non-trivial BatchNorm state: a kernel that skips a scale, shift, mean or variance fails.
-        for i in (1, 2):
-            setattr(self, f"bn{i}_weight", nn.Parameter(0.5 + torch.rand(out_channels)))
-            setattr(self, f"bn{i}_bias", nn.Parameter(0.2 * torch.randn(out_channels)))
-            self.register_buffer(f"bn{i}_mean", 0.2 * torch.randn(out_channels))
-            self.register_buffer(f"bn{i}_var", 0.5 + torch.rand(out_channels))
-        self.eps = eps
+        self.stride = stride
+        self.padding = kernel_size // 2 if padding is None else padding
+        weight = torch.empty(out_channels, in_channels, kernel_size, kernel_size)
+        # robust-kbench's three weight settings
+        if init_method == "kaiming":
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+        elif init_method == "xavier":
+            nn.init.xavier_normal_(weight)
+        elif init_method == "normal":
+            nn.init.normal_(weight)
+        else:
+            raise ValueError(f"init_method {init_method!r}: expected 'kaiming', 'xavier' or 'normal'")
+        self.weights = nn.Parameter(weight)
+        self.biases = nn.Parameter(0.1 * torch.randn(out_channels))
 
     def forward(self, x: torch.Tensor, fn=forward_fn) -> torch.Tensor:
-        return fn(x, self.conv1_weight, self.bn1_weight, self.bn1_bias, self.bn1_mean, self.bn1_var,
-                  self.conv2_weight, self.bn2_weight, self.bn2_bias, self.bn2_mean, self.bn2_var, self.eps)
+        return fn(x, self.weights, self.biases, self.stride, self.padding)
 
 
-def get_inputs(batch: int, in_channels: int, height: int, width: int):
-    return [torch.randn(batch, in_channels, height, width)]
+def get_inputs(batch_size: int = 16, in_channels: int = 64, height: int = 32, width: int = 32):
+    return [torch.randn(batch_size, in_channels, height, width)]

@@ -51,6 +51,7 @@ class CallPlan:
     model_init: tuple = ()
     model_state: dict[str, Any] = field(default_factory=dict)
     model_seed: int = 0
+    model_dtype: str | None = None     # ModelNew is cast to it (a KernelBench problem run in fp16 or bf16)
 
 
 class TaskRuntime(ABC):

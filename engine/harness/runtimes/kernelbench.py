@@ -1,17 +1,40 @@
 """Runtime for KernelBench problems: reference `Model(*get_init_inputs())`, candidate `ModelNew(...)`.
 
-ModelNew is built under the same seed as Model and then given Model's weights (state_dict, matching keys
-and shapes only), so a candidate cannot fail, or pass, because its parameters were drawn differently.
+As KernelBench's eval: the problem's own `get_inputs()` (never rewritten), floating-point tensors and the models
+cast to the task's precision, the models left in training mode, both called under `torch.no_grad()`.
+ModelNew is built under the same seed as Model and then given Model's weights (state_dict, matching keys and
+shapes only), so a candidate cannot fail, or pass, because its parameters were drawn differently.
+A config's `input_kwargs` are module constants (kbench's odd-size variant) set while `get_inputs` runs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file
-from engine.harness.runtimes.robust_kbench import module_name, no_grad_call, to_device, try_compile
-from engine.tasks.inits import apply_init
+from engine.harness.runtimes.robust_kbench import ModelState, module_name, to_device, try_compile
 from engine.tasks.model import Task, TaskConfig
+
+
+def cast_floats(values: list[Any], dtype: Any) -> list[Any]:
+    """Floating-point tensors to `dtype`; integer tensors (indices, targets) and other values unchanged.
+    (KernelBench casts every tensor; an integer target cast to fp16 would no longer index anything.)"""
+    import torch
+    return [v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+
+
+@contextmanager
+def module_constants(module: Any, values: dict[str, Any]) -> Iterator[None]:
+    """Set module-level constants for the duration (get_inputs reads them as globals); put the old ones back."""
+    old = {k: getattr(module, k) for k in values}
+    for k, v in values.items():
+        setattr(module, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(module, k, v)
 
 
 class KernelBenchRuntime(TaskRuntime):
@@ -19,6 +42,7 @@ class KernelBenchRuntime(TaskRuntime):
         super().__init__(task, direction)  # a KernelBench task has only "forward": spec() rejects the rest
         self._module: Any = None
         self._model: Any = None
+        self._state: ModelState | None = None
         self._inputs: list[Any] = []
         self._init_inputs: list[Any] = []
         self._seed = 0
@@ -32,16 +56,23 @@ class KernelBenchRuntime(TaskRuntime):
             self._module = import_file(path, module_name("kbench_kb", path))
         return self._module
 
+    @property
+    def dtype(self) -> Any:
+        import torch
+        return getattr(torch, self.task.dtype)
+
     def setup(self, config: TaskConfig, seed: int, device: Any) -> None:
         import torch
         mod = self.reference_module
         torch.manual_seed(seed)
-        self._init_inputs = list(mod.get_init_inputs())
+        self._init_inputs = cast_floats(list(mod.get_init_inputs()), self.dtype)
         torch.manual_seed(seed)
         model = mod.Model(*self._init_inputs)
         torch.manual_seed(seed + 1)  # not the weights' draws again (as the other runtimes do)
-        inputs = apply_init(list(mod.get_inputs()), config.init, seed)
-        self._model = model.to(device)
+        with module_constants(mod, config.input_kwargs):
+            inputs = cast_floats(list(mod.get_inputs()), self.dtype)
+        self._model = model.to(device=device, dtype=self.dtype)
+        self._state = ModelState(self._model)
         self._inputs = to_device(inputs, device)
         self._seed, self._device = seed, device
         self._candidate_models.clear()  # new weights: a ModelNew built for the last setup is stale
@@ -49,16 +80,23 @@ class KernelBenchRuntime(TaskRuntime):
     def pristine(self) -> list[Any]:
         return self._inputs
 
+    # Variants of a config share the model (its weights come from the config's seed; the runner builds ModelNew
+    # once per config) and differ in the problem's inputs only.
     shares_model_across_variants = True
 
     def reseed_inputs(self, config: TaskConfig, seed: int, device: Any) -> None:
         import torch
+        mod = self.reference_module
         torch.manual_seed(seed + 1)
-        self._inputs = to_device(apply_init(list(self.reference_module.get_inputs()), config.init, seed), device)
+        with module_constants(mod, config.input_kwargs):
+            self._inputs = to_device(cast_floats(list(mod.get_inputs()), self.dtype), device)
 
     def call_plan(self, inputs: list[Any]) -> CallPlan:
+        if self._state is not None:
+            self._state.restore()
         state = {k: v.detach() for k, v in self._model.state_dict().items()}
-        return CallPlan("modelnew", "ModelNew", tuple(inputs), tuple(self._init_inputs), state, self._seed)
+        return CallPlan("modelnew", "ModelNew", tuple(inputs), tuple(self._init_inputs), state, self._seed,
+                        str(self.dtype).removeprefix("torch."))
 
     def candidate_model(self, module: Any) -> Any:
         """ModelNew for the current setup, built once per (setup, module) so timing loops do not rebuild it."""
@@ -74,12 +112,14 @@ class KernelBenchRuntime(TaskRuntime):
         # strict=False alone still raises on a shape mismatch; a key ModelNew shapes differently is its own.
         shared = {k: v for k, v in self._model.state_dict().items() if k in own and own[k].shape == v.shape}
         new.load_state_dict(shared, strict=False)
-        new = new.to(self._device)
+        new = new.to(device=self._device, dtype=self.dtype)
         self._candidate_models[id(module)] = (module, new)
         return new
 
     def reference(self, inputs: list[Any]) -> Outputs:
         import torch
+        if self._state is not None:
+            self._state.restore()  # a candidate that wrote into a shared weight cannot steer the reference
         with torch.no_grad():
             return as_outputs(self._model(*inputs))
 
@@ -89,13 +129,18 @@ class KernelBenchRuntime(TaskRuntime):
         with torch.no_grad():
             return as_outputs(model(*inputs))
 
+    def eager_callable(self) -> Callable[[], Any]:
+        import torch
+        inputs = self.inputs()
+
+        def run() -> Any:
+            with torch.no_grad():
+                return self._model(*inputs)
+        return run
+
     def candidate_callable(self, module: Any) -> Callable[[], Any]:
         self.candidate_model(module)  # build outside the timed region
         return super().candidate_callable(module)
-
-    def eager_callable(self) -> Callable[[], Any]:
-        """The model called exactly as the runner calls ModelNew (under no_grad, nothing around it)."""
-        return no_grad_call(self._model, self.inputs())
 
     def compiled_callable(self) -> Callable[[], Any] | None:
         return try_compile(self._model, self.inputs())

@@ -1,21 +1,31 @@
-"""Runtime for robust-kbench tasks (docs/formats.md, "robust-kbench import").
+"""Runtime for robust-kbench tasks (docs/formats.md, "robust-kbench import"), with upstream's calling conventions.
 
 Forward: the candidate replaces `fn`: `model(*inputs, fn=candidate.forward)`.
-Backward: the candidate replaces the reference module's global `backward_fn`, which the task's
-AutogradFunction.backward calls; gradients of every float input and every parameter are compared.
-Backward timing calls the function alone, on the arguments AutogradFunction.backward passes it.
+Backward: the candidate's `backward` is set as the class attribute `AutogradFunction.backward_fn`, the model runs
+as `model(*inputs, fn=AutogradFunction.apply)` and the gradients of the inputs that require grad and of every
+parameter are collected after backpropagating a fixed `grad_output`; the reference gradients come from plain
+autograd through `forward_fn`. The model stays in the mode it was built in (training, as upstream runs it).
+
+For an evaluator that keeps candidate code in another process, `kernel_calls` gives the exact arguments the
+candidate's entry point receives and `outputs_from_kernel` turns what it returned into the result to compare.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 from typing import Any, Callable
 
 from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file, stub_fn
 from engine.tasks.inits import apply_init
 from engine.tasks.model import Task, TaskConfig
+from engine.tasks.robust_kbench import AUTOGRAD_CLASS
 
 GRAD_OUTPUT_SALT = 1_000_003  # keeps grad_output's stream apart from the inputs' for the same seed
+
+
+class _Captured(Exception):
+    """Raised by the capturing backward_fn to stop backpropagation once its arguments are known."""
 
 
 def module_name(prefix: str, path: Any) -> str:
@@ -23,13 +33,34 @@ def module_name(prefix: str, path: Any) -> str:
 
 
 def to_device(values: list[Any], device: Any) -> list[Any]:
+    """Tensors moved to `device` as new leaves that keep their requires_grad flag (a CPU leaf that requires grad
+    would otherwise come back as a non-leaf copy)."""
     import torch
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            moved = v.detach().to(device)
+            out.append(moved.requires_grad_(True) if v.requires_grad else moved)
+        else:
+            out.append(v)
+    return out
 
 
 def is_float_tensor(value: Any) -> bool:
     import torch
     return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def accepted_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keys of `kwargs` that `fn` takes (all of them when it has **kwargs). The loader has checked that each
+    key belongs to some module of the task; this direction's module may take fewer."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return dict(kwargs)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(kwargs)
+    return {k: v for k, v in kwargs.items() if k in params}
 
 
 def no_grad_call(fn: Callable[..., Any], args: list[Any] | tuple) -> Callable[[], Any]:
@@ -52,30 +83,45 @@ def try_compile(fn: Callable[..., Any], args: list[Any] | tuple) -> Callable[[],
     return call
 
 
+class ModelState:
+    """A copy of a model's parameters and buffers, written back before each reference or candidate call, so a
+    candidate that writes into a weight cannot change what the reference computes next, and a training-mode
+    BatchNorm's running statistics start every call from the same values."""
+
+    def __init__(self, model: Any):
+        self.saved = [(t, t.detach().clone()) for t in list(model.parameters()) + list(model.buffers())]
+
+    def restore(self) -> None:
+        import torch
+        with torch.no_grad():
+            for live, saved in self.saved:
+                if live.shape == saved.shape:
+                    live.copy_(saved)
+
+
 class RobustKbenchRuntime(TaskRuntime):
     def __init__(self, task: Task, direction: str):
         super().__init__(task, direction)
         self._module: Any = None
         self._model: Any = None
+        self._state: ModelState | None = None
         self._inputs: list[Any] = []
         self._grad_outputs: list[Any] = []
-        self._reference_backward: Callable[..., Any] | None = None  # the task's own backward_fn
 
     @property
     def reference_module(self) -> Any:
         if self._module is None:
             path = self.spec.reference_path
             self._module = import_file(path, module_name(f"kbench_rkb_{self.direction}", path))
-            self._reference_backward = getattr(self._module, "backward_fn", None)
         return self._module
 
     @property
-    def reference_backward(self) -> Callable[..., Any]:
-        """The task's own backward_fn, as imported (the module global may be swapped at times)."""
-        self.reference_module  # noqa: B018 - importing records it
-        if self._reference_backward is None:
-            raise AttributeError(f"{self.spec.reference_path.name} defines no backward_fn")
-        return self._reference_backward
+    def autograd_function(self) -> Any:
+        """The task's `AutogradFunction` (backward direction): its class attribute `backward_fn` is the kernel."""
+        fn = getattr(self.reference_module, AUTOGRAD_CLASS, None)
+        if fn is None:
+            raise AttributeError(f"{self.spec.reference_path.name} defines no class {AUTOGRAD_CLASS}")
+        return fn
 
     def setup(self, config: TaskConfig, seed: int, device: Any) -> None:
         import torch
@@ -83,10 +129,15 @@ class RobustKbenchRuntime(TaskRuntime):
         # Built on the CPU under fixed seeds, then moved: the same draws whatever the device. Inputs get
         # seed + 1 so that they do not repeat the weights' draws (x[0] == weight[0] would hide mix-ups).
         torch.manual_seed(seed)
-        model = mod.Model(**config.model_kwargs)
+        model = mod.Model(**accepted_kwargs(mod.Model, config.model_kwargs))
         torch.manual_seed(seed + 1)
-        inputs = apply_init(list(mod.get_inputs(**config.input_kwargs)), config.init, seed)
-        self._model = model.to(device).eval()
+        raw = list(mod.get_inputs(**accepted_kwargs(mod.get_inputs, config.input_kwargs)))
+        inputs = apply_init(raw, config.init, seed)
+        inputs = [t.requires_grad_(True) if is_float_tensor(t) and is_float_tensor(r) and r.requires_grad
+                  and not t.requires_grad else t for t, r in zip(inputs, raw)]
+        # No eval(): upstream runs the model as constructed (training mode), and so does the reference here.
+        self._model = model.to(device)
+        self._state = ModelState(self._model)
         self._inputs = to_device(inputs, device)
         if self.direction == "backward":
             self._grad_outputs = self._make_grad_outputs(seed, device)
@@ -94,126 +145,216 @@ class RobustKbenchRuntime(TaskRuntime):
     def pristine(self) -> list[Any]:
         return self._inputs
 
+    def inputs(self) -> list[Any]:
+        """Fresh leaf copies that keep each input's requires_grad (set by the task's get_inputs, as upstream)."""
+        import torch
+        return [t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                for t in self._inputs]
+
     def _make_grad_outputs(self, seed: int, device: Any) -> list[Any]:
         import torch
         with torch.no_grad():
             outs = as_outputs(self._model(*self.inputs()))
+        self._restore()
         gen = torch.Generator().manual_seed(seed * GRAD_OUTPUT_SALT + 7)
         return [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(device) for o in outs if is_float_tensor(o)]
+
+    def _restore(self) -> None:
+        if self._state is not None:
+            self._state.restore()
 
     # --- forward -----------------------------------------------------------------------------------------
 
     def _forward(self, inputs: list[Any], fn: Callable[..., Any] | None) -> Outputs:
         import torch
+        self._restore()
         with torch.no_grad():
             out = self._model(*inputs) if fn is None else self._model(*inputs, fn=fn)
         return as_outputs(out)
 
     # --- backward ----------------------------------------------------------------------------------------
 
-    def _gradients(self, inputs: list[Any]) -> Outputs:
-        """Gradients of every float input, then every parameter, for the fixed grad_output."""
+    def gradient_targets(self, inputs: list[Any]) -> list[Any]:
+        """What gradients are collected for: the inputs that require grad (get_inputs marks them, as upstream
+        does), then every parameter of the model that requires grad, in `model.parameters()` order."""
         import torch
-        leaves = [t.detach().requires_grad_(True) if is_float_tensor(t) else t for t in inputs]
-        wrt = [t for t in leaves if is_float_tensor(t)] + [p for p in self._model.parameters() if p.requires_grad]
+        return ([t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+                + [p for p in self._model.parameters() if p.requires_grad])
+
+    def _gradients(self, inputs: list[Any], fn: Callable[..., Any]) -> Outputs:
+        """Run `model(*inputs, fn=fn)` and backpropagate the fixed grad_output; one gradient per target."""
+        import torch
+        self._restore()
+        wrt = self.gradient_targets(inputs)
+        if not wrt:
+            raise RuntimeError(f"{self.spec.reference_path.name}: no input requires grad and the model has no "
+                               "parameters, so there is no gradient to check (get_inputs marks the inputs that "
+                               "get one with requires_grad=True).")
         with torch.enable_grad():
-            outs = [o for o in as_outputs(self._model(*leaves)) if is_float_tensor(o)]
-        if not outs or not all(o.requires_grad for o in outs):
-            raise RuntimeError(f"{self.spec.reference_path.name}: the forward output does not require grad, so "
-                               "there is no backward to check (does forward_fn go through AutogradFunction?).")
-        grads = torch.autograd.grad(outs, wrt, self._grad_outputs[:len(outs)], allow_unused=True)
-        # An input the output does not depend on has a zero gradient; None would not compare.
+            outs = [o for o in as_outputs(self._model(*inputs, fn=fn)) if is_float_tensor(o)]
+            if not outs or not all(o.requires_grad for o in outs):
+                raise RuntimeError(f"{self.spec.reference_path.name}: the forward output does not require grad, "
+                                   "so there is no backward to check.")
+            grads = torch.autograd.grad(outs, wrt, self._grad_outputs[:len(outs)], allow_unused=True)
+        # A target the output does not depend on has a zero gradient; None would not compare.
         return tuple(torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt))
 
-    def _gradients_with(self, backward: Callable[..., Any], inputs: list[Any]) -> Outputs:
-        """Run with the module's `backward_fn` swapped for `backward`, restoring it whatever happens."""
-        mod = self.reference_module
-        original = mod.backward_fn
+    def _with_backward_fn(self, kernel: Callable[..., Any], run: Callable[[], Any]) -> Any:
+        """Run `run()` with `AutogradFunction.backward_fn = kernel`, restoring the attribute whatever happens."""
+        cls = self.autograd_function
+        original = cls.__dict__.get("backward_fn")
+        cls.backward_fn = kernel
+        try:
+            return run()
+        finally:
+            cls.backward_fn = original
+
+    def _apply_gradients(self, inputs: list[Any], kernel: Callable[..., Any]) -> Outputs:
+        """Gradients with the model run as `model(*inputs, fn=AutogradFunction.apply)` and `kernel` as backward_fn.
+        A kernel never called is an error: the reference gradients would otherwise pass for any candidate."""
         calls = [0]
 
         def counted(*args: Any) -> Any:
             calls[0] += 1
-            grads = backward(*args)
-            # autograd reads a list as one gradient; a pybind std::vector comes back as a list.
+            grads = kernel(*args)
+            # a pybind std::vector comes back as a list; AutogradFunction.backward may return it as is
             return tuple(grads) if isinstance(grads, list) else grads
 
-        mod.backward_fn = counted
-        try:
-            grads = self._gradients(inputs)
-        finally:
-            mod.backward_fn = original
+        cls = self.autograd_function
+        grads = self._with_backward_fn(counted, lambda: self._gradients(inputs, cls.apply))
         if not calls[0]:
-            # Otherwise the reference gradients would come back and a candidate would pass unseen.
             raise RuntimeError(f"{self.spec.reference_path.name}: the candidate's backward was never called; "
-                               "AutogradFunction.backward must call the module-level backward_fn.")
+                               f"Model.forward must pass its inputs through fn (here {AUTOGRAD_CLASS}.apply).")
         return grads
 
-    def backward_args(self, inputs: list[Any]) -> tuple:
-        """The arguments AutogradFunction.backward passes to backward_fn for these inputs (detached)."""
+    # --- the kernel's calls, for an evaluator that runs the candidate elsewhere ---------------------------------
+
+    def kernel_calls(self, inputs: list[Any]) -> list[tuple]:
+        """The argument tuples the candidate's entry point receives for these inputs, detached, in call order.
+
+        forward: what `Model.forward` passes to `fn`. backward: what `AutogradFunction.backward` passes to
+        `AutogradFunction.backward_fn` when the fixed grad_output is backpropagated (task-specific: for a linear
+        layer `(grad_output, x, weights)`, for a max-pool `(ctx.saved_tensors, grad_output)`, nested tuples kept).
+        Backpropagation stops at the first call, so a backward with several calls reports the first only."""
         import torch
+
+        def detached(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                return value.detach()
+            if isinstance(value, (tuple, list)):
+                return type(value)(detached(v) for v in value)
+            return value
+
         captured: list[tuple] = []
-        reference = self.reference_backward
+        if self.direction == "forward":
+            forward_fn = self.reference_module.forward_fn
 
-        def capture(*args: Any) -> Any:
-            captured.append(args)
-            return reference(*args)
+            def capture(*args: Any) -> Any:
+                captured.append(tuple(detached(a) for a in args))
+                return forward_fn(*args)
 
-        self._gradients_with(capture, inputs)
-        return tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in captured[0])
+            self._forward(inputs, capture)
+            return captured
+
+        def stop(*args: Any) -> Any:
+            captured.append(tuple(detached(a) for a in args))
+            raise _Captured
+
+        try:
+            self._with_backward_fn(stop, lambda: self._gradients(inputs, self.autograd_function.apply))
+        except _Captured:
+            pass
+        if not captured:
+            raise RuntimeError(f"{self.spec.reference_path.name}: {AUTOGRAD_CLASS}.backward_fn was never called")
+        return captured
+
+    def outputs_from_kernel(self, inputs: list[Any], results: list[Any]) -> Outputs:
+        """This direction's result (the output, or the gradients) when the entry point's calls return `results`,
+        in the order of `kernel_calls`: the judge's half of running a candidate in another process."""
+        pending = list(results)
+
+        def replay(*_args: Any) -> Any:
+            if not pending:
+                raise RuntimeError("the entry point was called more often than results were given")
+            value = pending.pop(0)
+            return tuple(value) if isinstance(value, list) else value
+
+        if self.direction == "forward":
+            return self._forward(inputs, replay)
+        return self._apply_gradients(inputs, replay)
+
+    def call_plan(self, inputs: list[Any]) -> CallPlan:
+        calls = self.kernel_calls(inputs)
+        if len(calls) != 1:
+            raise RuntimeError(f"{self.spec.reference_path.name}: the candidate's entry point is called {len(calls)} "
+                               "times per evaluation; the judge supports tasks that call it once")
+        return CallPlan("fn", "forward" if self.direction == "forward" else "backward", calls[0])
+
+    def compose(self, inputs: list[Any], outputs: list[Any]) -> Outputs:
+        return self.outputs_from_kernel(inputs, [stub_fn(outputs)()])
 
     # --- TaskRuntime ---------------------------------------------------------------------------------------
 
     def reference(self, inputs: list[Any]) -> Outputs:
         if self.direction == "forward":
             return self._forward(inputs, None)
-        return self._gradients(inputs)
+        return self._gradients(inputs, self.reference_module.forward_fn)
 
     def candidate(self, module: Any, inputs: list[Any]) -> Outputs:
         if self.direction == "forward":
             return self._forward(inputs, module.forward)
-        return self._gradients_with(module.backward, inputs)
+        return self._apply_gradients(inputs, module.backward)
 
-    def forward_args(self, inputs: list[Any]) -> tuple:
-        """The arguments Model.forward passes to fn for these inputs (detached)."""
+    # Timing. Forward: one model call. Backward: one backpropagation of the fixed grad_output through a graph built
+    # once outside the timed region (retain_graph), as upstream times `out.backward(grad_out)`; the reference's
+    # graph is plain autograd through forward_fn, the candidate's goes through AutogradFunction and its kernel.
+
+    def _backward_callable(self, fn: Callable[..., Any], kernel: Callable[..., Any] | None = None
+                           ) -> Callable[[], Any]:
         import torch
-        captured: list[tuple] = []
-        reference = self.reference_module.forward_fn
+        inputs = self.inputs()
+        wrt = self.gradient_targets(inputs)
+        grad_outputs = self._grad_outputs
 
-        def capture(*args: Any) -> Any:
-            captured.append(args)
-            return reference(*args)
+        def build() -> list[Any]:
+            with torch.enable_grad():
+                return [o for o in as_outputs(self._model(*inputs, fn=fn)) if is_float_tensor(o)]
 
-        self._forward(inputs, capture)
-        if len(captured) != 1:
-            raise RuntimeError(f"Model.forward called fn {len(captured)} times; a task must call it once")
-        return tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in captured[0])
+        outs = build()
 
-    def call_plan(self, inputs: list[Any]) -> CallPlan:
-        if self.direction == "forward":
-            return CallPlan("fn", "forward", self.forward_args(inputs))
-        return CallPlan("fn", "backward", self.backward_args(inputs))
+        def run() -> Any:
+            return torch.autograd.grad(outs, wrt, grad_outputs[:len(outs)], retain_graph=True, allow_unused=True)
 
-    def compose(self, inputs: list[Any], outputs: list[Any]) -> Outputs:
-        """Forward: the model's output with fn returning the candidate's result. Backward: the gradients the
-        task's AutogradFunction produces when its backward_fn returns the candidate's result."""
-        if self.direction == "forward":
-            return self._forward(inputs, stub_fn(outputs))
-        return self._gradients_with(stub_fn(outputs), inputs)
+        if kernel is None:
+            return run
 
-    # Timing: forward times forward_fn on fn's arguments (what the candidate replaces); backward times
-    # backward_fn alone, as a kernel would be.
+        def with_kernel() -> Any:
+            return self._with_backward_fn(kernel, run)
+        return with_kernel
 
     def eager_callable(self) -> Callable[[], Any]:
+        """Forward: forward_fn on the arguments Model.forward gives fn (what the candidate replaces, and what the
+        runner times it on). Backward: one backpropagation through plain autograd."""
         if self.direction == "forward":
-            return no_grad_call(self.reference_module.forward_fn, self.forward_args(self.inputs()))
-        return no_grad_call(self.reference_backward, self.backward_args(self.inputs()))
+            return no_grad_call(self.reference_module.forward_fn, self.kernel_calls(self.inputs())[0])
+        return self._backward_callable(self.reference_module.forward_fn)
 
     def candidate_callable(self, module: Any) -> Callable[[], Any]:
         if self.direction == "forward":
             return no_grad_call(lambda *a: self._model(*a, fn=module.forward), self.inputs())
-        return no_grad_call(module.backward, self.backward_args(self.inputs()))
+
+        def kernel(*args: Any) -> Any:
+            grads = module.backward(*args)
+            return tuple(grads) if isinstance(grads, list) else grads
+        return self._backward_callable(self.autograd_function.apply, kernel)
 
     def compiled_callable(self) -> Callable[[], Any] | None:
+        import torch
         if self.direction == "forward":
-            return try_compile(self.reference_module.forward_fn, self.forward_args(self.inputs()))
-        return try_compile(self.reference_backward, self.backward_args(self.inputs()))
+            return try_compile(self.reference_module.forward_fn, self.kernel_calls(self.inputs())[0])
+        try:
+            call = self._backward_callable(torch.compile(self.reference_module.forward_fn))
+            call()
+        except Exception:  # noqa: BLE001 - as try_compile: no compiled baseline where it cannot compile
+            return None
+        return call

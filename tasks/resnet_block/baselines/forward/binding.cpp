@@ -1,5 +1,7 @@
 // Torch glue for the ResNet basic block (inference BatchNorm folded into the convs): checks, allocation, launch.
-// The downsample tensors are None for an identity shortcut, hence the optionals.
+// robust-kbench's signature: every conv has an optional bias (None in its Model) and the downsample tensors are None
+// for an identity shortcut, hence the optionals. A conv bias cb is folded into its BatchNorm's mean:
+// BN(conv(x) + cb) = BN with mean (m - cb) applied to conv(x).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -15,14 +17,24 @@ static torch::Tensor checked_vec(const torch::Tensor& t, int64_t n, const char* 
     return t.contiguous();
 }
 
+static bool given(const c10::optional<torch::Tensor>& t) { return t.has_value() && t->defined(); }
+
+// The BatchNorm mean that absorbs the conv's bias (the mean itself when the conv has none).
+static torch::Tensor fold_bias(const torch::Tensor& mean, const c10::optional<torch::Tensor>& conv_bias, int64_t n,
+                               const char* name) {
+    if (!given(conv_bias)) return mean;
+    return (mean - checked_vec(*conv_bias, n, name)).contiguous();
+}
+
 torch::Tensor forward(torch::Tensor x,
-                      torch::Tensor conv1_weight, torch::Tensor bn1_weight, torch::Tensor bn1_bias,
-                      torch::Tensor bn1_mean, torch::Tensor bn1_var,
-                      torch::Tensor conv2_weight, torch::Tensor bn2_weight, torch::Tensor bn2_bias,
-                      torch::Tensor bn2_mean, torch::Tensor bn2_var,
-                      c10::optional<torch::Tensor> down_weight, c10::optional<torch::Tensor> down_bn_weight,
-                      c10::optional<torch::Tensor> down_bn_bias, c10::optional<torch::Tensor> down_bn_mean,
-                      c10::optional<torch::Tensor> down_bn_var, int64_t stride, double eps) {
+                      torch::Tensor conv1_weight, c10::optional<torch::Tensor> conv1_bias,
+                      torch::Tensor bn1_weight, torch::Tensor bn1_bias, torch::Tensor bn1_mean, torch::Tensor bn1_var,
+                      torch::Tensor conv2_weight, c10::optional<torch::Tensor> conv2_bias,
+                      torch::Tensor bn2_weight, torch::Tensor bn2_bias, torch::Tensor bn2_mean, torch::Tensor bn2_var,
+                      c10::optional<torch::Tensor> down_weight, c10::optional<torch::Tensor> down_bias,
+                      c10::optional<torch::Tensor> down_bn_weight, c10::optional<torch::Tensor> down_bn_bias,
+                      c10::optional<torch::Tensor> down_bn_mean, c10::optional<torch::Tensor> down_bn_var,
+                      int64_t stride, double eps) {
     TORCH_CHECK(x.is_cuda() && conv1_weight.is_cuda() && conv2_weight.is_cuda(), "resnet_block: tensors must be on CUDA");
     TORCH_CHECK(x.scalar_type() == torch::kFloat32 && conv1_weight.scalar_type() == torch::kFloat32 &&
                 conv2_weight.scalar_type() == torch::kFloat32, "resnet_block: float32 only");
@@ -35,10 +47,12 @@ torch::Tensor forward(torch::Tensor x,
     TORCH_CHECK(conv1_weight.sizes() == torch::IntArrayRef({co, ci, 3, 3}), "resnet_block: conv1_weight must be [Co, Ci, 3, 3]");
     TORCH_CHECK(conv2_weight.sizes() == torch::IntArrayRef({co, co, 3, 3}), "resnet_block: conv2_weight must be [Co, Co, 3, 3]");
     auto g1 = checked_vec(bn1_weight, co, "bn1_weight"), b1 = checked_vec(bn1_bias, co, "bn1_bias");
-    auto m1 = checked_vec(bn1_mean, co, "bn1_mean"), v1 = checked_vec(bn1_var, co, "bn1_var");
+    auto m1 = fold_bias(checked_vec(bn1_mean, co, "bn1_mean"), conv1_bias, co, "conv1_bias");
+    auto v1 = checked_vec(bn1_var, co, "bn1_var");
     auto g2 = checked_vec(bn2_weight, co, "bn2_weight"), b2 = checked_vec(bn2_bias, co, "bn2_bias");
-    auto m2 = checked_vec(bn2_mean, co, "bn2_mean"), v2 = checked_vec(bn2_var, co, "bn2_var");
-    const bool down = down_weight.has_value() && down_weight->defined();
+    auto m2 = fold_bias(checked_vec(bn2_mean, co, "bn2_mean"), conv2_bias, co, "conv2_bias");
+    auto v2 = checked_vec(bn2_var, co, "bn2_var");
+    const bool down = given(down_weight);
     torch::Tensor wd, gd, bd, md, vd;
     if (down) {
         TORCH_CHECK(down_bn_weight.has_value() && down_bn_bias.has_value() && down_bn_mean.has_value() &&
@@ -49,7 +63,7 @@ torch::Tensor forward(torch::Tensor x,
         wd = down_weight->contiguous();
         gd = checked_vec(*down_bn_weight, co, "down_bn_weight");
         bd = checked_vec(*down_bn_bias, co, "down_bn_bias");
-        md = checked_vec(*down_bn_mean, co, "down_bn_mean");
+        md = fold_bias(checked_vec(*down_bn_mean, co, "down_bn_mean"), down_bias, co, "down_bias");
         vd = checked_vec(*down_bn_var, co, "down_bn_var");
     } else {
         TORCH_CHECK(stride == 1 && ci == co, "resnet_block: an identity shortcut needs stride 1 and Ci == Co");

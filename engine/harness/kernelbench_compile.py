@@ -1,0 +1,62 @@
+"""Compile-stage child for a KernelBench `ModelNew` file: `python -m engine.harness.kernelbench_compile REQ.json`.
+
+A ModelNew file builds its kernels with `torch.utils.cpp_extension.load_inline` (or `load`) when it is imported,
+so its compile stage is that import, run in a sandboxed child without a GPU. Every build call is recorded (its
+extension name, and the compiler's output when it fails) and the result is written as JSON to the request's
+`result_path`. The builds land in TORCH_EXTENSIONS_DIR, where the evaluation's import finds them up to date.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+
+def _recording(original: Callable[..., Any], calls: list[dict[str, Any]], kind: str) -> Callable[..., Any]:
+    def build(*args: Any, **kwargs: Any) -> Any:
+        name = kwargs.get("name", args[0] if args else "?")
+        entry: dict[str, Any] = {"name": str(name), "via": kind, "ok": False, "error": None}
+        calls.append(entry)
+        try:
+            module = original(*args, **kwargs)
+        except BaseException as exc:
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            raise
+        entry["ok"] = True
+        return module
+    return build
+
+
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    import torch.utils.cpp_extension as cpp
+
+    calls: list[dict[str, Any]] = []
+    cpp.load_inline = _recording(cpp.load_inline, calls, "load_inline")
+    cpp.load = _recording(cpp.load, calls, "load")
+    out: dict[str, Any] = {"extensions": calls, "import_error": None, "finished": False}
+    try:
+        from engine.harness.runtimes.base import import_file
+        module = import_file(Path(request["py_path"]), request.get("module_name") or "kbench_modelnew_compile")
+        if not hasattr(module, "ModelNew"):
+            out["import_error"] = "the file defines no class ModelNew"
+    except BaseException as exc:  # noqa: BLE001 - whatever the file raises is the verdict's reason
+        out["import_error"] = f"{type(exc).__name__}: {exc}"
+        out["traceback"] = traceback.format_exc(limit=8)[-4000:]
+    import torch
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["finished"] = True
+    return out
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(Path(argv[0]).read_text())
+    result = run(request)
+    Path(request["result_path"]).write_text(json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
