@@ -136,6 +136,8 @@ class StubMessagesAPI:
         self._outage: _Outage | None = None
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self.active = 0                 # POSTs being answered now
+        self.max_active = 0             # the most at once: proposals and reviews in flight together
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -157,13 +159,19 @@ class StubMessagesAPI:
                 rec = RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw)
                 with stub._lock:
                     stub.requests.append(rec)
-                resp, stream = stub._answer(rec)
-                if resp.delay_s and stub._closing.wait(resp.delay_s):
-                    return
-                if stream and resp.status == 200 and isinstance(resp.body, dict):
-                    self._send_stream(resp)
-                else:
-                    self._send(resp)
+                    stub.active += 1
+                    stub.max_active = max(stub.max_active, stub.active)
+                try:
+                    resp, stream = stub._answer(rec)
+                    if resp.delay_s and stub._closing.wait(resp.delay_s):
+                        return
+                    if stream and resp.status == 200 and isinstance(resp.body, dict):
+                        self._send_stream(resp)
+                    else:
+                        self._send(resp)
+                finally:
+                    with stub._lock:
+                        stub.active -= 1
 
             def _send(self, resp: StubResponse) -> None:
                 payload = resp.body if isinstance(resp.body, (str, bytes)) else json.dumps(resp.body)
@@ -230,7 +238,7 @@ class StubMessagesAPI:
         with self._lock:
             for i, resp in enumerate(self._queue):
                 target = resp.target()
-                if target is None or target in offered:
+                if target is None or not offered or target in offered:
                     return self._queue.pop(i), stream
         return StubResponse(500, error_body("api_error", "stub: no recorded response left for this request")), False
 
