@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -231,6 +231,3 @@ class ModelCatalog:
         except OSError as exc:
             log.info("cannot write the model capability cache %s: %s", self.path, exc)
 
-
-def with_source(caps: ModelCaps, source: str) -> ModelCaps:
-    return replace(caps, source=source)

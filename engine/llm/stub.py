@@ -294,8 +294,13 @@ class StubMessagesAPI:
             if isinstance(tool, dict) and tool.get("strict"):
                 if not model.structured_outputs:
                     return 400, bad, f"tools: strict tool use is not supported for {model_id}"
-                if (tool.get("input_schema") or {}).get("additionalProperties") is not False:
+                schema = tool.get("input_schema") or {}
+                if schema.get("additionalProperties") is not False:
                     return 400, bad, "tools: a strict tool's input_schema must set additionalProperties to false"
+                unsupported = _unsupported_keywords(schema)
+                if unsupported:
+                    return 400, bad, (f"tools.{tool.get('name')}: strict schemas do not support "
+                                      f"{', '.join(sorted(unsupported))}")
         if not body.get("stream") and 3600 * max_tokens / 128_000 > 600:
             return 400, bad, ("stub: a request that may take longer than 10 minutes must be streamed "
                               "(the anthropic SDK's rule)")
@@ -423,6 +428,23 @@ def sse_events(body: dict[str, Any], midstream_error: dict[str, Any] | None = No
                                      "usage": {"output_tokens": usage.get("output_tokens", 0)}}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
+
+
+_UNSUPPORTED_IN_STRICT = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
+                          "maxLength", "pattern"}
+
+
+def _unsupported_keywords(schema: Any) -> set[str]:
+    """JSON Schema keywords strict tool use does not take (the structured-outputs schema limitations)."""
+    found: set[str] = set()
+    if isinstance(schema, dict):
+        found |= _UNSUPPORTED_IN_STRICT & set(schema)
+        for value in schema.values():
+            found |= _unsupported_keywords(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            found |= _unsupported_keywords(value)
+    return found
 
 
 def _chunks(text: str, size: int = 4096) -> list[str]:
