@@ -208,3 +208,21 @@ def test_an_openai_compatible_endpoint_runs_the_same_session(tmp_path, monkeypat
         assert all(v.status.status_of("llm_verify") == Status.PASS for v in views[1:])
         assert all(ws.files(v.id).meta.get("cost_usd", 0) == 0 for v in views[1:])    # a local model is free
         assert json.loads(json.dumps(ws.session("layernorm-fwd-openai").config))["provider"] == "openai-compatible"
+
+
+def test_ctrl_c_does_not_wait_for_an_llm_call_in_flight(api, env):
+    write_llm_config(env / "ws", api.url)
+    api.queue(*[kernel_variant(i, delay_s=30) for i in range(2)])
+    cmd = [sys.executable, "-c", CHILD, "--workspace", ws_path(env), *EVOLVE]
+    child = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(r.json["tools"][0]["name"] == "submit_kernel" for r in api.messages()):
+        assert time.monotonic() < deadline and child.poll() is None, "no proposal was requested"
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=20)
+    assert child.returncode == 130, err
+    assert time.monotonic() - t0 < 10             # the 30-second answers were not waited for
+    assert "stopped: stopped by request" in out

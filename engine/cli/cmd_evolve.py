@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -127,25 +128,29 @@ def cmd_evolve(args: argparse.Namespace) -> int:
                        use_baseline=False if args.no_baseline else None, hints=args.hints,
                        verify=False if args.no_verify else None, replay_from=args.replay_from, started_from="cli")
     t0 = time.monotonic()
+    finished = threading.Event()    # waited on rather than Thread.join: an interrupted join can return early
 
     def show(e) -> None:
         if args.json:
             print(json.dumps(e.to_json(), default=str), flush=True)
         else:
             print(f"{time.monotonic() - t0:8.1f}s  {e.line()}", flush=True)
+        if e.kind == "Stopped":
+            finished.set()
 
     run = service.start(spec, on_event=show, on_unavailable="stop", sequential=args.sequential)
     session, evaluator, name = run.session, run.evaluator, run.plan.name
     interrupted = False
     try:
-        while session.running:
-            session.join(0.25)
+        while not finished.wait(0.25):
+            pass
     except KeyboardInterrupt:
         interrupted = True
         print("kbench: stopping (running evaluations are abandoned and re-queued on resume; Ctrl-C again to quit "
               "at once)", file=sys.stderr, flush=True)
         session.stop(wait_for_evaluations=False)
-        session.join()
+        while not finished.wait(0.25):
+            pass
     finally:
         run.close(wait=not interrupted)
     stats = evaluator.stats()

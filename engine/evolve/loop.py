@@ -32,7 +32,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,47 @@ class _Flags:
     steps: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     wake: threading.Event = field(default_factory=threading.Event)
+
+
+class _DaemonPool:
+    """A few daemon worker threads for proposals and reviews: a process that quits (Ctrl-C twice) does not wait
+    for an LLM call still in flight, as it would for concurrent.futures' workers, which are joined at exit."""
+
+    def __init__(self, workers: int, name: str):
+        self._jobs: queue.Queue[tuple[Future, Callable[..., Any], tuple[Any, ...]] | None] = queue.Queue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        fut: Future = Future()
+        self._jobs.put((fut, fn, args))
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fut, fn, args = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the future
+                fut.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; running jobs finish on their own (their threads are daemons)."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
 
 
 class EvolutionSession:
@@ -143,7 +184,7 @@ class EvolutionSession:
         self._verifying: set[str] = set()          # committed, their LLM review running
         self._held: set[str] = set()               # committed, review not possible (API unavailable): resume
         self._tokens = itertools.count(1)
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _DaemonPool | None = None
         self._t0 = 0.0
         self._thread: threading.Thread | None = None
         self.result: ev.Stopped | None = None
@@ -268,8 +309,7 @@ class EvolutionSession:
                                   config=self.session_config)
             requeue, finished = [], 0
         if self.budgets.proposals_in_flight > 1:
-            self._pool = ThreadPoolExecutor(self.budgets.proposals_in_flight,
-                                            thread_name_prefix=f"kbench-propose-{self.session}")
+            self._pool = _DaemonPool(self.budgets.proposals_in_flight, f"kbench-propose-{self.session}")
         self._t0 = self.clock()
         self._emit(ev.SessionStarted(self.session, task=self.task.name, direction=self.direction,
                                      proposer=getattr(self.proposer, "name", "unknown"), resumed=resumed,
@@ -384,7 +424,7 @@ class EvolutionSession:
         except Exception:  # noqa: BLE001
             pass
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown()
 
     def _wait(self) -> None:
         self._flags.wake.clear()

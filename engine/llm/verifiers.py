@@ -19,7 +19,7 @@ and a reply without it counts as "no usable verdict".
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass
 
 from engine.candidates import Candidate
@@ -69,8 +69,7 @@ def verify(client: LLMClient, config: Config, task: Task, direction: str, candid
         return _vote(client, name, req)
 
     if parallel and len(verifiers) > 1:
-        with ThreadPoolExecutor(max_workers=len(verifiers), thread_name_prefix="kbench-verify") as pool:
-            results = list(pool.map(one, verifiers))
+        results = _in_parallel(one, verifiers)
     else:
         results = [one(n) for n in verifiers]
     votes = tuple(v for v, _ in results)
@@ -79,6 +78,28 @@ def verify(client: LLMClient, config: Config, task: Task, direction: str, candid
         return Verification(Verdict(STAGE, Status.SKIPPED, f"not reviewed: {down}"), (), None, down)
     stop = next((s for _, s in results if s), None)
     return Verification(aggregate(votes, config.verify.min_confidence), votes, stop)
+
+
+def _in_parallel(fn, names: tuple[str, ...]) -> list:
+    """fn(name) for every name, each on a daemon thread (a quitting process does not wait for an API call)."""
+    results: list = [None] * len(names)
+    errors: list[BaseException] = []
+
+    def run(i: int, name: str) -> None:
+        try:
+            results[i] = fn(name)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, n), name=f"kbench-verify-{n}", daemon=True)
+               for i, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def _vote(client: LLMClient, name: str, req: LLMRequest) -> tuple[Verdict, str | None]:
