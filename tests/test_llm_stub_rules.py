@@ -41,6 +41,9 @@ def create(api, **kw):
     ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
     ({"tools": [{**SUBMIT_KERNEL, "input_schema": {"type": "object", "properties": {}}, "strict": True}]},
      "additionalProperties"),
+    ({"tools": [{"name": "t", "strict": True, "input_schema": {
+        "type": "object", "additionalProperties": False,
+        "properties": {"c": {"type": "number", "minimum": 0, "maximum": 1}}}}]}, "do not support maximum, minimum"),
 ])
 def test_requests_the_api_refuses_are_400_invalid_request_error(api, kw, words):
     api.queue(recorded("ok_translate"))

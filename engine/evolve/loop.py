@@ -481,7 +481,9 @@ class EvolutionSession:
         supported = frozenset(getattr(self.proposer, "operators", ()) or ()) or None
         op = self.policy.choose(self.rng, eligible=len(el) if gen > 0 else 0,
                                 failures=len(self.population.failures(before=gen)) if gen > 0 else 0,
-                                meta_done=self._meta_done.get(gen, 0), supported=supported)
+                                meta_done=self._meta_done.get(gen, 0) + sum(  # metas in flight count too
+                                    1 for g, o, _ in self._proposing.values() if g == gen and o == "meta"),
+                                supported=supported)
         if gen == 0 and op is None:
             self._emit(ev.Log(self.session, message=f"the {getattr(self.proposer, 'name', '?')} proposer cannot "
                               "start without a baseline (nothing to translate from)", level="error"))
