@@ -196,6 +196,9 @@ def test_failed_and_duplicate_proposals_leave_their_spend_on_the_session_note(ws
     assert all(e.data["cost_usd"] == 0.25 and e.data["usage"]["output_tokens"] == 2000 for e in failed)
     state = load_state(ws, "spend")
     assert state.failed_proposals == 3
+    from engine.profile.session_report import build_report
+    report = build_report(ws, "spend")
+    assert report.usd["failed_proposals"] == pytest.approx(0.75) and report.usd["total"] == pytest.approx(1.25)
     # a resume counts the failed proposals' dollars with the committed candidates'
     s2 = EvolutionSession(ws, "spend", task, Slow(base_of(task)), FakeEvaluator(task),
                           budgets=Budgets(generations=1, population=2, usd=1.0), policy=OperatorPolicy({"mutate": 1.0}))
