@@ -394,7 +394,8 @@ def _validate(cfg: Config) -> None:
     if cfg.budget.usd is not None and cfg.budget.usd < 0:
         raise ConfigError(f"[budget] usd must be non-negative, got {cfg.budget.usd}.")
     if cfg.verify.thinking not in thinking:
-        raise ConfigError(f"[verify] thinking: expected auto, adaptive, enabled or disabled, got {cfg.verify.thinking!r}.")
+        raise ConfigError(f"[verify] thinking: expected auto, adaptive, enabled or disabled, "
+                          f"got {cfg.verify.thinking!r}.")
     if cfg.verify.max_tokens < 1:
         raise ConfigError("[verify] max_tokens must be positive.")
     if not 0.0 <= cfg.verify.min_confidence <= 1.0:

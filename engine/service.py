@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from engine.config import Config
 from engine.errors import KbenchError
+from engine.proposers import LLM_PROPOSERS
 
 EvaluatorFactory = Callable[[Any, str, Config], Any]   # (task, direction, config) -> engine.evolve Evaluator
 
@@ -31,7 +32,6 @@ class SessionDefaults:
 
 
 DEFAULTS = SessionDefaults()
-LLM_PROPOSERS = {"anthropic": "anthropic", "openai": "openai-compatible"}    # proposer -> [llm] provider
 SESSION_PROPOSERS = ("anthropic", "openai", "tuner", "replay")
 
 
@@ -262,7 +262,8 @@ class SessionService:
         proposer = self._proposer(plan, ledger)
         verifier = self._verifier(plan, ledger, proposer) if plan.verify else None
         evaluator = self._evaluator(plan.task, plan.direction, sequential)
-        policy = OperatorPolicy(weights=dict(plan.operators), seed_operator="" if plan.proposer == "tuner" else "translate")
+        policy = OperatorPolicy(weights=dict(plan.operators),
+                                seed_operator="" if plan.proposer == "tuner" else "translate")
         es = EvolutionSession(
             self.ws, plan.name, plan.task, proposer, evaluator, direction=plan.direction,
             budgets=Budgets(generations=plan.generations, population=plan.population, usd=plan.usd,

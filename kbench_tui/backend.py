@@ -151,9 +151,9 @@ class Backend:
                 config, self.config_error = Config(), str(exc)
         self.config = config
         from engine.service import SessionService
-        self.service = SessionService(self.ws, config, env=env,
-                                      evaluator_factory=lambda task, direction, _config: self._make_evaluator(task, direction),
-                                      target=target, llm_options=llm_options)
+        self.service = SessionService(
+            self.ws, config, env=env, target=target, llm_options=llm_options,
+            evaluator_factory=lambda task, direction, _config: self._make_evaluator(task, direction))
         self.runners: dict[str, Any] = {}            # session -> live EvolutionSession
         self._evaluators: dict[str, Any] = {}
         self._eval_lock = threading.Lock()          # re-evaluations run one at a time (a queue)

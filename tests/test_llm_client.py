@@ -121,7 +121,8 @@ def test_request_overrides_model_and_thinking(harness):
     req = LLMRequest("sys", "ctx", "p", SUBMIT_VERDICT, model="claude-haiku-4-5", thinking="disabled", max_tokens=4000)
     harness.client().call(req)
     body = harness.api.messages()[0].json
-    assert body["model"] == "claude-haiku-4-5" and body["max_tokens"] == 4000 and body["thinking"] == {"type": "disabled"}
+    assert body["model"] == "claude-haiku-4-5" and body["max_tokens"] == 4000
+    assert body["thinking"] == {"type": "disabled"}
 
 
 def test_models_api_answer_is_used_and_cached(harness, tmp_path):
@@ -234,7 +235,8 @@ def test_non_retryable_errors(harness, fixture, kind, stop):
 
 
 @pytest.mark.parametrize("mutate, words", [
-    (lambda p: {**p, "thinking": {"type": "enabled", "budget_tokens": 8000}}, '"thinking.type.enabled" is not supported'),
+    (lambda p: {**p, "thinking": {"type": "enabled", "budget_tokens": 8000}},
+     '"thinking.type.enabled" is not supported'),
     (lambda p: {**p, "tool_choice": {"type": "tool", "name": "submit_kernel"}}, "tool_choice forces tool use"),
     (lambda p: {**p, "thinking": {"type": "disabled"}}, '"thinking.type.disabled" is not supported'),
     (lambda p: {**p, "extra_body": {"top_q": 0.5}}, "top_q: Extra inputs are not permitted"),

@@ -57,7 +57,8 @@ def test_a_tool_call_is_the_answer(oai, tmp_path):
     sent = oai.requests[0].json
     assert sent["model"] == MODEL and sent["max_tokens"] == 32000
     assert sent["messages"][0] == {"role": "system", "content": "You write CUDA."}
-    assert sent["messages"][1]["content"].startswith("# Task: layernorm") and "Translate it." in sent["messages"][1]["content"]
+    user = sent["messages"][1]["content"]
+    assert user.startswith("# Task: layernorm") and "Translate it." in user
     assert sent["tools"][0]["function"]["parameters"] == SUBMIT_KERNEL["input_schema"]
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "submit_kernel"}}
     assert oai.requests[0].headers["authorization"] == "Bearer not-needed"

@@ -156,7 +156,8 @@ class LLMClient:
         if self._catalog is None:
             fetch = None
             if self.config.models_api and self._api_key is not None:
-                fetch = lambda m: self._client().models.retrieve(m, timeout=anthropic.Timeout(15.0, connect=5.0))  # noqa: E731
+                def fetch(model: str) -> Any:
+                    return self._client().models.retrieve(model, timeout=anthropic.Timeout(15.0, connect=5.0))
             self._catalog = ModelCatalog(fetch, endpoint=self.base_url, path=cache_file(self._env))
         return self._catalog
 

@@ -74,7 +74,8 @@ class OpenAICompatClient:
             "model": req.model or cfg.model,
             "max_tokens": req.max_tokens or max(cfg.max_tokens, req.min_output_tokens),
             "messages": [{"role": "system", "content": req.system}, {"role": "user", "content": user}],
-            "tools": [{"type": "function", "function": {"name": tool["name"], "description": tool.get("description", ""),
+            "tools": [{"type": "function", "function": {"name": tool["name"],
+                                                        "description": tool.get("description", ""),
                                                         "parameters": tool["input_schema"]}}],
             "tool_choice": ({"type": "function", "function": {"name": tool["name"]}} if cfg.force_tool else "auto"),
         }

@@ -58,7 +58,8 @@ def render_timings(measurement: Any) -> str:
     """Per-config times of a measurement (engine.workspace.Measurement) against eager and torch.compile."""
     if measurement is None or not getattr(measurement, "configs", ()):
         return ""
-    lines = ["| config | candidate ms | eager ms | vs eager | torch.compile ms | vs compile |", "|---|---|---|---|---|---|"]
+    lines = ["| config | candidate ms | eager ms | vs eager | torch.compile ms | vs compile |",
+             "|---|---|---|---|---|---|"]
     for c in measurement.configs:
         def f(x: Any, fmt: str) -> str:
             return format(x, fmt) if x is not None else "-"

@@ -234,7 +234,8 @@ class StubMessagesAPI:
                 with self._lock:
                     self.rejected.append((rec, message))
                 return StubResponse(status, error_body(kind, message)), False
-        offered = {t.get("name") for t in (body.get("tools") or []) if isinstance(t, dict)} if isinstance(body, dict) else set()
+        tools = (body.get("tools") or []) if isinstance(body, dict) else []
+        offered = {t.get("name") for t in tools if isinstance(t, dict)}
         with self._lock:
             for i, resp in enumerate(self._queue):
                 target = resp.target()

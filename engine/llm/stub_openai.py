@@ -54,8 +54,9 @@ class StubOpenAIAPI:
 
             def do_GET(self) -> None:  # noqa: N802
                 if self.path.rstrip("/").endswith("/v1/models"):
-                    self._send(StubResponse(200, {"object": "list", "data": [
-                        {"id": stub.model, "object": "model", "owned_by": "stub", "max_model_len": stub.max_model_len}]}))
+                    model = {"id": stub.model, "object": "model", "owned_by": "stub",
+                             "max_model_len": stub.max_model_len}
+                    self._send(StubResponse(200, {"object": "list", "data": [model]}))
                 else:
                     self._send(StubResponse(404, oai_error(f"no route {self.path}", "NotFoundError", 404)))
 

@@ -23,8 +23,8 @@ from engine.proposers.base import (OPERATORS, Proposal, ProposalRequest, Proposa
 PROPOSER_NAMES = ("anthropic", "openai", "tuner", "replay", "human")
 LLM_PROPOSERS = {"anthropic": "anthropic", "openai": "openai-compatible"}   # proposer -> [llm] provider
 
-__all__ = ["LLM_PROPOSERS", "OPERATORS", "PROPOSER_NAMES", "Proposal", "ProposalRequest", "ProposalStatus", "Proposer", "guarded",
-           "make_proposer", "parent_id"]
+__all__ = ["LLM_PROPOSERS", "OPERATORS", "PROPOSER_NAMES", "Proposal", "ProposalRequest", "ProposalStatus",
+           "Proposer", "guarded", "make_proposer", "parent_id"]
 
 
 def make_proposer(name: str, config: Config | None = None, *, ledger: Any = None,

@@ -30,7 +30,7 @@ _PARENTS = {"translate": 0, "mutate": 1, "crossover": 2, "repair": 1, "meta": 0}
 
 # Room for thinking and the rationale on top of the files a proposal must send back.
 _ANSWER_RESERVE = 12000
-PROVIDER_PROPOSER = {"anthropic": "anthropic", "openai-compatible": "openai"}
+PROVIDER_PROPOSER = {"anthropic": "anthropic", "openai-compatible": "openai"}   # inverse of LLM_PROPOSERS
 
 
 class LLMProposer:
