@@ -165,7 +165,7 @@ def cache_file(env: Mapping[str, str]) -> Path | None:
 @dataclass
 class ModelCatalog:
     """Capabilities per (endpoint, model). `fetch(model)` asks the Models API (returns a ModelInfo or raises);
-    any failure falls back to the table, and is asked again at most once an hour."""
+    an answer is kept on disk for a day; a failure falls back to the table for the rest of this process."""
 
     fetch: Callable[[str], Any] | None
     endpoint: str = ""
