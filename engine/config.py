@@ -5,7 +5,8 @@ workspace file `<workspace>/.kbench/config.toml`. Known sections become typed da
 key by key (a typo names its file); sections this module does not know are kept raw in `Config.extra`
 so other parts (harness, TUI) can read theirs without touching this loader.
 
-API keys are never read from files: `ANTHROPIC_API_KEY` stays in the environment (see engine.llm.client).
+API keys are never read from files: `ANTHROPIC_API_KEY` (or the variable `[llm] api_key_env` names) stays in
+the environment (see engine.llm.availability).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
@@ -37,47 +39,84 @@ class Price:
     cache_read: float
 
 
-# Published list prices at the time of writing; check them against the current price list and override
-# in config (`[llm.prices."<model>"]`). "*" is the fallback for unknown models: deliberately the most
-# expensive tier, so a budget stops early rather than late.
+FREE = Price(0.0, 0.0, 0.0, 0.0)
+
+# Anthropic list prices (USD per million tokens: input, output, 5-minute cache write, cache hit), read from
+# the pricing and model pages on 2026-11-23 (docs/formats.md, "LLM: what the API documents"). Matched by
+# exact model id; a dated snapshot id (claude-haiku-4-5-20251001) matches its undated entry, nothing else
+# does, so a model this table does not know costs the "*" entry: deliberately the most expensive tier, so a
+# budget stops early rather than late. Override or add any model with [llm.prices."<model>"].
 DEFAULT_PRICES: dict[str, Price] = {
+    "claude-fable-5-2": Price(8.0, 40.0, 10.0, 0.20),
+    "claude-mythos-5-2": Price(8.0, 40.0, 10.0, 0.20),
+    "claude-fable-5-1": Price(10.0, 50.0, 12.50, 0.25),
+    "claude-mythos-5-1": Price(10.0, 50.0, 12.50, 0.25),
+    "claude-fable-5": Price(10.0, 50.0, 12.50, 1.00),
+    "claude-mythos-5": Price(10.0, 50.0, 12.50, 1.00),
+    "claude-opus-5-5": Price(4.0, 20.0, 5.0, 0.20),
+    "claude-opus-5": Price(5.0, 25.0, 6.25, 0.50),
+    "claude-opus-4-8": Price(5.0, 25.0, 6.25, 0.50),
+    "claude-opus-4-7": Price(5.0, 25.0, 6.25, 0.50),
     "claude-opus-4-6": Price(5.0, 25.0, 6.25, 0.50),
     "claude-opus-4-5": Price(5.0, 25.0, 6.25, 0.50),
     "claude-opus-4-1": Price(15.0, 75.0, 18.75, 1.50),
     "claude-opus-4": Price(15.0, 75.0, 18.75, 1.50),
+    "claude-sonnet-5-5": Price(2.0, 10.0, 2.50, 0.10),
+    "claude-sonnet-5": Price(2.0, 10.0, 2.50, 0.20),
     "claude-sonnet-4-6": Price(3.0, 15.0, 3.75, 0.30),
     "claude-sonnet-4-5": Price(3.0, 15.0, 3.75, 0.30),
     "claude-sonnet-4": Price(3.0, 15.0, 3.75, 0.30),
+    "claude-haiku-5-5": Price(0.10, 0.50, 0.125, 0.01),   # prompts up to 100k tokens (kbench's are smaller)
     "claude-haiku-4-5": Price(1.0, 5.0, 1.25, 0.10),
     "*": Price(15.0, 75.0, 18.75, 1.50),
 }
 
+PROVIDERS = ("anthropic", "openai-compatible")
+_SNAPSHOT = re.compile(r"-(\d{8})$")
+
 
 @dataclass(frozen=True)
 class LLMConfig:
-    model: str = "claude-opus-4-5"
-    max_tokens: int = 16000
-    # "enabled" (budget_tokens = thinking_budget), "adaptive" (the model decides) or "disabled".
-    thinking: str = "enabled"
-    thinking_budget: int = 8000
-    effort: str | None = None  # output_config.effort: low/medium/high/xhigh/max; None leaves it out
-    temperature: float | None = None  # only sent with thinking disabled (the API requires 1 otherwise)
-    timeout_s: float = 600.0
-    max_retries: int = 4
+    provider: str = "anthropic"            # anthropic (Messages API) | openai-compatible (vLLM, SGLang, Ollama, ...)
+    model: str = "claude-opus-5-5"
+    # The floor of max_tokens; a mutation of a long parent asks for more (the whole file comes back), up to
+    # the model's own output limit. Calls that could exceed the SDK's non-streaming limit are streamed.
+    max_tokens: int = 32000
+    # auto: adaptive where the model has it, else a manual budget (older models); adaptive; enabled (a manual
+    # budget where the model still takes one, else adaptive); disabled (where the model allows it, else adaptive)
+    thinking: str = "auto"
+    thinking_budget: int = 16000           # budget_tokens, only for models without adaptive thinking
+    effort: str | None = "high"            # output_config.effort (lowered to the nearest level the model has)
+    temperature: float | None = None       # only sent with thinking disabled (the API requires 1 otherwise)
+    timeout_s: float = 600.0               # one attempt (streamed calls: between events)
+    outage_minutes: float = 10.0           # keep retrying 429/529/5xx/timeouts this long, then pause the session
+    max_retries: int | None = None         # optional cap on attempts per call; None: the outage window decides
     backoff_base_s: float = 2.0
-    backoff_max_s: float = 60.0  # longest wait between attempts, retry-after included
-    base_url: str | None = None  # else ANTHROPIC_BASE_URL, else the SDK default
-    prompts_dir: str | None = None  # templates here override the built-in ones, file by file
+    backoff_max_s: float = 60.0            # longest wait between attempts, retry-after included
+    base_url: str | None = None            # anthropic: else ANTHROPIC_BASE_URL; openai-compatible: required
+    api_key_env: str | None = None         # the variable holding the key (default ANTHROPIC_API_KEY / OPENAI_API_KEY;
+                                           # "" for a local endpoint that needs none)
+    concurrency: int = 2                   # proposals in flight at once (so the GPU has the next one ready)
+    models_api: bool = True                # ask the Models API for the model's capabilities (cached a day)
+    force_tool: bool = True                # openai-compatible: name the tool in tool_choice
+    prompts_dir: str | None = None         # templates here override the built-in ones, file by file
     prices: dict[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
 
     def price_for(self, model: str) -> Price:
-        """Exact match, else the longest configured prefix (dated snapshots), else "*"."""
-        if model in self.prices:
-            return self.prices[model]
-        prefixes = [k for k in self.prices if k != "*" and model.startswith(k)]
-        if prefixes:
-            return self.prices[max(prefixes, key=len)]
+        """Exact match on the model id (a dated snapshot also matches its undated id), else "*". An
+        openai-compatible endpoint costs nothing unless [llm.prices] says so (a local model is free)."""
+        for key in (model, _SNAPSHOT.sub("", model)):
+            if key in self.prices:
+                return self.prices[key]
+        if self.provider != "anthropic":
+            configured_star = self.prices.get("*")
+            return configured_star if configured_star is not None and configured_star != DEFAULT_PRICES["*"] else FREE
         return self.prices.get("*", DEFAULT_PRICES["*"])
+
+    def key_env(self) -> str:
+        if self.api_key_env is not None:
+            return self.api_key_env
+        return "ANTHROPIC_API_KEY" if self.provider == "anthropic" else "OPENAI_API_KEY"
 
 
 @dataclass(frozen=True)
@@ -90,8 +129,10 @@ class VerifyConfig:
     enabled: bool = True
     min_confidence: float = 0.7  # a verifier's "fail" at or above this confidence fails the candidate
     model: str | None = None  # a cheaper model for the verifiers; None = [llm] model
-    thinking: str = "disabled"  # disabled lets the verdict tool be forced; enabled/adaptive as in [llm]
-    max_tokens: int = 4000
+    # disabled: no thinking where the model allows it (then the verdict tool is forced), else adaptive
+    thinking: str = "disabled"
+    effort: str | None = "low"
+    max_tokens: int = 8000
 
 
 @dataclass(frozen=True)
@@ -328,24 +369,36 @@ def _describe(hint: Any) -> str:
 
 def _validate(cfg: Config) -> None:
     llm = cfg.llm
-    if llm.thinking not in ("enabled", "adaptive", "disabled"):
-        raise ConfigError(f"[llm] thinking: expected enabled, adaptive or disabled, got {llm.thinking!r}.")
+    thinking = ("auto", "enabled", "adaptive", "disabled")
+    efforts = ("low", "medium", "high", "xhigh", "max")
+    if llm.provider not in PROVIDERS:
+        raise ConfigError(f"[llm] provider: expected {' or '.join(PROVIDERS)}, got {llm.provider!r}.")
+    if llm.provider == "openai-compatible" and not llm.base_url:
+        raise ConfigError("[llm] base_url is required with provider = \"openai-compatible\" "
+                          "(e.g. \"http://localhost:8000/v1\" for vLLM).")
+    if llm.thinking not in thinking:
+        raise ConfigError(f"[llm] thinking: expected auto, adaptive, enabled or disabled, got {llm.thinking!r}.")
     if llm.max_tokens < 1:
         raise ConfigError("[llm] max_tokens must be positive.")
-    if llm.thinking == "enabled" and not 1024 <= llm.thinking_budget < llm.max_tokens:
-        raise ConfigError(f"[llm] thinking_budget must be at least 1024 and below max_tokens ({llm.max_tokens}) "
-                          f"when thinking is enabled; got {llm.thinking_budget}. Set thinking = \"disabled\" "
-                          "to turn thinking off.")
-    if llm.effort is not None and llm.effort not in ("low", "medium", "high", "xhigh", "max"):
-        raise ConfigError(f"[llm] effort: expected low, medium, high, xhigh or max, got {llm.effort!r}.")
+    if llm.thinking in ("auto", "enabled") and not 1024 <= llm.thinking_budget < llm.max_tokens:
+        raise ConfigError(f"[llm] thinking_budget must be at least 1024 and below max_tokens ({llm.max_tokens}); "
+                          f"got {llm.thinking_budget}. It is used only by models without adaptive thinking.")
+    for where, effort in (("[llm]", llm.effort), ("[verify]", cfg.verify.effort)):
+        if effort is not None and effort not in efforts:
+            raise ConfigError(f"{where} effort: expected low, medium, high, xhigh or max, got {effort!r}.")
     if llm.temperature is not None and not 0.0 <= llm.temperature <= 1.0:
         raise ConfigError(f"[llm] temperature must be between 0 and 1, got {llm.temperature}.")
-    if llm.timeout_s <= 0 or llm.max_retries < 0 or llm.backoff_base_s < 0 or llm.backoff_max_s < 0:
-        raise ConfigError("[llm] timeout_s must be positive; max_retries and backoff times non-negative.")
+    if (llm.timeout_s <= 0 or (llm.max_retries is not None and llm.max_retries < 0) or llm.backoff_base_s < 0
+            or llm.backoff_max_s < 0 or llm.outage_minutes < 0):
+        raise ConfigError("[llm] timeout_s must be positive; max_retries, outage_minutes and backoff times "
+                          "non-negative.")
+    if llm.concurrency < 1:
+        raise ConfigError(f"[llm] concurrency must be at least 1, got {llm.concurrency}.")
     if cfg.budget.usd is not None and cfg.budget.usd < 0:
         raise ConfigError(f"[budget] usd must be non-negative, got {cfg.budget.usd}.")
-    if cfg.verify.thinking not in ("enabled", "adaptive", "disabled"):
-        raise ConfigError(f"[verify] thinking: expected enabled, adaptive or disabled, got {cfg.verify.thinking!r}.")
+    if cfg.verify.thinking not in thinking:
+        raise ConfigError(f"[verify] thinking: expected auto, adaptive, enabled or disabled, "
+                          f"got {cfg.verify.thinking!r}.")
     if cfg.verify.max_tokens < 1:
         raise ConfigError("[verify] max_tokens must be positive.")
     if not 0.0 <= cfg.verify.min_confidence <= 1.0:

@@ -77,13 +77,8 @@ class KbenchApp(ThreadedMixin, App):
         return self.backend.start_evolution(on_event=self._on_engine, **kw)
 
     def resume_session(self, session: str) -> Any:
-        info = self.backend.session_info(session)
-        cfg = info.config or {}
-        proposer = info.proposer if info.proposer in ("anthropic", "tuner") else "tuner"
-        return self.backend.start_evolution(task=info.task, direction=info.direction, proposer=proposer,
-                                            generations=int(cfg.get("generations", 3)),
-                                            population=int(cfg.get("population", 4)),
-                                            usd=cfg.get("budget_usd"), session=session, on_event=self._on_engine)
+        """(worker thread) run the session again with its stored settings, through engine.service."""
+        return self.backend.resume_evolution(session, on_event=self._on_engine)
 
     def counts(self, session: str) -> dict[str, int]:
         """Candidates committed and evaluated by this app's runs of `session` (from the events)."""

@@ -3,8 +3,10 @@ Textual worker thread when the call may take long, and never reach into engine m
 
 `Backend` wraps a `Workspace` and adds what the screens need around it: task and session summaries, the
 evaluator factory (real `LocalPipelineExecutor`, or the engine's `FakeEvaluator` for tests and machines
-without a GPU when asked), starting an `EvolutionSession`, re-evaluation recorded as `kbench reevaluate`
-records it, overrides, hand edits through the human proposer, and export through engine.export.
+without a GPU when asked), sessions started and resumed through engine.service (the same defaults and wiring
+as `kbench evolve`: the LLM verifiers run, one budget covers proposals and reviews), re-evaluation recorded
+as `kbench reevaluate` records it, overrides, hand edits through the human proposer, and export through
+engine.export.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from engine.verdict import STAGES, Status, Verdict
 
 EvaluatorFactory = Callable[[Any, str], Any]   # (task, direction) -> engine.evolve Evaluator
 
-PROPOSERS = ("anthropic", "tuner", "human")
+PROPOSERS = ("anthropic", "tuner", "human")      # the first is the LLM proposer of [llm] provider
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,8 @@ def default_evaluator_factory(task: Any, direction: str, config: Any = None) -> 
 class Backend:
     def __init__(self, workspace: str | Path | None = None, *, evaluator_factory: EvaluatorFactory | None = None,
                  gpus: list[int] | None = None, env: dict[str, str] | None = None, config: Any = None,
-                 editor_run: Callable[..., Any] | None = None):
+                 editor_run: Callable[..., Any] | None = None, target: Any = None,
+                 llm_options: dict[str, Any] | None = None):
         from engine.workspace import Workspace, default_path
 
         self.ws = Workspace.create(Path(workspace) if workspace else default_path())
@@ -147,6 +150,10 @@ class Backend:
                 from engine.config import Config
                 config, self.config_error = Config(), str(exc)
         self.config = config
+        from engine.service import SessionService
+        self.service = SessionService(
+            self.ws, config, env=env, target=target, llm_options=llm_options,
+            evaluator_factory=lambda task, direction, _config: self._make_evaluator(task, direction))
         self.runners: dict[str, Any] = {}            # session -> live EvolutionSession
         self._evaluators: dict[str, Any] = {}
         self._eval_lock = threading.Lock()          # re-evaluations run one at a time (a queue)
@@ -192,18 +199,17 @@ class Backend:
                 "need a GPU.")
 
     def llm_available(self) -> bool:
-        from engine.llm.availability import llm_available
-        return llm_available(self.env)
+        return self.service.llm_available()
 
     def llm_notice(self) -> str:
-        from engine.llm.availability import NO_KEY_MESSAGE
-        return "" if self.llm_available() else NO_KEY_MESSAGE
+        return self.service.llm_notice()
 
     def proposer_choices(self) -> list[tuple[str, bool, str]]:
         """(name, available, reason when not)."""
         out = []
         for name in PROPOSERS:
             if name == "anthropic":
+                name = self.service.llm_proposer()       # anthropic, or openai for an OpenAI-compatible endpoint
                 out.append((name, self.llm_available(), self.llm_notice()))
             elif name == "human":
                 out.append((name, False, "Hand edits are per candidate: press E on a candidate."))
@@ -274,67 +280,50 @@ class Backend:
         return self.ws.diff(a, b)
 
     def task_of(self, session: str) -> Any:
-        from engine.tasks.loader import load_task
-        from engine.tasks.model import Task
-        raw = self.ws._session_json(session)  # noqa: SLF001 - the session's own record of its task (as cmd_reevaluate)
-        tj = raw.get("task_json") or {}
-        if tj and Path(str(tj.get("root", ""))).exists():
-            return Task.from_json(tj)
-        return load_task(raw.get("task") or self.ws.session(session).task)
+        return self.service.task_of(session)
 
     # ------------------------------------------------------------------------------ evolution
 
-    def start_evolution(self, *, task: str, direction: str, proposer: str, generations: int, population: int,
-                        usd: float | None = None, session: str | None = None,
+    def start_evolution(self, *, task: str, direction: str, proposer: str, generations: int | None = None,
+                        population: int | None = None, usd: float | None = None, session: str | None = None,
                         on_event: Callable[[Any], None] | None = None, paused: bool = False) -> Any:
-        """Create (or resume) a session and start its loop on a background thread. Events go to `on_event`
-        (called on the loop's thread)."""
-        from engine.evolve.loop import Budgets, EvolutionSession
-        from engine.evolve.operators import default_policy
-        from engine.proposers import make_proposer
+        """Create a session through engine.service (the CLI's defaults and wiring, LLM verifiers included) and
+        start its loop on a background thread. Events go to `on_event` (called on the loop's thread). An API
+        outage pauses the loop as "API unavailable" (space resumes it)."""
+        from engine.service import SessionSpec
         from engine.tasks.loader import load_task
 
-        t = load_task(task)
-        t.spec(direction)
-        name = session or self.free_session_name(f"{t.name}-{'bwd' if direction == 'backward' else 'fwd'}-{proposer}")
+        if proposer not in ("anthropic", "openai", "tuner"):
+            raise KbenchError(f"the {proposer} proposer cannot drive a session from the app")
+        if proposer in ("anthropic", "openai") and not self.llm_available():
+            raise KbenchError(self.llm_notice())
+        if session is None:
+            t = load_task(task)
+            session = self.free_session_name(f"{t.name}-{'bwd' if direction == 'backward' else 'fwd'}-{proposer}")
+        spec = SessionSpec(task=task, direction=direction, proposer=proposer, generations=generations,
+                           population=population, usd=usd, name=session, started_from="tui")
+        return self._run(spec, on_event, paused)
+
+    def resume_evolution(self, session: str, on_event: Callable[[Any], None] | None = None) -> Any:
+        """Run a session of the workspace again with its stored settings (whoever started it)."""
+        from engine.service import SessionSpec
+        info = self.ws.session(session)
+        proposer = (info.config or {}).get("proposer") or info.proposer
+        if proposer not in ("anthropic", "openai", "tuner"):
+            proposer = "tuner"          # a replay or human session is carried on by the tuner, as before
+        return self._run(SessionSpec(name=session, proposer=proposer, started_from="tui"), on_event, False)
+
+    def _run(self, spec: Any, on_event: Callable[[Any], None] | None, paused: bool) -> Any:
+        name = spec.name
         if name in self.runners and self.runners[name].running:
             raise KbenchError(f"session {name} is already running")
-        ledger = None
-        if proposer == "anthropic":
-            if not self.llm_available():
-                raise KbenchError(self.llm_notice())
-            from engine.llm.accounting import CostLedger
-            ledger = CostLedger(None)
-            prop = make_proposer("anthropic", self.config, ledger=ledger)
-            if usd is None:
-                usd = self.config.budget.usd
-        elif proposer == "tuner":
-            prop = make_proposer("tuner", self.config)
-        else:
-            raise KbenchError(f"the {proposer} proposer cannot drive a session from the app")
-        evaluator = self._make_evaluator(t, direction)
-        from engine.evolve.checks import session_checks
-        es = EvolutionSession(self.ws, name, t, prop, evaluator, direction=direction,
-                              budgets=Budgets(generations=generations, population=population, usd=usd),
-                              policy=default_policy(proposer), ledger=ledger,
-                              checks=session_checks(self.config.eval.library_policy),
-                              model=self.config.llm.model if proposer == "anthropic" else None,
-                              session_config={"generations": generations, "population": population,
-                                              "budget_usd": usd, "started_from": "tui"})
-        if on_event is not None:
-            es.subscribe(on_event)
+        run = self.service.start(spec, on_event=on_event, paused=paused, on_unavailable="pause", background=False)
+        es = run.session
 
-        def closer(e: Any, ev=evaluator) -> None:
+        def closer(e: Any, run=run) -> None:
             if e.kind == "Stopped":
-                threading.Thread(target=ev.close, kwargs={"wait": True}, daemon=True).start()
+                threading.Thread(target=run.close, kwargs={"wait": True}, daemon=True).start()
         es.subscribe(closer)
-        try:
-            es.claim(command="kbench app")   # the one writer of the session, or a refusal naming the one there is
-        except KbenchError:
-            evaluator.close(wait=False)
-            raise
-        if paused:
-            es.pause()
         self.runners[name] = es
         es.start()
         return es

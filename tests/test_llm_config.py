@@ -18,9 +18,10 @@ def write(path, text):
 
 def test_defaults_without_files(tmp_path):
     cfg = load_config(env={"HOME": str(tmp_path)})
-    assert cfg.llm.model == "claude-opus-4-5"
-    assert cfg.llm.thinking == "enabled" and 1024 <= cfg.llm.thinking_budget < cfg.llm.max_tokens
-    assert cfg.budget.usd == 10.0 and cfg.verify.min_confidence == 0.7
+    assert cfg.llm.provider == "anthropic" and cfg.llm.model == "claude-opus-5-5"
+    assert cfg.llm.thinking == "auto" and 1024 <= cfg.llm.thinking_budget < cfg.llm.max_tokens
+    assert cfg.llm.max_tokens >= 32000 and cfg.llm.outage_minutes == 10.0 and cfg.llm.effort == "high"
+    assert cfg.budget.usd == 10.0 and cfg.verify.min_confidence == 0.7 and cfg.verify.effort == "low"
     assert cfg.sources == ()
 
 
@@ -74,6 +75,12 @@ def test_flag_beats_env_base_url(tmp_path):
     ('[llm]\nmax_tokens = "lots"\n', ["max_tokens", "expected int"]),
     ('[llm]\nthinking = "sometimes"\n', ["thinking"]),
     ('[llm]\nthinking_budget = 100\n', ["thinking_budget", "1024"]),
+    ('[llm]\nprovider = "openai"\n', ["provider", "openai-compatible"]),
+    ('[llm]\nprovider = "openai-compatible"\n', ["base_url is required"]),
+    ('[llm]\neffort = "extreme"\n', ["[llm] effort"]),
+    ('[verify]\neffort = "none"\n', ["[verify] effort"]),
+    ('[llm]\nconcurrency = 0\n', ["concurrency"]),
+    ('[llm]\noutage_minutes = -1\n', ["outage_minutes"]),
     ('[budget]\nusd = -1\n', ["usd"]),
     ('[verify]\nmin_confidence = 2\n', ["min_confidence"]),
     ('[llm.prices."my-model"]\noutput = 3\n', ["input", "required"]),
@@ -103,15 +110,30 @@ def test_bad_flag_is_reported_as_flags(tmp_path):
         load_config(flags={"llm.max_retries": "three"}, user_file=tmp_path / "none.toml", env={})
 
 
-def test_prices_merge_with_defaults_and_match_prefixes(tmp_path):
+def test_prices_match_exact_ids_and_dated_snapshots_only(tmp_path):
     path = write(tmp_path / "c.toml", '[llm.prices."claude-sonnet-4-5"]\ninput = 2\noutput = 10\n'
                                        '[llm.prices."house-model"]\ninput = 1\n')
     cfg = load_config(user_file=path, env={})
-    sonnet = cfg.llm.price_for("claude-sonnet-4-5-20250929")  # a dated snapshot finds its family
+    sonnet = cfg.llm.price_for("claude-sonnet-4-5-20250929")  # a dated snapshot finds its undated id
     assert sonnet == Price(2.0, 10.0, 2.5, pytest.approx(0.2))
     assert cfg.llm.price_for("house-model") == Price(1.0, 5.0, 1.25, pytest.approx(0.1))
-    assert cfg.llm.price_for("claude-haiku-4-5") == DEFAULT_PRICES["claude-haiku-4-5"]
-    assert cfg.llm.price_for("someone-elses-model") == DEFAULT_PRICES["*"]  # unknown: the dearest tier
+    assert cfg.llm.price_for("claude-haiku-4-5-20251001") == DEFAULT_PRICES["claude-haiku-4-5"]
+    # a newer Opus is not priced as an older one by prefix: its own row, or (unknown) the dearest tier
+    assert cfg.llm.price_for("claude-opus-5-5") == Price(4.0, 20.0, 5.0, 0.20)
+    assert cfg.llm.price_for("claude-opus-4-1") == Price(15.0, 75.0, 18.75, 1.50)
+    assert cfg.llm.price_for("claude-opus-4-9") == DEFAULT_PRICES["*"]
+    assert cfg.llm.price_for("claude-opus-4") != cfg.llm.price_for("claude-opus-4-5")
+    assert cfg.llm.price_for("someone-elses-model") == DEFAULT_PRICES["*"]
+
+
+def test_openai_compatible_models_are_free_unless_priced(tmp_path):
+    local = write(tmp_path / "l.toml", '[llm]\nprovider = "openai-compatible"\nbase_url = "http://127.0.0.1:8000/v1"\n'
+                                       'model = "qwen3-coder"\n')
+    cfg = load_config(user_file=local, env={})
+    assert cfg.llm.price_for("qwen3-coder") == Price(0.0, 0.0, 0.0, 0.0)
+    assert cfg.llm.key_env() == "OPENAI_API_KEY"
+    paid = write(tmp_path / "p.toml", local.read_text() + '[llm.prices."*"]\ninput = 0.5\noutput = 1.5\n')
+    assert load_config(user_file=paid, env={}).llm.price_for("qwen3-coder").output == 1.5
 
 
 def test_infinite_budget_means_no_limit(tmp_path):

@@ -16,9 +16,11 @@ from llm_testkit import BINDING, KERNEL, api, harness, layernorm, parent_candida
 from engine.candidates import Candidate  # noqa: E402
 from engine.llm import availability  # noqa: E402
 from engine.proposers import Proposal, ProposalRequest, ProposalStatus, guarded, make_proposer  # noqa: E402
+from engine.llm.stub import StubResponse, error_body  # noqa: E402
 from engine.proposers.anthropic import AnthropicProposer  # noqa: E402
 
 OK, FAILED, STOP = ProposalStatus.OK, ProposalStatus.FAILED, ProposalStatus.STOP
+UNAVAILABLE = ProposalStatus.UNAVAILABLE
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ def test_translate(proposer, harness, layernorm):
     ledger = proposer.client.ledger
     assert ledger.for_key(c.source_hash).calls == 1 and ledger.for_key(p.id).calls == 0
 
-    body = harness.api.requests[0].json
+    body = harness.api.messages()[0].json
     assert body["tools"][0]["name"] == "submit_kernel"
     system = body["system"][0]["text"]
     context, prompt = body["messages"][0]["content"]
@@ -71,7 +73,7 @@ def test_mutate_sends_parent_feedback_and_insights(proposer, harness, layernorm)
     assert p.status == OK and p.parents == ("s1-g1-3",) and p.candidate.meta["parents"] == ["s1-g1-3"]
     assert "#define BLOCK_SIZE 512" in p.candidate.files["kernel.cu"] and p.candidate.name == "wider-blocks"
     assert p.usage.cache_read_tokens == 1830
-    text = harness.api.requests[0].json["messages"][0]["content"][1]["text"]
+    text = harness.api.messages()[0].json["messages"][0]["content"][1]["text"]
     for part in ("Operator: mutate", "Parent: ln-parent", "1.4x over eager", "dram throughput 41%",
                  "- float4 loads helped s1-g1-2", "__global__"):
         assert part in text
@@ -84,23 +86,23 @@ def test_crossover_shows_both_parents(proposer, harness, layernorm):
     harness.api.queue(recorded("ok_mutate_cached"))
     p = proposer.propose(req(layernorm, "crossover", a, b))
     assert p.status == OK and p.parents == (a.source_hash, b.source_hash)
-    text = harness.api.requests[0].json["messages"][0]["content"][1]["text"]
+    text = harness.api.messages()[0].json["messages"][0]["content"][1]["text"]
     assert "Parent A: alpha" in text and "Parent B: beta" in text and "#define MIN_BLOCKS 1" in text
 
 
 def test_repair_and_meta(proposer, harness, layernorm):
     parent = parent_candidate()
     p = proposer.propose(req(layernorm, "repair", parent))
-    assert p.status == FAILED and "feedback" in p.reason and harness.api.requests == []
+    assert p.status == FAILED and "feedback" in p.reason and harness.api.messages() == []
     harness.api.queue(recorded("ok_mutate_cached"))
     p = proposer.propose(req(layernorm, "repair", parent, feedback="kernel.cu(31): error: identifier \"x4\" is undefined"))
     assert p.status == OK
-    assert 'identifier "x4" is undefined' in harness.api.requests[0].json["messages"][0]["content"][1]["text"]
+    assert 'identifier "x4" is undefined' in harness.api.messages()[0].json["messages"][0]["content"][1]["text"]
 
     harness.api.queue(recorded("directives"))
     m = proposer.propose(req(layernorm, "meta", directives="- old advice", population="1. s1-g1-2: 1.8x"))
     assert m.status == OK and m.candidate is None and m.directives.startswith("1. Keep the centred")
-    body = harness.api.requests[1].json
+    body = harness.api.messages()[1].json
     assert body["tools"][0]["name"] == "submit_directives" and "- old advice" in body["messages"][0]["content"][1]["text"]
 
 
@@ -116,7 +118,7 @@ def test_repair_and_meta(proposer, harness, layernorm):
     ("elided", "elides code"),
 ])
 def test_bad_answers_become_failed_proposals(proposer, harness, layernorm, fixture, words):
-    harness.api.queue(recorded(fixture))
+    harness.api.queue(recorded(fixture, tool="*"))   # served whatever tool the request offers
     p = proposer.propose(req(layernorm, "translate"))
     assert p.status == FAILED and words in p.reason and p.candidate is None
     assert p.data["error"] == "answer" and p.answer  # what the model said is kept for the record
@@ -130,15 +132,18 @@ def test_resubmitting_the_parent_is_a_failed_proposal(proposer, harness, layerno
     assert p.status == FAILED and "repeats a candidate" in p.reason and p.data["error"] == "duplicate"
 
 
+INVALID = StubResponse(400, error_body("invalid_request_error", "messages.0.content: unexpected block type"))
+
+
 @pytest.mark.parametrize("queue, status, kind", [
     (["err_401"], STOP, "auth"),
     (["err_404_model"], STOP, "not_found"),
-    (["err_400"], FAILED, "bad_request"),
-    (["err_529"] * 5, FAILED, "overloaded"),
-    (["err_500"] * 5, FAILED, "server"),
+    ([INVALID], STOP, "invalid_request"),        # the API refused the request itself: every call would fail
+    (["err_400"], FAILED, "too_long"),           # this prompt is too long: the next may not be
+    (["err_529"] * 5 + ["err_500"] * 40, UNAVAILABLE, "unavailable"),   # the outage outlasts the window
 ])
 def test_api_failures(proposer, harness, layernorm, queue, status, kind):
-    harness.api.queue(*[recorded(f) for f in queue])
+    harness.api.queue(*[recorded(f) if isinstance(f, str) else f for f in queue])
     p = proposer.propose(req(layernorm, "translate"))
     assert p.status == status and p.data["error"] == kind and p.reason
     assert p.prompt and "Operator: translate" in p.prompt  # the prompt is kept even when nothing came back
@@ -150,12 +155,12 @@ def test_rate_limit_then_success(proposer, harness, layernorm):
     assert p.status == OK and p.data["attempts"] == 3 and harness.sleeps[0] == 7.0
 
 
-def test_timeout_becomes_a_failed_proposal(harness, layernorm):
+def test_timeout_becomes_unavailable(harness, layernorm):
     cfg = harness.config(timeout_s=0.3, max_retries=1)
     proposer = AnthropicProposer(harness.client(cfg), cfg)
     harness.api.queue(recorded("ok_translate", delay_s=3), recorded("ok_translate", delay_s=3))
     p = proposer.propose(req(layernorm, "translate"))
-    assert p.status == FAILED and p.data["error"] == "timeout" and "gave up after 2 attempts" in p.reason
+    assert p.status == UNAVAILABLE and "request timeout" in p.reason and "gave up after 2 attempt(s)" in p.reason
 
 
 def test_budget_exhausted_mid_session(harness, layernorm):
@@ -167,7 +172,7 @@ def test_budget_exhausted_mid_session(harness, layernorm):
     third = proposer.propose(req(layernorm, "mutate", second.candidate))
     assert first.status == OK and second.status == OK  # the call that crossed the budget still counts
     assert third.status == STOP and third.data["error"] == "budget" and "budget reached" in third.reason
-    assert len(harness.api.requests) == 2 and harness.api.pending == 1
+    assert len(harness.api.messages()) == 2 and harness.api.pending == 1
 
 
 def test_no_key_is_a_plain_stop_said_once(harness, layernorm, caplog):
@@ -179,7 +184,7 @@ def test_no_key_is_a_plain_stop_said_once(harness, layernorm, caplog):
         ps = [proposer.propose(req(layernorm, "translate")) for _ in range(3)]
     assert all(p.status == STOP and p.reason == availability.NO_KEY_MESSAGE for p in ps)
     assert sum(r.getMessage() == availability.NO_KEY_MESSAGE for r in caplog.records) == 1
-    assert harness.api.requests == []
+    assert harness.api.messages() == []
 
 
 def test_wrong_parent_count_and_operator(proposer, harness, layernorm):
@@ -187,7 +192,7 @@ def test_wrong_parent_count_and_operator(proposer, harness, layernorm):
     assert proposer.propose(req(layernorm, "mutate")).status == FAILED
     p = guarded(proposer, req(layernorm, "tune", parent_candidate()))
     assert p.status == FAILED and "does not do 'tune'" in p.reason
-    assert harness.api.requests == []
+    assert harness.api.messages() == []
 
 
 def test_broken_prompt_template_stops(harness, layernorm, tmp_path):
@@ -195,7 +200,7 @@ def test_broken_prompt_template_stops(harness, layernorm, tmp_path):
     (tmp_path / "prompts" / "translate.md").write_text("{{#if x}}\nnever closed\n")
     cfg = harness.config(prompts_dir=str(tmp_path / "prompts"))
     p = AnthropicProposer(harness.client(cfg), cfg).propose(req(layernorm, "translate"))
-    assert p.status == STOP and "never closed" in p.reason and harness.api.requests == []
+    assert p.status == STOP and "never closed" in p.reason and harness.api.messages() == []
 
 
 def test_guarded_survives_a_proposer_bug(layernorm):

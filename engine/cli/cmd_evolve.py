@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,26 +15,34 @@ from engine.errors import KbenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from engine.service import DEFAULTS, SESSION_PROPOSERS
+
     p = sub.add_parser("evolve", help="evolve faster kernels for a task (resumable: run the same command again)",
                        description="Evolve a population of candidates for TASK. Every candidate is committed to "
                                    "the workspace before it is evaluated; kill it at any moment and run the same "
-                                   "command again to continue. Ctrl-C stops cleanly (twice: at once).")
+                                   "command again to continue. Ctrl-C stops cleanly (twice: at once). Exit codes: "
+                                   "0 the budgets ran out, 1 stopped for a reason (shown), 2 bad input, 75 paused "
+                                   "because the LLM API was unavailable (run the same command later), 130 Ctrl-C.")
     p.add_argument("task", help="built-in task name, task folder, or KernelBench .py")
     p.add_argument("--backward", action="store_true", help="evolve the backward direction")
-    p.add_argument("--proposer", choices=["anthropic", "tuner", "replay"], default="anthropic")
+    p.add_argument("--proposer", choices=list(SESSION_PROPOSERS), default=None,
+                   help="default: the LLM proposer of [llm] provider (anthropic, or openai for an "
+                        "OpenAI-compatible endpoint)")
     p.add_argument("--replay-from", metavar="DIR|SESSION", help="replay: a folder of candidates or a workspace session")
-    p.add_argument("--generations", type=int, default=3, help="generations after generation 0 (default 3)")
-    p.add_argument("--population", type=int, default=8, help="candidates per generation (default 8)")
+    p.add_argument("--generations", type=int, default=None,
+                   help=f"generations after generation 0 (default {DEFAULTS.generations}, or the session's)")
+    p.add_argument("--population", type=int, default=None,
+                   help=f"candidates per generation (default {DEFAULTS.population}, or the session's)")
     p.add_argument("--budget-usd", type=float, default=None, help="LLM dollars for the session (default: [budget] usd)")
     p.add_argument("--wall-time", type=float, default=None, metavar="SECONDS", help="stop proposing after this long")
     p.add_argument("--session", default=None, help="session name (default: TASK-DIRECTION-PROPOSER)")
     p.add_argument("--operators", default=None, metavar="OP=W,...",
                    help="operator weights, e.g. mutate=4,crossover=1,repair=1,meta=0.5 (default per proposer)")
-    p.add_argument("--seed", type=int, default=0, help="random seed for operator and parent choice")
+    p.add_argument("--seed", type=int, default=None, help="random seed for operator and parent choice (default 0)")
     p.add_argument("--no-baseline", action="store_true", help="do not seed generation 0 with the task's baseline")
-    p.add_argument("--hints", default="", help="free text passed to the proposer")
-    p.add_argument("--model", default=None, help="anthropic: the model (default: [llm] model)")
-    p.add_argument("--no-verify", action="store_true", help="anthropic: skip the LLM verifiers")
+    p.add_argument("--hints", default=None, help="free text passed to the proposer")
+    p.add_argument("--model", default=None, help="LLM proposers: the model (default: [llm] model)")
+    p.add_argument("--no-verify", action="store_true", help="LLM proposers: skip the LLM verifiers")
     _evaluation_args(p)
     p.add_argument("--build-workers", type=int, default=None, help="compile processes (default: CPU cores - GPUs)")
     p.add_argument("--sequential", action="store_true", help="no pipelining: compile then measure, one at a time")
@@ -106,97 +115,62 @@ def _workspace(args: argparse.Namespace):
     return ws
 
 
-def _evaluator(args: argparse.Namespace, task: Any, direction: str, config: Any):
-    from engine.evolve.executor import FakeEvaluator
-    from engine.evolve.factory import make_evaluator
+EX_TEMPFAIL = 75    # sysexits: a temporary failure (the LLM API was unavailable); the same command resumes
 
+
+def _service(args: argparse.Namespace, ws: Any):
+    """The session service over this workspace, its config (files + flags) and the evaluator seam."""
+    import os
+
+    from engine.config import load_config
+    from engine.service import SessionService, fake_evaluator_factory
+
+    config = load_config(ws.path, _config_flags(args))
+    factory, target = None, None
     if args.fake_evaluator:
-        import os
-        return FakeEvaluator(task, delay_s=float(os.environ.get("KBENCH_FAKE_EVAL_DELAY", "0") or 0))
-    return make_evaluator(task, direction, config, sequential=getattr(args, "sequential", False))
-
-
-def _proposer(args: argparse.Namespace, ws: Any, config: Any, ledger: Any):
-    from engine.proposers import make_proposer
-    from engine.proposers.replay import ReplayProposer
-
-    if args.proposer == "replay":
-        if not args.replay_from:
-            raise KbenchError("--proposer replay needs --replay-from DIR|SESSION")
-        if args.replay_from in {s.name for s in ws.sessions()}:
-            return ReplayProposer.from_workspace(ws, args.replay_from)
-        return ReplayProposer.from_directory(args.replay_from)
-    if args.proposer == "anthropic":
-        prop = make_proposer("anthropic", config, ledger=ledger)
-        if not prop.available():
-            raise KbenchError(prop.unavailable_reason() or "the anthropic proposer is not available")
-        return prop
-    return make_proposer(args.proposer, config)
+        factory = fake_evaluator_factory(float(os.environ.get("KBENCH_FAKE_EVAL_DELAY", "0") or 0))
+        from engine.llm.target import TargetInfo
+        target = TargetInfo(note="the fake evaluator: no compiler, no GPU")
+    return SessionService(ws, config, evaluator_factory=factory, target=target)
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
-    from engine.config import load_config
-    from engine.evolve.checks import session_checks
-    from engine.evolve.loop import Budgets, EvolutionSession
-    from engine.evolve.operators import default_policy, parse_weights
-    from engine.integrity.policy import resolve_policy
-    from engine.llm.accounting import CostLedger
-    from engine.tasks.loader import load_task
+    from engine.service import SessionSpec
 
-    task = load_task(args.task)
-    direction = "backward" if args.backward else "forward"
-    task.spec(direction)
-    if args.generations < 0 or args.population < 1:
-        raise KbenchError("--generations must be >= 0 and --population >= 1")
     ws = _workspace(args)
-    config = load_config(ws.path, _config_flags(args))
-    ledger = CostLedger(None)   # the loop enforces the session budget, counting what earlier runs spent
-    usd = args.budget_usd if args.budget_usd is not None else (
-        config.budget.usd if args.proposer == "anthropic" else None)
-    proposer = _proposer(args, ws, config, ledger)
-    verifier = None
-    if args.proposer == "anthropic" and not args.no_verify and config.verify.enabled:
-        from engine.llm.client import LLMClient
-        from engine.llm.verifiers import verify
-
-        client = LLMClient(config.llm, ledger)
-        verifier = lambda cand: verify(client, config, task, direction, cand)
-    name = args.session or f"{task.name}-{'bwd' if args.backward else 'fwd'}-{args.proposer}"
-    # the session's one writer until this process exits; refused here, naming the holder, before anything starts
-    ws.claim(name, "kbench evolve", take_over=args.take_over)
-    evaluator = _evaluator(args, task, direction, config)
-    session = EvolutionSession(
-        ws, name, task, proposer, evaluator, direction=direction,
-        budgets=Budgets(generations=args.generations, population=args.population, usd=usd, wall_s=args.wall_time),
-        policy=default_policy(args.proposer, parse_weights(args.operators) if args.operators else None),
-        ledger=ledger, verifier=verifier, use_baseline=not args.no_baseline, hints=args.hints, seed=args.seed,
-        model=config.llm.model if args.proposer == "anthropic" else None,
-        checks=session_checks(config.eval.library_policy),
-        session_config={"generations": args.generations, "population": args.population, "budget_usd": usd,
-                        "operators": args.operators, "seed": args.seed,
-                        "library_policy": resolve_policy(config.eval.library_policy, task).to_json()})
+    service = _service(args, ws)
+    spec = SessionSpec(task=args.task, direction="backward" if args.backward else "forward", proposer=args.proposer,
+                       generations=args.generations, population=args.population, usd=args.budget_usd,
+                       wall_s=args.wall_time, name=args.session, operators=args.operators, seed=args.seed,
+                       use_baseline=False if args.no_baseline else None, hints=args.hints,
+                       verify=False if args.no_verify else None, replay_from=args.replay_from, started_from="cli",
+                       take_over=args.take_over)
     t0 = time.monotonic()
+    finished = threading.Event()    # waited on rather than Thread.join: an interrupted join can return early
 
     def show(e) -> None:
         if args.json:
             print(json.dumps(e.to_json(), default=str), flush=True)
         else:
             print(f"{time.monotonic() - t0:8.1f}s  {e.line()}", flush=True)
+        if e.kind == "Stopped":
+            finished.set()
 
-    session.subscribe(show)
-    session.start()
+    run = service.start(spec, on_event=show, on_unavailable="stop", sequential=args.sequential)
+    session, evaluator, name = run.session, run.evaluator, run.plan.name
     interrupted = False
     try:
-        while session.running:
-            session.join(0.25)
+        while not finished.wait(0.25):
+            pass
     except KeyboardInterrupt:
         interrupted = True
         print("kbench: stopping (running evaluations are abandoned and re-queued on resume; Ctrl-C again to quit "
               "at once)", file=sys.stderr, flush=True)
         session.stop(wait_for_evaluations=False)
-        session.join()
+        while not finished.wait(0.25):
+            pass
     finally:
-        evaluator.close(wait=not interrupted)
+        run.close(wait=not interrupted)
     stats = evaluator.stats()
     if args.stats_json:
         Path(args.stats_json).write_text(json.dumps(stats, indent=2, default=str))
@@ -213,70 +187,37 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         print(f"resume with the same command; `kbench log {name}` lists the candidates", flush=True)
     if interrupted:
         return 130
-    return 0 if result is not None and result.completed else 1
+    if result is None:
+        return 1
+    if result.paused:
+        print(f"kbench: session {name} paused: {result.reason}", file=sys.stderr, flush=True)
+        return EX_TEMPFAIL
+    if not result.completed:
+        print(f"kbench: session {name} stopped: {result.reason}", file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
-    from engine.tasks.loader import load_task
-    from engine.tasks.model import Task
-    from engine.verdict import Status
-
     ws = _workspace(args)
-    sessions = {s.name: s for s in ws.sessions()}
-    if args.target in sessions:
-        info = sessions[args.target]
-        views = ws.candidates(info.name, strict=False)
-        damaged = [v for v in views if v.problem]
-        if damaged and not ws.accept_damage:
-            raise KbenchError(damaged[0].problem)
-        if not args.all:
-            views = [v for v in views if v.status.measurement is not None or v.problem
-                     or v.status.status_of("correctness") == Status.PASS]
-    else:
-        view = ws.view(args.target)
-        info = ws.session(view.record.session)
-        views = [view]
+    service = _service(args, ws)
+    info, views = service.reevaluation_targets(args.target, args.all)
     if not views:
         print(f"nothing to re-evaluate in {args.target}")
         return 0
-    task_json = (info.config or {}).get("task_json") or {}
-    task = None
-    task_json = ws._session_json(info.name).get("task_json") or task_json   # damage here is named, not skipped
-    if task_json and Path(str(task_json.get("root", ""))).exists():
-        task = Task.from_json(task_json)
-    if task is None:
-        task = load_task(info.task)
-    claim = ws.claim(info.name, "kbench reevaluate", take_over=args.take_over)
-    try:
-        return _reevaluate(args, ws, info, views, task)
-    finally:
-        claim.release()
-
-
-def _reevaluate(args: argparse.Namespace, ws: Any, info: Any, views: list[Any], task: Any) -> int:
-    from engine.config import load_config
-
-    evaluator = _evaluator(args, task, info.direction, load_config(ws.path, _config_flags(args)))
-    futs = [(v, evaluator.submit(ws.files(v.id))) for v in views]
     code = 0
-    try:
-        for v, fut in futs:
-            out = fut.result()
-            notes = out.reevaluation_notes(by="reevaluate")
-            st = ws.record(v.id, notes) if notes else v.status
-            if out.not_judged:
-                print(f"{v.id}: {out.not_judged}", flush=True)
-                code = 1
-                continue
-            meas = out.measurement()
-            before = v.status.speedup
-            was = f"{before:.3f}x" if before else "-"
-            now = f"{st.speedup:.3f}x" if meas is not None and st.speedup else f"failed at {out.failed_stage}"
-            print(f"{v.id}: {was} -> {now} on {(out.device or {}).get('gpu') or 'no GPU'}", flush=True)
-            if out.failed_stage:
-                code = 1
-    finally:
-        evaluator.close()
+    for r in service.reevaluate(args.target, all_=args.all, take_over=args.take_over):
+        out = r.outcome
+        if out.not_judged:
+            print(f"{r.id}: {out.not_judged}", flush=True)
+            code = 1
+            continue
+        meas = out.measurement()
+        was = f"{r.before:.3f}x" if r.before else "-"
+        now = f"{r.status.speedup:.3f}x" if meas is not None and r.status.speedup else f"failed at {out.failed_stage}"
+        print(f"{r.id}: {was} -> {now} on {(out.device or {}).get('gpu') or 'no GPU'}", flush=True)
+        if out.failed_stage:
+            code = 1
     best = ws.best(info.name)
     if best is not None:
         print(f"session {info.name}: best {best.id} {best.speedup:.3f}x")

@@ -147,9 +147,11 @@ class BudgetExhausted(EvolveEvent):
 @dataclass(frozen=True)
 class Paused(EvolveEvent):
     in_flight: int = 0
+    reason: str = ""         # why, when the loop paused itself (API unavailable); "" for a person's pause
 
     def line(self) -> str:
-        return f"[{self.session}] paused ({self.in_flight} evaluation(s) still running)"
+        why = f": {self.reason}" if self.reason else ""
+        return f"[{self.session}] paused{why} ({self.in_flight} evaluation(s) still running)"
 
 
 @dataclass(frozen=True)
@@ -165,10 +167,12 @@ class Stopped(EvolveEvent):
     evaluated: int = 0
     best: str | None = None
     best_speedup: float | None = None
+    paused: bool = False             # ended as a pause (API unavailable): resumable, nothing counted as tried
 
     def line(self) -> str:
         b = f"; best {self.best} {self.best_speedup:.3f}x" if self.best and self.best_speedup else ""
-        return f"[{self.session}] stopped: {self.reason} ({self.evaluated} evaluated{b})"
+        what = "paused" if self.paused else "stopped"
+        return f"[{self.session}] {what}: {self.reason} ({self.evaluated} evaluated{b})"
 
 
 @dataclass(frozen=True)

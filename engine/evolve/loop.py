@@ -12,16 +12,27 @@ loop from another thread; progress goes out as typed events (engine.evolve.event
 
 Generations are synchronous: the slots of generation g are proposed from candidates evaluated before g,
 all submitted at once (so compiles overlap GPU work), and g+1 starts when every candidate of g is finished.
+Within a generation up to `Budgets.proposals_in_flight` proposals (and the LLM verifiers of committed
+candidates) run on a small thread pool while the evaluator measures earlier slots, so neither the LLM nor
+the GPU waits on the other more than the generation barrier requires.
+
+LLM failures end honestly: a proposer's `stop` (the API refused the request, the key, the budget) stops the
+run with its reason; an API outage that outlasts `[llm] outage_minutes` (`unavailable`) pauses it as "API
+unavailable" (the run ends, resumable, with `on_unavailable="stop"`; it waits for `resume()` with "pause"),
+and the attempt does not count against the search. A proposal that produced nothing is written to the
+session's note as `proposal_failed` with its tokens and dollars, so a resumed session counts that spend.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import queue
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +48,10 @@ from engine.evolve.operators import (
 from engine.evolve.population import DONE, PENDING, Member, Population
 from engine.evolve.search_state import restore_search_state, search_state
 from engine.evolve.resume import (
+    API_UNAVAILABLE,
     DIRECTIVES,
     EVALUATED,
+    PROPOSAL_FAILED,
     load_state,
     member_from_view,
     proposal_costs,
@@ -51,6 +64,7 @@ from engine.workspace.records import Event, VerdictNote, now_iso
 
 Check = Callable[[Task, str, Candidate], Verdict]
 BASELINE = "baseline"
+REVIEWING = Verdict("llm_verify", Status.SKIPPED, "the LLM review is under way")   # a marker, never recorded
 
 
 @dataclass
@@ -61,6 +75,7 @@ class Budgets:
     wall_s: float | None = None          # wall time of this run, seconds
     attempts_per_slot: int = 3           # failed/empty proposals allowed per slot before the generation closes
     infra_failures_in_a_row: int = 5     # the executor lost this many evaluations in a row: stop, it is broken
+    proposals_in_flight: int = 1         # proposals (and LLM reviews) running at once; 1: on the loop's thread
 
 
 @dataclass
@@ -73,6 +88,47 @@ class _Flags:
     wake: threading.Event = field(default_factory=threading.Event)
 
 
+class _DaemonPool:
+    """A few daemon worker threads for proposals and reviews: a process that quits (Ctrl-C twice) does not wait
+    for an LLM call still in flight, as it would for concurrent.futures' workers, which are joined at exit."""
+
+    def __init__(self, workers: int, name: str):
+        self._jobs: queue.Queue[tuple[Future, Callable[..., Any], tuple[Any, ...]] | None] = queue.Queue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        fut: Future = Future()
+        self._jobs.put((fut, fn, args))
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fut, fn, args = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the future
+                fut.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; running jobs finish on their own (their threads are daemons)."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
 class EvolutionSession:
     """Evolve candidates for `task`/`direction` in workspace session `session` (created, or resumed)."""
 
@@ -82,7 +138,7 @@ class EvolutionSession:
                  verifier: Callable[[Candidate], Any] | None = None,
                  use_baseline: bool = True, hints: str = "", seed: int = 0, model: str | None = None,
                  clock: Callable[[], float] = time.monotonic, poll_s: float = 0.05,
-                 session_config: dict[str, Any] | None = None):
+                 session_config: dict[str, Any] | None = None, on_unavailable: str = "stop"):
         self.ws = workspace
         self.session = session
         self.task = task
@@ -122,6 +178,14 @@ class EvolutionSession:
         self._infra_streak = 0
         self._stepping = False
         self._stop_reason = ""
+        self.on_unavailable = on_unavailable       # "stop": end the run (resumable); "pause": wait for resume()
+        self._stop_paused = False                  # the run ends as a pause (API unavailable), not a stop
+        self._pause_reason = ""
+        self._proposing: dict[int, tuple[int, str, list[Member]]] = {}   # token -> (generation, operator, parents)
+        self._verifying: set[str] = set()          # committed, their LLM review running
+        self._held: set[str] = set()               # committed, review not possible (API unavailable): resume
+        self._tokens = itertools.count(1)
+        self._pool: _DaemonPool | None = None
         self._t0 = 0.0
         self._thread: threading.Thread | None = None
         self._claim: Any = None              # this process's claim on the session (the one writer)
@@ -138,15 +202,17 @@ class EvolutionSession:
         self.subscribe(q.put)
         return q
 
-    def pause(self) -> None:
+    def pause(self, reason: str = "") -> None:
         with self._flags.lock:
             self._flags.paused = True
+            self._pause_reason = reason
         self._flags.wake.set()
 
     def resume(self) -> None:
         with self._flags.lock:
             self._flags.paused = False
             self._flags.steps = 0
+            self._pause_reason = ""
         self._flags.wake.set()
 
     def step(self, n: int = 1) -> None:
@@ -180,6 +246,10 @@ class EvolutionSession:
     @property
     def paused(self) -> bool:
         return self._flags.paused
+
+    @property
+    def pause_reason(self) -> str:
+        return self._pause_reason
 
     @property
     def running(self) -> bool:
@@ -236,7 +306,7 @@ class EvolutionSession:
             assert stopped is not None
             stopped = ev.Stopped(self.session, reason=stopped.reason, completed=stopped.completed,
                                  evaluated=self._evaluated, best=best.id if best else None,
-                                 best_speedup=best.speedup if best else None)
+                                 best_speedup=best.speedup if best else None, paused=self._stop_paused)
             self.result = stopped
             self._emit(stopped)
         return stopped
@@ -264,18 +334,19 @@ class EvolutionSession:
                                   proposer=getattr(self.proposer, "name", "unknown"), model=self.model,
                                   config=self.session_config)
             requeue, finished = [], 0
+        if self.budgets.proposals_in_flight > 1:
+            self._pool = _DaemonPool(self.budgets.proposals_in_flight, f"kbench-propose-{self.session}")
         self._t0 = self.clock()
         self._emit(ev.SessionStarted(self.session, task=self.task.name, direction=self.direction,
                                      proposer=getattr(self.proposer, "name", "unknown"), resumed=resumed,
                                      finished=finished, requeued=len(requeue), generation=self.generation))
         for cid in requeue:
-            m = self.population.members[cid]
-            if self._checked_before_gpu(m):
-                self._submit(m)
+            self._checked_before_gpu(self.population.members[cid])
 
     def _checked_before_gpu(self, m: Member) -> bool:
         """A re-queued candidate may have been committed just before a kill, before its static / LLM checks
-        ran: run the missing ones now. True when it may go to the evaluator."""
+        ran: run the missing ones now, and send it to the evaluator when it may go (True: sent, or its review
+        is under way and will send it)."""
         st = self.ws.status(m.id)
         pre = [s for s in ("static", "llm_verify") if s in st.stages]
         if any(st.stages[s].status in BLOCKING for s in pre):
@@ -288,7 +359,11 @@ class EvolutionSession:
             self.verifier is not None and m.operator != BASELINE and "llm_verify" not in st.stages)
         if missing and "compile" not in st.stages:
             self._files.setdefault(m.id, self.ws.files(m.id))
-            return self._pre_gpu(m) is None
+            res = self._pre_gpu(m)
+            if res is None:
+                self._submit(m)
+            return res is None or res is REVIEWING
+        self._submit(m)
         return True
 
     def _main(self) -> ev.Stopped:
@@ -300,15 +375,16 @@ class EvolutionSession:
             with self._flags.lock:
                 paused, steps = self._flags.paused, self._flags.steps
             if paused and steps <= 0:
-                if (not announced_pause and not self._stepping) or (self._stepping and not self._in_flight):
+                if (not announced_pause and not self._stepping) or (self._stepping and not self._busy()):
                     announced_pause, self._stepping = True, False
-                    self._emit(ev.Paused(self.session, in_flight=len(self._in_flight)))
+                    self._emit(ev.Paused(self.session, in_flight=len(self._in_flight), reason=self._pause_reason))
                 self._wait()
                 continue
             if announced_pause and not paused:
                 announced_pause = False
                 self._emit(ev.Resumed(self.session))
-            if paused and self._in_flight:
+                self._release_held()
+            if paused and self._busy():
                 self._wait()  # a single step runs to its end before the next one
                 continue
             exhausted = self._budget_left()
@@ -329,9 +405,10 @@ class EvolutionSession:
                 continue
             members = self.population.in_generation(gen)
             for m in members:
-                if m.state == PENDING and m.id not in self._in_flight:
+                if (m.state == PENDING and m.id not in self._in_flight and m.id not in self._verifying
+                        and m.id not in self._held):
                     self._submit(m)   # its evaluation was cancelled under us: it is still owed one
-            if any(m.state == PENDING for m in members) or self._in_flight:
+            if any(m.state == PENDING for m in members) or self._busy():
                 self._wait()
                 continue
             done = [m for m in members if m.state == DONE]
@@ -353,20 +430,27 @@ class EvolutionSession:
             self.generation = gen + 1
 
     def _stopping(self, reason: str, completed: bool) -> ev.Stopped:
+        self._flags.stop.set()        # results still arriving are committed, not taken further
         if self._flags.abandon.is_set():
             self.evaluator.cancel_pending()
         else:
-            while self._in_flight and not self._flags.abandon.is_set():
+            while self._busy() and not self._flags.abandon.is_set():
                 self._drain(block=True)
             if self._flags.abandon.is_set():
                 self.evaluator.cancel_pending()
-        return ev.Stopped(self.session, reason=reason, completed=completed)
+        return ev.Stopped(self.session, reason=reason, completed=completed, paused=self._stop_paused)
+
+    def _busy(self) -> bool:
+        """Work under way that will report back: evaluations, proposals, LLM reviews."""
+        return bool(self._in_flight or self._proposing or self._verifying)
 
     def _shutdown(self) -> None:
         try:
             self.evaluator.cancel_pending() if self._flags.abandon.is_set() else None
         except Exception:  # noqa: BLE001
             pass
+        if self._pool is not None:
+            self._pool.shutdown()
 
     def _wait(self) -> None:
         self._flags.wake.clear()
@@ -403,11 +487,13 @@ class EvolutionSession:
     def _can_fill(self, gen: int) -> bool:
         if gen in self._closed_gens:
             return False
-        filled = len(self.population.in_generation(gen))
+        filled = len(self.population.in_generation(gen)) + sum(1 for g, _, _ in self._proposing.values() if g == gen)
         if filled >= self._target(gen):
             return False
         if self._attempts.get(gen, 0) >= self.budgets.attempts_per_slot * self._target(gen):
             self._closed_gens.add(gen)
+            return False
+        if len(self._proposing) >= max(1, self.budgets.proposals_in_flight):
             return False
         cap = getattr(self.evaluator, "capacity", None)
         return not cap or len(self._in_flight) < cap
@@ -421,7 +507,9 @@ class EvolutionSession:
         supported = frozenset(getattr(self.proposer, "operators", ()) or ()) or None
         op = self.policy.choose(self.rng, eligible=len(el) if gen > 0 else 0,
                                 failures=len(self.population.failures(before=gen)) if gen > 0 else 0,
-                                meta_done=self._meta_done.get(gen, 0), supported=supported)
+                                meta_done=self._meta_done.get(gen, 0) + sum(  # metas in flight count too
+                                    1 for g, o, _ in self._proposing.values() if g == gen and o == "meta"),
+                                supported=supported)
         if gen == 0 and op is None:
             self._emit(ev.Log(self.session, message=f"the {getattr(self.proposer, 'name', '?')} proposer cannot "
                               "start without a baseline (nothing to translate from)", level="error"))
@@ -440,13 +528,30 @@ class EvolutionSession:
             if op in ("mutate", "tune"):
                 self._closed_gens.add(gen)   # every eligible parent is spent
             return None
-        proposal = guarded(self.proposer, request)
         self._attempts[gen] = self._attempts.get(gen, 0) + 1
+        if self._pool is None:
+            return self._after_proposal(gen, op, parents, guarded(self.proposer, request))
+        token = next(self._tokens)
+        self._proposing[token] = (gen, op, parents)
+        fut = self._pool.submit(guarded, self.proposer, request)
+        fut.add_done_callback(lambda f: (self._inbox.put(("proposal", str(token), f)), self._flags.wake.set()))
+        return None
+
+    def _after_proposal(self, gen: int, op: str, parents: list[Member], proposal: Proposal) -> ev.Stopped | None:
+        """What a proposal leads to: a commit, directives, a recorded failure, a stop or a pause."""
         self._emit(ev.CandidateProposed(self.session, operator=op, status=proposal.status.value,
                                         parents=tuple(m.id for m in parents), reason=proposal.reason,
                                         cost_usd=proposal.cost_usd))
+        if proposal.status == ProposalStatus.UNAVAILABLE:
+            self._attempts[gen] = max(0, self._attempts.get(gen, 0) - 1)   # not an attempt at the search
+            self._outage(proposal.reason)
+            return None
         if proposal.status == ProposalStatus.STOP:
-            return self._stopping(f"the proposer stopped: {proposal.reason}", completed=False)
+            self._record_failed(proposal, gen)
+            if not self._flags.stop.is_set():
+                self._stop_reason = f"the proposer stopped: {proposal.reason}"
+                self._flags.stop.set()
+            return None
         if proposal.status == ProposalStatus.EMPTY:
             for m in parents:
                 self._empty_parents.setdefault(gen, set()).add(m.id)
@@ -454,6 +559,7 @@ class EvolutionSession:
                 self._closed_gens.add(gen)
             return None
         if proposal.status != ProposalStatus.OK:
+            self._record_failed(proposal, gen)
             return None
         if op == "meta" or (proposal.candidate is None and proposal.directives):
             self._meta_done[gen] = self._meta_done.get(gen, 0) + 1
@@ -464,9 +570,52 @@ class EvolutionSession:
         cand = proposal.candidate
         if cand.source_hash in self.population.known_hashes:
             self._emit(ev.Log(self.session, message=f"proposal {proposal.id} repeats a known candidate; skipped"))
+            self._record_failed(proposal, gen, reason="the answer repeats a candidate this session already has")
             return None
         self._commit(proposal, gen, parents)
         return None
+
+    def _record_failed(self, proposal: Proposal, gen: int, reason: str | None = None) -> None:
+        """A proposal that produced no candidate: its tokens and dollars go to the session's note, so a resumed
+        session counts what it cost (nothing is written for one that cost nothing and used no model)."""
+        if not (proposal.cost_usd or proposal.usage.total_tokens or proposal.model):
+            return
+        data = {"proposal": proposal.id, "operator": proposal.operator, "proposer": proposal.proposer,
+                "generation": gen, "parents": list(proposal.parents), "reason": (reason or proposal.reason)[:500],
+                "error": proposal.data.get("error"), "model": proposal.model, "usage": proposal.usage.to_json(),
+                "cost_usd": proposal.cost_usd}
+        try:
+            self.ws.record_session_event(self.session, PROPOSAL_FAILED, data)
+        except Exception as exc:  # noqa: BLE001 - a note that cannot be written must not end the session
+            self._emit(ev.Log(self.session, level="warning", message=f"could not record a failed proposal: {exc}"))
+
+    def _outage(self, reason: str) -> None:
+        """The LLM API stayed unavailable for the whole outage window: pause the session. Nothing was decided,
+        nothing counts against the search; the same command (or resume in the app) carries on."""
+        first = not (self._stop_paused or self._flags.paused)
+        if first:
+            try:
+                self.ws.record_session_event(self.session, API_UNAVAILABLE, {"reason": reason[:500]})
+            except Exception:  # noqa: BLE001
+                pass
+            self._emit(ev.Log(self.session, level="error", message=reason))
+        if self.on_unavailable == "pause":
+            if first:
+                self.pause(reason)
+            return
+        if not self._flags.stop.is_set():
+            self._stop_paused = True
+            self._stop_reason = (f"{reason}; paused: nothing was counted against the search, run the same command "
+                                 "to resume")
+            self._flags.stop.set()
+
+    def _release_held(self) -> None:
+        """After a pause for an outage: review (and evaluate) the candidates that were waiting for the API."""
+        held, self._held = list(self._held), set()
+        for cid in held:
+            m = self.population.get(cid)
+            if m is not None and m.state == PENDING:
+                self._checked_before_gpu(m)
 
     def _request(self, op: str, gen: int) -> tuple[ProposalRequest | None, list[Member]]:
         skip = self._empty_parents.get(gen, set())
@@ -488,14 +637,46 @@ class EvolutionSession:
         if op in ("mutate", "tune", "repair") and not parents:
             return None, []
         exclude = {m.id for m in parents}
+        elite = None
+        if op == "mutate":   # EvoEngineer: the best other candidate's code beside the parent
+            elite = next((m for m in self.population.ranked() if m.id not in exclude and m.fitness is not None
+                          and m.generation < gen), None)
         req = ProposalRequest(
             task=self.task, operator=op, direction=self.direction,
             parents=tuple(self._candidate(m.id) for m in parents),
-            parent_summaries=tuple(parent_summary(m) for m in parents), feedback=feedback,
+            parent_summaries=tuple(self._summary(m) for m in parents), feedback=feedback,
             insights=insights(self.population, exclude, before=gen) if op in ("mutate", "crossover") else (),
+            elite=self._candidate(elite.id) if elite is not None else None,
+            elite_summary=self._summary(elite) if elite is not None else "",
+            lessons=self._lessons(gen, exclude) if op != "tune" else (),
             directives=self.directives, population=self.population.summary() if op == "meta" else "",
             hints=self.hints, known_hashes=self.population.known_hashes, generation=gen)
         return req, parents
+
+    def _summary(self, m: Member) -> str:
+        """A parent's verdict, speedup and rationale, and its per-config times against eager and torch.compile."""
+        from engine.llm.render import render_timings
+        text = parent_summary(m)
+        try:
+            timings = render_timings(self.ws.status(m.id).measurement)
+        except Exception:  # noqa: BLE001 - a note that cannot be read leaves the summary short, nothing more
+            timings = ""
+        return f"{text}\n\n{timings}" if timings else text
+
+    def _lessons(self, gen: int, exclude: set[str], limit: int = 6) -> tuple[str, ...]:
+        """What failed in this session, newest first: compile errors, wrong results, rejected hacks."""
+        out = []
+        for m in sorted(self.population.failures(before=gen), key=lambda m: (m.generation, m.id), reverse=True):
+            if m.id in exclude:
+                continue
+            where = ("rejected before the GPU by the " + ("static checks" if m.failed_stage == "static"
+                                                           else "LLM reviewers")) if m.rejected else \
+                f"failed at {m.failed_stage}"
+            reason = " ".join((m.reason or "").split())[:300]
+            out.append(f"{m.id} ({m.operator}: {(m.title or m.rationale)[:80]}): {where}: {reason}")
+            if len(out) >= limit:
+                break
+        return tuple(out)
 
     def _profile_feedback(self, m: Member) -> str:
         """The parent's `profile` verdict summary (engine/profile), for the mutate prompt's feedback."""
@@ -563,26 +744,45 @@ class EvolutionSession:
         self._files[rec.id] = self.ws.files(rec.id)
         self._emit(ev.CandidateCommitted(self.session, candidate=rec.id, generation=gen, operator=rec.operator,
                                          parents=parents, title=m.title))
-        rejected = self._pre_gpu(m)
-        if rejected is None:
+        if self._flags.stop.is_set():
+            return    # arrived while stopping: committed; a resume checks and evaluates it
+        if self._pre_gpu(m) is None:
             self._submit(m)
 
     def _pre_gpu(self, m: Member) -> Verdict | None:
-        """Static checks and LLM verifiers; a blocking verdict finishes the candidate here (no GPU)."""
+        """Static checks and LLM verifiers; a blocking verdict finishes the candidate here (no GPU). Returns
+        that verdict, None when the candidate may go on, or REVIEWING when its LLM review runs on the pool
+        (the review's answer sends it on) or waits for the API."""
         llm = self.verifier is not None and m.operator != BASELINE   # the shipped baseline is not LLM-reviewed
         if not self.checks and not llm:
             return None
         cand = self._files[m.id]
         verdicts: list[Verdict] = []
-        stop_reason = None
         for check in self.checks:
             try:
                 verdicts.append(check(self.task, self.direction, cand))
             except Exception as exc:  # noqa: BLE001 - a broken check is reported, not fatal
                 verdicts.append(Verdict("static", Status.SKIPPED, f"check failed to run: {exc!r}"))
         if llm and self.verifier is not None and not any(v.status in BLOCKING for v in verdicts):
-            ver = self.verifier(cand)
-            verdicts.extend(list(getattr(ver, "votes", ())) + [ver.verdict])
+            if self._pool is not None:
+                cid, verifier = m.id, self.verifier
+                self._verifying.add(cid)
+                fut = self._pool.submit(verifier, cand)
+                fut.add_done_callback(lambda f: (self._inbox.put(("verified", cid, (verdicts, f))),
+                                                 self._flags.wake.set()))
+                return REVIEWING
+            return self._reviewed(m, verdicts, self.verifier(cand))
+        return self._reviewed(m, verdicts, None)
+
+    def _reviewed(self, m: Member, verdicts: list[Verdict], ver: Any) -> Verdict | None:
+        """Record the static verdicts and the LLM review's votes; finish the candidate if one blocks it."""
+        if ver is not None and getattr(ver, "unavailable", None):
+            self._held.add(m.id)          # nothing decided, nothing written: reviewed again after the pause
+            self._outage(ver.unavailable)
+            return REVIEWING
+        stop_reason = None
+        if ver is not None:
+            verdicts = verdicts + list(getattr(ver, "votes", ())) + [ver.verdict]
             stop_reason = getattr(ver, "stop", None)
         blocking = next((v for v in verdicts if v.status in BLOCKING and v is self._effective(verdicts, v.stage)),
                         None)
@@ -643,6 +843,26 @@ class EvolutionSession:
 
     def _handle(self, item: tuple[str, str, Any]) -> None:
         kind, cid, payload = item
+        if kind == "proposal":
+            gen, op, parents = self._proposing.pop(int(cid))
+            if payload.cancelled() or self._flags.abandon.is_set():
+                return
+            self._after_proposal(gen, op, parents, payload.result())   # guarded(): never raises
+            return
+        if kind == "verified":
+            self._verifying.discard(cid)
+            static, fut = payload
+            m = self.population.get(cid)
+            if m is None or m.state == DONE or fut.cancelled() or self._flags.abandon.is_set():
+                return
+            try:
+                ver = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a verifier bug: the candidate goes on unreviewed
+                from engine.llm.verifiers import STAGE, Verification
+                ver = Verification(Verdict(STAGE, Status.SKIPPED, f"the LLM review failed: {exc!r}"), ())
+            if self._reviewed(m, static, ver) is None and not self._flags.stop.is_set():
+                self._submit(m)
+            return
         m = self.population.get(cid)
         if kind == "notice":
             self._notice(cid)

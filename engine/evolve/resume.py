@@ -20,6 +20,8 @@ from engine.workspace.errors import WorkspaceDamagedError
 EVALUATED = "evaluated"        # the note event that marks a finished evaluation
 DIRECTIVES = "directives"      # the note event that keeps the meta operator's directives
 INFRA_FAILURE = "infrastructure_failure"   # the executor lost the evaluation; not a judgement (re-run on resume)
+PROPOSAL_FAILED = "proposal_failed"        # session note: a proposal produced no candidate; its tokens and dollars
+API_UNAVAILABLE = "api_unavailable"        # session note: the LLM API was down for the outage window; paused
 PRE_GPU = ("static", "llm_verify")
 BLOCKING = (Status.FAIL, Status.SUSPICIOUS)
 
@@ -32,6 +34,7 @@ class SessionState:
     directives: str = ""
     spent_usd: float = 0.0
     finished: int = 0
+    failed_proposals: int = 0                                # proposal_failed events on the session's note
 
 
 def title_of(subject: str) -> str:
@@ -91,6 +94,11 @@ def load_state(workspace: Any, session: str) -> SessionState:
         if llm is not None and llm.verdict is not None:
             for vote in llm.verdict.verdict.data.get("votes") or ():
                 state.spent_usd += float((vote.get("data") or {}).get("cost_usd") or 0.0)
+    session_events = getattr(workspace, "session_events", None)
+    for e in session_events(session) if session_events is not None else ():
+        if e.event == PROPOSAL_FAILED:
+            state.failed_proposals += 1
+            state.spent_usd += float(e.data.get("cost_usd") or 0.0)
     for m in pop.members.values():
         for p in m.parents:
             if p in pop.members:

@@ -1,19 +1,25 @@
-"""A thin client over `anthropic.Anthropic` with our own retry loop and accounting.
+"""The LLM clients: one request shape (LLMRequest), one answer shape (LLMReply), two providers.
 
-The SDK's retries are switched off (max_retries=0) so that every attempt passes the budget guard, waits
-are honest about `retry-after`, and both are testable with an injected `sleep`. One call sends:
+`LLMClient` speaks the Anthropic Messages API through the `anthropic` SDK; `engine.llm.openai_client` speaks
+any OpenAI-compatible endpoint through the `openai` SDK. `make_client` picks one from `[llm] provider`.
 
-    tools    [the operator's tool]                        (stable)
-    system   the role text                                (stable)
-    user     [task context  <- cache_control breakpoint]  (stable per task: cached)
-             [the operator's prompt]                      (varies)
+One Messages API call sends:
 
-so the tools, system text and task context form one cached prefix.
+    tools    [the operator's tool, `strict` where the model has structured outputs]   (stable)
+    system   the role text                                                            (stable)
+    user     [task context  <- cache_control breakpoint]                              (stable per task: cached)
+             [the operator's prompt]                                                  (varies)
+
+Thinking and tool choice follow the model's capabilities (engine.llm.models): adaptive thinking with
+`output_config.effort` where the model has it, a manual `budget_tokens` only for models without it,
+`{"type": "disabled"}` only where the model accepts it, and the tool is forced only when thinking is off
+(the API refuses a forced tool_choice with thinking on); otherwise `tool_choice: auto` and the answer is
+checked (engine.llm.tools). A call whose max_tokens could run past the SDK's non-streaming limit is
+streamed. Retries, outages and the budget guard: engine.llm.retry.
 """
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import os
 import random
@@ -28,11 +34,15 @@ from engine.config import LLMConfig
 from engine.llm.accounting import CallRecord, CostLedger, Usage
 from engine.llm.availability import NO_KEY_MESSAGE, api_key_from_env, llm_available, no_key_notice
 from engine.llm.errors import LLMError, NoAPIKey
+from engine.llm.models import ModelCaps, ModelCatalog, cache_file
+from engine.llm.retry import Failure, Retrier, retry_after, status_failure
 
 log = logging.getLogger("kbench.llm")
 
 __all__ = ["LLMClient", "LLMRequest", "LLMReply", "NO_KEY_MESSAGE", "api_key_from_env", "llm_available",
-           "no_key_notice"]
+           "make_client", "needs_streaming", "no_key_notice", "resolve_thinking"]
+
+DEFAULT_ENDPOINT = "https://api.anthropic.com"
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,9 @@ class LLMRequest:
     purpose: str = ""  # operator or verifier name, for the ledger
     model: str | None = None  # overrides LLMConfig.model (verifiers may use a cheaper one)
     thinking: str | None = None  # overrides LLMConfig.thinking
-    max_tokens: int | None = None
+    max_tokens: int | None = None  # a fixed max_tokens (verifiers); else sized from min_output_tokens
+    effort: str | None = None  # overrides LLMConfig.effort
+    min_output_tokens: int = 0  # what the answer needs at least (a mutation resends the whole parent)
 
 
 @dataclass(frozen=True)
@@ -63,37 +75,73 @@ class LLMReply:
     content: list[dict[str, Any]] = field(default_factory=list)  # the raw blocks, as JSON
 
 
-# Status codes worth another attempt, as the SDK's own policy has them; `x-should-retry` overrides.
-_RETRY_STATUS = {408, 409, 429}
-_KIND_BY_STATUS = {429: "rate_limit", 529: "overloaded", 408: "timeout", 409: "conflict"}
+def resolve_thinking(caps: ModelCaps, wanted: str, effort: str | None) -> str:
+    """The thinking type to send: "adaptive", "enabled" (a manual budget) or "disabled"."""
+    if wanted == "disabled":
+        if caps.can_disable(effort):
+            return "disabled"
+        wanted = "auto"
+    if wanted == "enabled" and caps.enabled:
+        return "enabled"
+    if caps.adaptive:
+        return "adaptive"
+    if caps.enabled:
+        return "enabled"
+    return "disabled"
+
+
+def needs_streaming(model: str, max_tokens: int) -> bool:
+    """The anthropic SDK's own rule for when a non-streamed call may take longer than 10 minutes (it refuses
+    those when it sets the timeout itself; we set ours, so we apply its rule here): an hour per 128k output
+    tokens, or a per-model limit from the SDK's table."""
+    try:
+        from anthropic._constants import MODEL_NONSTREAMING_TOKENS
+    except ImportError:  # pragma: no cover - a future SDK without the table
+        MODEL_NONSTREAMING_TOKENS = {}
+    limit = MODEL_NONSTREAMING_TOKENS.get(model)
+    return 3600 * max_tokens / 128_000 > 600 or bool(limit and max_tokens > limit)
+
+
+def make_client(config: LLMConfig, ledger: CostLedger | None = None, **kw: Any) -> Any:
+    """The client for `[llm] provider`: LLMClient (Anthropic) or OpenAICompatClient."""
+    if config.provider == "openai-compatible":
+        from engine.llm.openai_client import OpenAICompatClient
+        return OpenAICompatClient(config, ledger, **kw)
+    return LLMClient(config, ledger, **kw)
 
 
 class LLMClient:
+    provider = "anthropic"
+
     def __init__(self, config: LLMConfig, ledger: CostLedger | None = None, *, api_key: str | None = None,
                  env: Mapping[str, str] | None = None, sleep: Callable[[float], None] = time.sleep,
-                 rng: random.Random | None = None, http_client: Any = None):
+                 rng: random.Random | None = None, http_client: Any = None,
+                 clock: Callable[[], float] = time.monotonic, catalog: ModelCatalog | None = None):
         self.config = config
         self.ledger = ledger if ledger is not None else CostLedger(None)
         self._env = os.environ if env is None else env
-        self._api_key = api_key or api_key_from_env(self._env)
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._api_key = api_key or api_key_from_env(self._env, config)
         self._http_client = http_client
         self._sdk: anthropic.Anthropic | None = None
         self._sdk_lock = threading.Lock()
+        self.retrier = Retrier(config, self.ledger, sleep=sleep, clock=clock, rng=rng)
+        self._catalog = catalog
 
     @property
     def available(self) -> bool:
         return self._api_key is not None
+
+    @property
+    def base_url(self) -> str:
+        return self.config.base_url or self._env.get("ANTHROPIC_BASE_URL") or DEFAULT_ENDPOINT
 
     def _client(self) -> anthropic.Anthropic:
         if self._api_key is None:
             raise NoAPIKey(NO_KEY_MESSAGE)
         with self._sdk_lock:
             if self._sdk is None:
-                base_url = self.config.base_url or self._env.get("ANTHROPIC_BASE_URL") or None
                 # An explicit api_key keeps the SDK from looking for profiles or tokens on disk.
-                self._sdk = anthropic.Anthropic(api_key=self._api_key, base_url=base_url, max_retries=0,
+                self._sdk = anthropic.Anthropic(api_key=self._api_key, base_url=self.base_url, max_retries=0,
                                                 timeout=self._timeout(), http_client=self._http_client)
             return self._sdk
 
@@ -102,133 +150,116 @@ class LLMClient:
         t = self.config.timeout_s
         return anthropic.Timeout(t, connect=min(10.0, t))
 
+    # -- capabilities ----------------------------------------------------------------------------------
+    @property
+    def catalog(self) -> ModelCatalog:
+        if self._catalog is None:
+            fetch = None
+            if self.config.models_api and self._api_key is not None:
+                def fetch(model: str) -> Any:
+                    return self._client().models.retrieve(model, timeout=anthropic.Timeout(15.0, connect=5.0))
+            self._catalog = ModelCatalog(fetch, endpoint=self.base_url, path=cache_file(self._env))
+        return self._catalog
+
+    def caps(self, model: str) -> ModelCaps:
+        return self.catalog.caps(model)
+
     # -- request ---------------------------------------------------------------------------------------
     def build_params(self, req: LLMRequest) -> dict[str, Any]:
-        """The keyword arguments for `messages.create` (also what .kbench/prompt.md shows)."""
+        """The keyword arguments for `messages.create` / `messages.stream` (also what .kbench/prompt.md shows)."""
         cfg = self.config
-        thinking = req.thinking or cfg.thinking
+        model = req.model or cfg.model
+        caps = self.caps(model)
+        max_tokens = req.max_tokens or max(cfg.max_tokens, req.min_output_tokens)
+        max_tokens = max(1, min(max_tokens, caps.max_output))
+        effort = caps.effort_for(req.effort if req.effort is not None else cfg.effort)
+        mode = resolve_thinking(caps, req.thinking or cfg.thinking, effort)
+        if mode == "enabled" and max_tokens <= 2048:
+            mode = "adaptive" if caps.adaptive else ("disabled" if caps.can_disable(effort) else mode)
+        tool = dict(req.tool)
+        if caps.strict_tools:
+            tool["strict"] = True   # the tool's input is then held to its schema by the API
         content: list[dict[str, Any]] = []
         if req.context:
             content.append({"type": "text", "text": req.context, "cache_control": {"type": "ephemeral"}})
         content.append({"type": "text", "text": req.prompt})
         params: dict[str, Any] = {
-            "model": req.model or cfg.model,
-            "max_tokens": req.max_tokens or cfg.max_tokens,
+            "model": model,
+            "max_tokens": max_tokens,
             "system": [{"type": "text", "text": req.system}],
             "messages": [{"role": "user", "content": content}],
-            "tools": [req.tool],
+            "tools": [tool],
         }
-        if thinking == "disabled":
-            # Forcing the tool is allowed only without thinking; with thinking the prompt must ask for it.
+        if mode == "disabled":
+            # Forcing the tool is allowed only with thinking off; with thinking on the prompt asks for it.
+            params["thinking"] = {"type": "disabled"}
             params["tool_choice"] = {"type": "tool", "name": req.tool["name"]}
             if cfg.temperature is not None:
-                # This SDK version has no `temperature` argument; the API field still exists for the
-                # models that take it, so it travels in the body. A model that refuses it answers 400.
+                # This SDK has no `temperature` argument; the API field still exists for the models that
+                # take it, so it travels in the body. A model that refuses it answers 400.
                 params["extra_body"] = {"temperature": cfg.temperature}
         else:
             params["tool_choice"] = {"type": "auto"}
-            if thinking == "enabled":
-                budget = min(cfg.thinking_budget, params["max_tokens"] - 1)
+            if mode == "enabled":
+                budget = max(1024, min(cfg.thinking_budget, max_tokens - 1024))
                 params["thinking"] = {"type": "enabled", "budget_tokens": budget}
             else:
                 params["thinking"] = {"type": "adaptive"}
-        if cfg.effort:
-            params["output_config"] = {"effort": cfg.effort}
+        if effort:
+            params["output_config"] = {"effort": effort}
         return params
 
-    # -- the retry loop --------------------------------------------------------------------------------
+    # -- the call --------------------------------------------------------------------------------------
     def call(self, req: LLMRequest) -> LLMReply:
-        """One logical call: attempts until an answer, a non-retryable error or the retry limit.
+        """One logical call: attempts until an answer, a non-retryable error or the outage window.
 
-        Raises LLMError (or BudgetExhausted / NoAPIKey); never an SDK exception."""
-        params = self.build_params(req)
+        Raises LLMError (InvalidRequest, APIUnavailable, BudgetExhausted, NoAPIKey, ...); never an SDK exception."""
         sdk = self._client()
-        attempts_allowed = 1 + max(0, self.config.max_retries)
-        last: LLMError | None = None
-        for attempt in range(attempts_allowed):
-            self.ledger.check()
-            try:
-                message = sdk.messages.create(**params, timeout=self._timeout())
-            except anthropic.APIStatusError as exc:
-                err, retry, headers = self._status_error(exc), self._should_retry(exc), exc.response.headers
-            except anthropic.APITimeoutError:
-                err = LLMError(f"no answer within {self.config.timeout_s:g} s (request timeout)", kind="timeout")
-                retry, headers = True, None
-            except anthropic.APIConnectionError as exc:
-                err = LLMError(f"cannot reach the API at {sdk.base_url} ({exc.__cause__ or exc})",
-                               kind="connection")
-                retry, headers = True, None
-            except anthropic.AnthropicError as exc:  # response validation, credentials, ...
-                raise LLMError(f"the anthropic SDK failed: {exc}", kind="client") from None
-            except (TypeError, ValueError) as exc:
-                # The SDK refusing our arguments (a config value it does not know): every call would repeat it.
-                raise LLMError(f"the anthropic SDK refused the request: {exc}", kind="client", stop=True) from None
+        params = self.build_params(req)
+        stream = needs_streaming(params["model"], params["max_tokens"])
+
+        def attempt(n: int) -> LLMReply:
+            if stream:
+                with sdk.messages.stream(**params, timeout=self._timeout()) as s:
+                    try:
+                        message = s.get_final_message()
+                    except AssertionError:   # the SDK's accumulator saw no message_start: not an SSE stream
+                        raise LLMError("the API's stream held no message (not server-sent events from the "
+                                       f"Messages API at {self.base_url}?)", kind="bad_response") from None
             else:
-                if not hasattr(message, "content") or not hasattr(message, "usage"):
-                    raise LLMError(f"the API answered with something that is not a message: {str(message)[:200]!r}",
-                                   kind="bad_response")
-                return self._reply(message, req, params["model"], attempt + 1)
-            err.attempts = attempt + 1
-            last = err
-            if not retry or attempt + 1 >= attempts_allowed:
-                break
-            delay = self._delay(attempt, headers)
-            if delay is None:
-                asked = _retry_after(headers)
-                last = LLMError(f"{err} — the API asked to wait {asked:g} s, longer than backoff_max_s="
-                                f"{self.config.backoff_max_s:g}; giving up on this call", kind=err.kind,
-                                stop=err.stop, status_code=err.status_code, attempts=attempt + 1)
-                break
-            log.info("LLM call failed (%s); attempt %d of %d in %.1f s", err, attempt + 2, attempts_allowed, delay)
-            self._sleep(delay)
-        assert last is not None
-        if last.attempts > 1 and not last.stop:
-            last = LLMError(f"{last} (gave up after {last.attempts} attempts)", kind=last.kind, stop=False,
-                            status_code=last.status_code, attempts=last.attempts)
-        raise last
+                message = sdk.messages.create(**params, timeout=self._timeout())
+            if not hasattr(message, "content") or not hasattr(message, "usage"):
+                raise LLMError(f"the API answered with something that is not a message: {str(message)[:200]!r}",
+                               kind="bad_response")
+            return self._reply(message, req, params["model"], n + 1)
 
-    def _delay(self, attempt: int, headers: Any) -> float | None:
-        """Seconds before the next attempt: retry-after when the server sent one (None if it asks for more
-        than backoff_max_s), else exponential backoff with jitter."""
-        asked = _retry_after(headers)
-        if asked is not None:
-            return asked if asked <= self.config.backoff_max_s else None
-        base = self.config.backoff_base_s * (2 ** attempt)
-        return min(self.config.backoff_max_s, base * (0.75 + 0.25 * self._rng.random()))
+        return self.retrier.run(attempt, self._classify)
 
-    @staticmethod
-    def _should_retry(exc: anthropic.APIStatusError) -> bool:
-        header = exc.response.headers.get("x-should-retry")
-        if header in ("true", "false"):
-            return header == "true"
-        return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
-
-    @staticmethod
-    def _status_error(exc: anthropic.APIStatusError) -> LLMError:
-        code = exc.status_code
-        body = exc.body if isinstance(exc.body, dict) else {}
-        error = body.get("error") if isinstance(body.get("error"), dict) else {}
-        detail = getattr(exc, "api_message", None) or error.get("message") or exc.message
-        request_id = getattr(exc, "request_id", None) or body.get("request_id")
-        rid = f" [request-id {request_id}]" if request_id else ""
-        if code == 401:
-            return LLMError(f"the API rejected the key (401 {detail}); check ANTHROPIC_API_KEY{rid}",
-                            kind="auth", stop=True, status_code=code)
-        if code == 403:
-            return LLMError(f"the key may not use this API or model (403 {detail}){rid}", kind="auth", stop=True,
-                            status_code=code)
-        if code == 402:
-            return LLMError(f"billing problem on the account (402 {detail}){rid}", kind="billing", stop=True,
-                            status_code=code)
-        if code == 404:
-            # Almost always a model name the API does not know: every further call would fail the same way.
-            return LLMError(f"not found (404 {detail}); check [llm] model{rid}", kind="not_found", stop=True,
-                            status_code=code)
-        if code in _KIND_BY_STATUS:
-            return LLMError(f"{code} {detail}{rid}", kind=_KIND_BY_STATUS[code], status_code=code)
-        if code >= 500:
-            return LLMError(f"server error {code} {detail}{rid}", kind="server", status_code=code)
-        return LLMError(f"request refused ({code} {detail}){rid}", kind="bad_request", status_code=code)
+    def _classify(self, exc: BaseException) -> Failure:
+        if isinstance(exc, anthropic.APIStatusError):
+            body = exc.body if isinstance(exc.body, dict) else {}
+            error = body.get("error") if isinstance(body.get("error"), dict) else {}
+            details = error.get("details") if isinstance(error.get("details"), dict) else {}
+            detail = error.get("message") or getattr(exc, "message", "") or str(exc)
+            request_id = getattr(exc, "request_id", None) or body.get("request_id")
+            rid = f" [request-id {request_id}]" if request_id else ""
+            headers = exc.response.headers if exc.response is not None else None
+            return status_failure(exc.status_code, str(error.get("type") or ""), str(detail), rid, headers,
+                                  key_env=self.config.key_env(), error_code=str(details.get("error_code") or ""),
+                                  should_retry=headers.get("x-should-retry") if headers is not None else None)
+        if isinstance(exc, anthropic.APITimeoutError):
+            return Failure(LLMError(f"no answer within {self.config.timeout_s:g} s (request timeout)",
+                                    kind="timeout"), True)
+        if isinstance(exc, anthropic.APIConnectionError) or type(exc).__module__.split(".")[0] in ("httpx", "httpx2"):
+            return Failure(LLMError(f"cannot reach the API at {self.base_url} ({exc.__cause__ or exc})",
+                                    kind="connection"), True)
+        if isinstance(exc, anthropic.AnthropicError):  # response validation, credentials, ...
+            return Failure(LLMError(f"the anthropic SDK failed: {exc}", kind="client"), False)
+        if isinstance(exc, (TypeError, ValueError)):
+            # The SDK refusing our arguments (a config value it does not know): every call would repeat it.
+            return Failure(LLMError(f"the anthropic SDK refused the request: {exc}", kind="client", stop=True),
+                           False)
+        raise exc
 
     # -- the answer ------------------------------------------------------------------------------------
     def _reply(self, message: Any, req: LLMRequest, model: str, attempts: int) -> LLMReply:
@@ -248,30 +279,10 @@ class LLMClient:
                 tool_name = block.name
                 tool_input = block.input if isinstance(block.input, dict) else None
         return LLMReply(model=billed_model, stop_reason=getattr(message, "stop_reason", None), tool_name=tool_name,
-                        tool_input=tool_input, text="\n".join(texts), thinking="\n".join(thoughts), usage=usage,
-                        cost_usd=cost, attempts=attempts, request_id=getattr(message, "_request_id", None),
-                        content=blocks)
+                        tool_input=tool_input, text="\n".join(texts), thinking="\n".join(t for t in thoughts if t),
+                        usage=usage, cost_usd=cost, attempts=attempts,
+                        request_id=getattr(message, "_request_id", None), content=blocks)
 
 
-def _retry_after(headers: Any) -> float | None:
-    """`retry-after-ms`, else `retry-after` as seconds or an HTTP date; None when absent or unreadable."""
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+# kept for callers of the older name
+_retry_after = retry_after

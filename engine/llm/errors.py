@@ -7,12 +7,14 @@ from engine.errors import KbenchError
 
 
 class LLMError(KbenchError):
-    """`kind` is a short machine tag (auth, budget, rate_limit, overloaded, server, timeout, connection,
-    bad_request, no_key, answer); `stop` is True when carrying on would only fail again or spend money
-    the user did not allow."""
+    """`kind` is a short machine tag (auth, budget, invalid_request, too_long, spend_limit, rate_limit,
+    overloaded, server, timeout, connection, unavailable, no_key, answer); `stop` is True when carrying on
+    would only fail again or spend money the user did not allow; `unavailable` is True when the API could
+    not be reached for the whole outage window: the session pauses, nothing is counted as tried."""
 
     kind: str = "llm"
     stop: bool = False
+    unavailable: bool = False
 
     def __init__(self, message: str, *, kind: str | None = None, stop: bool | None = None,
                  status_code: int | None = None, attempts: int = 1):
@@ -46,3 +48,19 @@ class AnswerError(LLMError):
 
     kind = "answer"
     stop = False
+
+
+class InvalidRequest(LLMError):
+    """The API refused the request itself (400 invalid_request_error): every later call would be refused the
+    same way, so the session stops with the API's own message."""
+
+    kind = "invalid_request"
+    stop = True
+
+
+class APIUnavailable(LLMError):
+    """429 / 529 / 5xx / timeouts went on for longer than [llm] outage_minutes: the session pauses as
+    "API unavailable"; it is resumable and the attempt does not count against the search."""
+
+    kind = "unavailable"
+    unavailable = True

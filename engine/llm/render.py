@@ -17,7 +17,19 @@ BACKWARD_CONTRACT = (
     "float_tensors_of(fn_args), grad_output)`.")
 
 
-def context_values(task: Task, direction: str) -> dict[str, Any]:
+# What each init scheme of engine.tasks.inits feeds the candidate (its floating-point inputs).
+INIT_MEANINGS = {
+    "normal": "the task's own get_inputs() values (usually standard normal)",
+    "uniform": "uniform in [-1, 1)",
+    "wide": "normal with standard deviation 8: large magnitudes",
+    "offset": "normal(3, 0.5): a large mean and a small spread (breaks one-pass variance)",
+    "small": "normal with standard deviation 1e-3: tiny values (relative error matters)",
+    "large": "normal(100, 30): exp() of these overflows fp32 (softmax / log-sum-exp need the max subtracted)",
+    "sparse": "normal, with about half of the entries exactly zero",
+}
+
+
+def context_values(task: Task, direction: str, target: str = "") -> dict[str, Any]:
     """Placeholder values for context.md: the stable, cached part of every prompt about this task."""
     spec = task.spec(direction)
     try:
@@ -31,9 +43,35 @@ def context_values(task: Task, direction: str) -> dict[str, Any]:
         "task_name": task.name, "direction": direction, "description": task.description or "(no description)",
         "dtype": task.dtype, "signature": spec.signature, "atol": f"{spec.tolerance.atol:g}",
         "rtol": f"{spec.tolerance.rtol:g}", "reference": reference, "fn_name": fn_name,
-        "configs": render_configs(task),
+        "configs": render_configs(task), "init_schemes": render_inits(task),
         "backward_contract": _backward_contract(task) if direction == "backward" else "",
+        "target": target,
     }
+
+
+def render_inits(task: Task) -> str:
+    used = dict.fromkeys(c.init for c in task.configs)
+    return "\n".join(f"- `{name}`: {INIT_MEANINGS.get(name, 'see engine/tasks/inits.py')}" for name in used)
+
+
+def render_timings(measurement: Any) -> str:
+    """Per-config times of a measurement (engine.workspace.Measurement) against eager and torch.compile."""
+    if measurement is None or not getattr(measurement, "configs", ()):
+        return ""
+    lines = ["| config | candidate ms | eager ms | vs eager | torch.compile ms | vs compile |",
+             "|---|---|---|---|---|---|"]
+    for c in measurement.configs:
+        def f(x: Any, fmt: str) -> str:
+            return format(x, fmt) if x is not None else "-"
+        lines.append(f"| {c.config} | {f(c.ms, '.4f')} | {f(c.eager_ms, '.4f')} | {f(c.speedup_eager, '.2f')}x | "
+                     f"{f(c.compile_ms, '.4f')} | {f(c.speedup_compile, '.2f')}x |")
+    where = f" on {measurement.gpu}" if getattr(measurement, "gpu", "") else ""
+    return f"Measured{where}:\n\n" + "\n".join(lines)
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token count for CUDA/C++ source (about 3 characters a token)."""
+    return len(text) // 3 + 1
 
 
 def _backward_contract(task: Task) -> str:

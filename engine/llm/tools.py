@@ -43,7 +43,8 @@ SUBMIT_VERDICT: dict[str, Any] = {
         "type": "object",
         "properties": {
             "verdict": {"type": "string", "enum": ["pass", "fail"]},
-            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+            # no minimum/maximum: strict tool schemas do not take numerical constraints (clamped when read)
+            "confidence": {"type": "number", "description": "How sure you are of the verdict, from 0 to 1."},
             "reasons": {"type": "array", "items": {"type": "string"}},
         },
         "required": ["verdict", "confidence", "reasons"],

@@ -9,11 +9,17 @@ reasons. The votes are aggregated into one pre-GPU verdict by this rule:
 
 A verifier that cannot answer never fails a candidate: the GPU stages are the ground truth, the
 verifiers only save GPU time. Votes and the aggregate are all written as notes and can be overridden.
+When the API is unavailable (the outage window ran out) nothing is decided: `Verification.unavailable` says
+so, the loop writes no verdict, keeps the candidate off the GPU and pauses; a resume reviews it again.
+
+The verdict tool is forced only where the model lets thinking be switched off ([verify] thinking =
+"disabled"); elsewhere it is offered with tool_choice auto (strict where the model has structured outputs)
+and a reply without it counts as "no usable verdict".
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass
 
 from engine.candidates import Candidate
@@ -36,6 +42,7 @@ class Verification:
     verdict: Verdict  # the aggregate
     votes: tuple[Verdict, ...]
     stop: str | None = None  # set when a call hit a session-stopping error (budget, key): the loop should stop
+    unavailable: str | None = None  # the API was unreachable for the whole outage window: decide nothing
 
 
 def verify(client: LLMClient, config: Config, task: Task, direction: str, candidate: Candidate, *,
@@ -58,17 +65,41 @@ def verify(client: LLMClient, config: Config, task: Task, direction: str, candid
         req = LLMRequest(system=system, context=context, prompt=prompts[name], tool=SUBMIT_VERDICT,
                          key=candidate.source_hash, purpose=f"verify:{name}",
                          model=config.verify.model or config.llm.model, thinking=config.verify.thinking,
-                         max_tokens=config.verify.max_tokens)
+                         max_tokens=config.verify.max_tokens, effort=config.verify.effort)
         return _vote(client, name, req)
 
     if parallel and len(verifiers) > 1:
-        with ThreadPoolExecutor(max_workers=len(verifiers), thread_name_prefix="kbench-verify") as pool:
-            results = list(pool.map(one, verifiers))
+        results = _in_parallel(one, verifiers)
     else:
         results = [one(n) for n in verifiers]
     votes = tuple(v for v, _ in results)
+    down = next((v.reason for v in votes if v.data.get("error") == "unavailable"), None)
+    if down is not None:
+        return Verification(Verdict(STAGE, Status.SKIPPED, f"not reviewed: {down}"), (), None, down)
     stop = next((s for _, s in results if s), None)
     return Verification(aggregate(votes, config.verify.min_confidence), votes, stop)
+
+
+def _in_parallel(fn, names: tuple[str, ...]) -> list:
+    """fn(name) for every name, each on a daemon thread (a quitting process does not wait for an API call)."""
+    results: list = [None] * len(names)
+    errors: list[BaseException] = []
+
+    def run(i: int, name: str) -> None:
+        try:
+            results[i] = fn(name)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, n), name=f"kbench-verify-{n}", daemon=True)
+               for i, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def _vote(client: LLMClient, name: str, req: LLMRequest) -> tuple[Verdict, str | None]:
@@ -76,7 +107,7 @@ def _vote(client: LLMClient, name: str, req: LLMRequest) -> tuple[Verdict, str |
         reply = client.call(req)
     except LLMError as exc:
         if exc.kind == "no_key":
-            no_key_notice()
+            no_key_notice(None, client.config)
         return Verdict(STAGE, Status.SKIPPED, f"{name} verifier did not answer: {exc}",
                        {"verifier": name, "error": exc.kind}), (str(exc) if exc.stop else None)
     meta = {"verifier": name, "model": reply.model, "usage": reply.usage.to_json(), "cost_usd": reply.cost_usd}

@@ -92,7 +92,7 @@ def build_report(ws: Any, session: str) -> SessionReport:
                                 "best_so_far": best_so_far})
 
     tokens = {"input_tokens": 0, "output_tokens": 0, "cache_write_tokens": 0, "cache_read_tokens": 0}
-    usd = {"proposals": 0.0, "verifiers": 0.0, "directives": 0.0}
+    usd = {"proposals": 0.0, "verifiers": 0.0, "directives": 0.0, "failed_proposals": 0.0}
     secs = {"build": 0.0, "gpu": 0.0, "evaluation": 0.0, "profile": 0.0}
     for v in views:
         try:
@@ -116,6 +116,12 @@ def build_report(ws: Any, session: str) -> SessionReport:
                 secs["build"] += float(e.data.get("build_s") or 0.0)
                 secs["gpu"] += float(e.data.get("gpu_s") or 0.0)
                 secs["evaluation"] += float(e.data.get("seconds") or 0.0)
+    session_events = getattr(ws, "session_events", None)
+    for e in session_events(session) if session_events is not None else ():
+        if e.event == "proposal_failed":        # paid for, produced no candidate (engine/evolve/loop.py)
+            usd["failed_proposals"] += float(e.data.get("cost_usd") or 0.0)
+            for k in tokens:
+                tokens[k] += int((e.data.get("usage") or {}).get(k) or 0)
     usd["total"] = sum(usd.values())
     tokens["total"] = sum(tokens.values())
     rep.tokens, rep.usd, rep.seconds = tokens, usd, secs
@@ -158,7 +164,8 @@ def to_markdown(rep: SessionReport, plot_name: str | None = None) -> str:
     out += ["", "## LLM usage", "", (f"- tokens: {t.get('input_tokens', 0)} in, {t.get('output_tokens', 0)} out, "
              f"{t.get('cache_write_tokens', 0)} cache write, {t.get('cache_read_tokens', 0)} cache read"),
             (f"- dollars: ${u.get('total', 0):.4f} (proposals ${u.get('proposals', 0):.4f}, verifiers "
-             f"${u.get('verifiers', 0):.4f}, directives ${u.get('directives', 0):.4f})"), "",
+             f"${u.get('verifiers', 0):.4f}, directives ${u.get('directives', 0):.4f}, failed proposals "
+             f"${u.get('failed_proposals', 0):.4f})"), "",
             "## Time per stage", "", f"- build: {s.get('build', 0):.1f} s", f"- GPU (correctness + timing): {s.get('gpu', 0):.1f} s",
             f"- profile: {s.get('profile', 0):.1f} s",
             f"- evaluation in all (build, GPU and profile): {s.get('evaluation', 0):.1f} s", ""]

@@ -1,6 +1,7 @@
 """Proposers: one interface (engine.proposers.base.Proposer), four implementations.
 
     anthropic  translate / mutate / crossover / repair / meta through the Messages API
+    openai     the same, through an OpenAI-compatible endpoint ([llm] provider = "openai-compatible")
     tuner      sweeps a parent's annotated knobs; no LLM
     replay     re-plays a directory of candidates or a recorded session
     human      the user edits a candidate in $VISUAL / $EDITOR
@@ -19,10 +20,11 @@ from engine.errors import KbenchError
 from engine.proposers.base import (OPERATORS, Proposal, ProposalRequest, ProposalStatus, Proposer, guarded,
                                    parent_id)
 
-PROPOSER_NAMES = ("anthropic", "tuner", "replay", "human")
+PROPOSER_NAMES = ("anthropic", "openai", "tuner", "replay", "human")
+LLM_PROPOSERS = {"anthropic": "anthropic", "openai": "openai-compatible"}   # proposer -> [llm] provider
 
-__all__ = ["OPERATORS", "PROPOSER_NAMES", "Proposal", "ProposalRequest", "ProposalStatus", "Proposer", "guarded",
-           "make_proposer", "parent_id"]
+__all__ = ["LLM_PROPOSERS", "OPERATORS", "PROPOSER_NAMES", "Proposal", "ProposalRequest", "ProposalStatus",
+           "Proposer", "guarded", "make_proposer", "parent_id"]
 
 
 def make_proposer(name: str, config: Config | None = None, *, ledger: Any = None,
@@ -31,12 +33,16 @@ def make_proposer(name: str, config: Config | None = None, *, ledger: Any = None
     `replay_from` is the directory the replay proposer reads (a session replay is built with
     ReplayProposer.from_session and a workspace adapter)."""
     config = config or load_config()
-    if name == "anthropic":
+    if name in LLM_PROPOSERS:
         from engine.llm.accounting import CostLedger
-        from engine.llm.client import LLMClient
-        from engine.proposers.anthropic import AnthropicProposer
-        client = LLMClient(config.llm, ledger if ledger is not None else CostLedger(config.budget.usd), **kw)
-        return AnthropicProposer(client, config)
+        from engine.llm.client import make_client
+        from engine.proposers.anthropic import LLMProposer
+        if config.llm.provider != LLM_PROPOSERS[name]:
+            raise KbenchError(f"the {name} proposer needs [llm] provider = \"{LLM_PROPOSERS[name]}\" "
+                              f"(the config says {config.llm.provider!r})")
+        target = kw.pop("target", "")
+        client = make_client(config.llm, ledger if ledger is not None else CostLedger(config.budget.usd), **kw)
+        return LLMProposer(client, config, target=target)
     if name == "tuner":
         from engine.proposers.tuner import TunerProposer
         return TunerProposer(**kw)

@@ -1,8 +1,11 @@
-"""The anthropic proposer: translate, mutate, crossover, repair and meta through the Messages API.
+"""The LLM proposer: translate, mutate, crossover, repair and meta through an LLM client.
 
-Each request renders three templates (system.md, context.md, <operator>.md), makes one client call with
-the operator's tool, and checks the answer with engine.llm.tools. Whatever happens, a Proposal comes
-back: the prompt and answer are kept on failures too, and the usage of a failed answer is still counted.
+Named after its provider: `anthropic` (the Messages API) or `openai` (an OpenAI-compatible endpoint, see
+engine.llm.openai_client); both send the same prompts and read the same tools. Each request renders three
+templates (system.md, context.md, <operator>.md), makes one client call with the operator's tool, and checks
+the answer with engine.llm.tools. Whatever happens, a Proposal comes back: the prompt and answer are kept on
+failures too, and the usage of a failed answer is still counted. A mutation's answer resends the whole
+parent, so max_tokens is sized from the parent's length.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 from engine.candidates import Candidate
 from engine.config import Config
 from engine.llm import render
-from engine.llm.client import NO_KEY_MESSAGE, LLMClient, LLMReply, LLMRequest, no_key_notice
+from engine.llm.availability import no_key_message, no_key_notice
+from engine.llm.client import LLMReply, LLMRequest
 from engine.llm.errors import LLMError
 from engine.llm.prompts import PromptError, load_template
 from engine.llm.tools import SUBMIT_DIRECTIVES, SUBMIT_KERNEL, directives_answer, kernel_answer
@@ -24,19 +28,25 @@ from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, ch
 _PARENTS = {"translate": 0, "mutate": 1, "crossover": 2, "repair": 1, "meta": 0}
 
 
-class AnthropicProposer:
-    name = "anthropic"
+# Room for thinking and the rationale on top of the files a proposal must send back.
+_ANSWER_RESERVE = 12000
+PROVIDER_PROPOSER = {"anthropic": "anthropic", "openai-compatible": "openai"}   # inverse of LLM_PROPOSERS
+
+
+class LLMProposer:
     operators = frozenset(_PARENTS)
 
-    def __init__(self, client: LLMClient, config: Config):
+    def __init__(self, client: Any, config: Config, *, target: str = ""):
         self.client = client
         self.config = config
+        self.target = target      # the GPU and build flags, as engine.llm.target describes them
+        self.name = PROVIDER_PROPOSER.get(getattr(client, "provider", "anthropic"), "anthropic")
 
     def available(self) -> bool:
         return self.client.available
 
     def unavailable_reason(self) -> str:
-        return "" if self.available() else NO_KEY_MESSAGE
+        return "" if self.available() else no_key_message(self.client.config)
 
     # -- prompts ---------------------------------------------------------------------------------------
     def build_request(self, request: ProposalRequest, key: str | None = None) -> LLMRequest:
@@ -44,23 +54,31 @@ class AnthropicProposer:
         pdir = self.config.llm.prompts_dir
         op = request.operator
         values: dict[str, Any] = {
-            **render.context_values(request.task, request.direction),
+            **render.context_values(request.task, request.direction, self.target),
             "directives": request.directives, "insights": render.render_list(request.insights),
             "feedback": request.feedback, "hints": request.hints, "population": request.population,
+            "lessons": render.render_list(request.lessons), "elite": "", "elite_name": "", "elite_summary": "",
         }
         summaries = list(request.parent_summaries) + [""] * len(request.parents)
         if op in ("mutate", "repair"):
             p = request.parents[0]
             values.update(parent=render.render_candidate(p), parent_name=p.name, parent_summary=summaries[0])
+            elite = request.elite
+            if op == "mutate" and elite is not None and elite.source_hash != p.source_hash:
+                values.update(elite=render.render_candidate(elite), elite_name=elite.name,
+                              elite_summary=request.elite_summary)
         elif op == "crossover":
             a, b = request.parents
             values.update(parent_a=render.render_candidate(a), parent_a_name=a.name, parent_a_summary=summaries[0],
                           parent_b=render.render_candidate(b), parent_b_name=b.name, parent_b_summary=summaries[1])
+        # the answer carries one whole candidate: as long as the longest parent, plus thinking and rationale
+        resend = max((render.estimate_tokens("".join(p.files.values())) for p in request.parents), default=0)
         return LLMRequest(
             system=load_template("system", pdir).render(),
             context=load_template("context", pdir).render(values),
             prompt=load_template(op, pdir).render(values),
-            tool=SUBMIT_DIRECTIVES if op == "meta" else SUBMIT_KERNEL, key=key, purpose=op)
+            tool=SUBMIT_DIRECTIVES if op == "meta" else SUBMIT_KERNEL, key=key, purpose=op,
+            min_output_tokens=int(resend * 1.25) + _ANSWER_RESERVE if resend else 0)
 
     # -- propose ---------------------------------------------------------------------------------------
     def propose(self, request: ProposalRequest) -> Proposal:
@@ -72,8 +90,9 @@ class AnthropicProposer:
         if op == "repair" and not request.feedback.strip():
             return failed(self.name, request, "repair needs the compiler or correctness output as feedback")
         if not self.client.available:
-            no_key_notice()
-            return failed(self.name, request, NO_KEY_MESSAGE, status=ProposalStatus.STOP, data={"error": "no_key"})
+            no_key_notice(None, self.client.config)
+            return failed(self.name, request, no_key_message(self.client.config), status=ProposalStatus.STOP,
+                          data={"error": "no_key"})
         pid = new_proposal_id()
         try:
             llm_req = self.build_request(request, key=pid)
@@ -88,7 +107,9 @@ class AnthropicProposer:
         try:
             reply = self.client.call(llm_req)
         except LLMError as exc:
-            return replace(base, status=ProposalStatus.STOP if exc.stop else ProposalStatus.FAILED, reason=str(exc),
+            status = (ProposalStatus.UNAVAILABLE if exc.unavailable else
+                      ProposalStatus.STOP if exc.stop else ProposalStatus.FAILED)
+            return replace(base, status=status, reason=str(exc),
                            data={"error": exc.kind, "attempts": exc.attempts, "status_code": exc.status_code})
         base = replace(base, answer=answer_markdown(reply), usage=reply.usage, cost_usd=reply.cost_usd,
                        model=reply.model, data={"attempts": reply.attempts, "request_id": reply.request_id,
@@ -109,6 +130,10 @@ class AnthropicProposer:
         self.client.ledger.rekey(pid, cand.source_hash)
         proposal = replace(base, rationale=ans.rationale)
         return replace(proposal, candidate=with_provenance(cand, proposal))
+
+
+# The older name: the proposer is provider-neutral now.
+AnthropicProposer = LLMProposer
 
 
 def prompt_markdown(req: LLMRequest, params: dict[str, Any]) -> str:

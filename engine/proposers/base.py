@@ -26,6 +26,9 @@ class ProposalStatus(str, Enum):
     FAILED = "failed"  # this attempt produced nothing usable; record it and carry on
     EMPTY = "empty"  # nothing to propose: edit unchanged, knob space spent, replay at its end
     STOP = "stop"  # carrying on would fail the same way or overspend: no key, key rejected, budget reached
+    # the API could not be reached for the whole outage window: pause the session; this attempt does not
+    # count against the search (no slot used, nothing learnt about the kernel)
+    UNAVAILABLE = "unavailable"
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,9 @@ class ProposalRequest:
     parent_summaries: tuple[str, ...] = ()  # per parent: verdicts and speedups, a few lines each
     feedback: str = ""  # repair: compiler / correctness output; mutate: profile summary
     insights: tuple[str, ...] = ()  # drawn from other candidates of the population
+    elite: Candidate | None = None  # mutate: the best other candidate's code, shown beside the parent
+    elite_summary: str = ""
+    lessons: tuple[str, ...] = ()  # what failed in this session: compile errors, wrong results, rejected hacks
     directives: str = ""  # the current optimisation directives (written by the meta operator)
     population: str = ""  # meta: a summary of the population, best first
     hints: str = ""  # free text from the user
@@ -79,6 +85,10 @@ class Proposal:
     @property
     def stop(self) -> bool:
         return self.status == ProposalStatus.STOP
+
+    @property
+    def unavailable(self) -> bool:
+        return self.status == ProposalStatus.UNAVAILABLE
 
     def prompt_md(self) -> str:
         """The text of `.kbench/prompt.md`: what the proposer was asked and what it answered."""

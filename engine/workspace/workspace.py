@@ -422,6 +422,24 @@ class Workspace:
                      by: str = "") -> CandidateStatus:
         return self.record(query, [Event(check_token("event", event), dict(data or {}), now_iso(), by)])
 
+    def record_session_event(self, session: str, event: str, data: dict[str, Any] | None = None,
+                             by: str = "") -> Event:
+        """Append an event to the session's own note, on its root commit: what happened to the session
+        rather than to one candidate (a paid proposal that produced nothing, an API outage)."""
+        root = self._root(session)[0]
+        entry = Event(check_token("event", event), dict(data or {}), now_iso(), by)
+        message = f"kbench: {event} on session {session}\n"
+        with self._repo.writing():
+            prepared = self._notes.prepare_append({root: [entry_line(entry)]}, message)
+            self._repo.update_refs([prepared.update], message.strip())
+        return entry
+
+    def session_events(self, session: str) -> list[Event]:
+        """The events of the session's own note, oldest first."""
+        root = self._root(session)[0]
+        text = self._notes.read(root)
+        return [e for e in parse_note(text or "", f"session {session}", root) if isinstance(e, Event)]
+
     def override(self, query: str, stage: str, to: Status | str, reason: str,
                  by: str | None = None) -> Override:
         """Record a person's judgement that `stage` is `to`: who, why, and the status it overrides.

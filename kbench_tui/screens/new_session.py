@@ -1,5 +1,6 @@
-"""New session: task, direction, proposer (anthropic only with a key; otherwise the reason is shown),
-budget. Start runs the evolution on the loop's own thread; its events come back as messages."""
+"""New session: task, direction, proposer (the LLM proposer only with a key; otherwise the reason is shown),
+budget. Start runs the evolution through engine.service (the CLI's defaults, LLM verifiers included) on the
+loop's own thread; its events come back as messages."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Select, Static
 
+from engine.service import DEFAULTS
 from kbench_tui import keymap
 from kbench_tui.workers import ThreadedMixin
 
@@ -39,10 +41,10 @@ class NewSessionScreen(ThreadedMixin, Screen):
             with Horizontal(classes="row"):
                 with Vertical():
                     yield Label("generations")
-                    yield Input("3", id="ns-generations", type="integer")
+                    yield Input(str(DEFAULTS.generations), id="ns-generations", type="integer")
                 with Vertical():
                     yield Label("population")
-                    yield Input("4", id="ns-population", type="integer")
+                    yield Input(str(DEFAULTS.population), id="ns-population", type="integer")
                 with Vertical():
                     yield Label("budget USD (LLM; blank: config)")
                     yield Input("", id="ns-usd", type="number")
@@ -74,7 +76,8 @@ class NewSessionScreen(ThreadedMixin, Screen):
     def action_start(self) -> None:
         v = lambda i: self.query_one(i, Input).value.strip()  # noqa: E731
         try:
-            gens, pop = int(v("#ns-generations") or 3), int(v("#ns-population") or 4)
+            gens = int(v("#ns-generations") or DEFAULTS.generations)
+            pop = int(v("#ns-population") or DEFAULTS.population)
             usd = float(v("#ns-usd")) if v("#ns-usd") else None
             if gens < 0 or pop < 1:
                 raise ValueError
