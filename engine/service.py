@@ -191,6 +191,8 @@ class SessionService:
         if info is None and spec.name is None:       # the default name of a session that exists: a resume
             guess = self._default_name(task, spec.direction or "forward", spec.proposer or self.llm_proposer())
             info = existing.get(guess)
+        if info is not None and getattr(info, "problem", None):  # named, never resumed over in silence
+            raise KbenchError(info.problem)
         stored = dict(info.config or {}) if info is not None else {}
         if task is None:
             task = self.task_of(info.name)

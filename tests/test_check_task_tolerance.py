@@ -43,8 +43,12 @@ def test_too_tight_tolerance_is_a_warning(tmp_path, capsys):
 
 
 def test_kernelbench_softmax_shape_is_vacuous_but_trivial_outputs_no_longer_pass():
-    """KernelBench's softmax shape and tolerance: 0 is within atol everywhere, yet neither zeros, nor a
-    constant, nor the output for other inputs passes the scale-aware comparison."""
-    task = load_task(str(ROOT / "tests" / "fixtures" / "kernelbench" / "vacuous" / "softmax_wide.py"))
-    rows = check_task(task, seeds=1, device="cpu", configs=["seed0-normal"])
-    assert rows[0].vacuous == 1.0 and rows[0].warnings and not rows[0].degenerate, rows[0]
+    """KernelBench's softmax shape: at fp16's tolerance (1e-2) 0 is within atol everywhere, at fp32's (1e-4)
+    still for most values; yet neither zeros, nor a constant, nor the output for other inputs passes the
+    scale-aware comparison."""
+    path = ROOT / "tests" / "fixtures" / "kernelbench" / "vacuous" / "softmax_wide.py"
+    half = check_task(load_task(f"{path}@fp16"), seeds=1, device="cpu", configs=["seed0"])
+    assert half[0].vacuous == 1.0 and half[0].warnings, half[0]
+    task = load_task(str(path))
+    rows = check_task(task, seeds=1, device="cpu", configs=["seed0"])
+    assert rows[0].vacuous > 0.8 and rows[0].warnings and not rows[0].degenerate, rows[0]

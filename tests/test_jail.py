@@ -86,9 +86,12 @@ attempt("ptrace the parent", lambda: syscall_ok(libc.ptrace(16, os.getppid(), 0,
 def daemon():  # a process that leaves the runner's group and would outlive it
     if os.fork() == 0:
         os.setsid()
-        if os.fork() == 0:
+        pid = os.fork()
+        if pid == 0:
             import time
             time.sleep(600)
+        with open(os.path.join(os.environ["HOME"], "daemon.pid"), "w") as fh:
+            fh.write(str(pid))
         os._exit(0)
     os.wait()
 daemon()
@@ -120,11 +123,6 @@ def user_files(tmp_path):
            "PORT": server.getsockname()[1], "UNIX": str(tmp_path / "kbench.sock")}
     server.close()
     unix.close()
-
-
-def _my_descendants() -> list[int]:
-    from engine.procs import descendants
-    return descendants(os.getpid())
 
 
 def _start(run):
@@ -166,11 +164,11 @@ def test_a_hostile_import_escapes_nothing_and_the_runner_still_works(user_files)
         assert len([k for k in results if k != "ancestors seen"]) == 11
         rp.send({"type": "ping"})
         assert rp.reply(30)["type"] == "pong"
-        before = {p for p in _my_descendants()}
-        assert before, "the daemon should still be running before the runner is closed"
+        daemon = int((run.scratch / "daemon.pid").read_text())
+        assert Path(f"/proc/{daemon}").exists(), "the daemon should still be running before the runner is closed"
     finally:
         rp.close()
-    assert not {p for p in _my_descendants() if p in before}, "a process the candidate started outlived the runner"
+    assert not Path(f"/proc/{daemon}").exists(), "a process the candidate started outlived the runner"
     assert not (Path(user_files["CWD"]) / "pwned").exists()
     assert not (Path(user_files["GIT"]) / "pwned").exists()
     assert not Path("/tmp/kbench-pwned").exists()

@@ -84,6 +84,7 @@ class EvalReport:
     # an evolution loop leaves the candidate pending for a machine that can (EvalOutcome.infra_error).
     unmeasured: str = ""
     jail: dict[str, Any] = field(default_factory=dict)   # the runner's jail (engine.jail.JailReport.to_json())
+    traces: dict[str, str] = field(default_factory=dict)  # the judge's own failures (tracebacks), if any
 
     @property
     def passed(self) -> bool:
@@ -111,7 +112,7 @@ class EvalReport:
             "configs": [r.__dict__ for r in self.rows], "device": self.device, "build": self.build,
             "geomean_speedup_eager": self.geomean_speedup_eager,
             "geomean_speedup_compile": self.geomean_speedup_compile, "seconds": round(self.seconds, 2),
-            "jail": self.jail,
+            "jail": self.jail, **({"traces": self.traces} if self.traces else {}),
         }
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from engine.pipeline import analysis, wire
 from engine.pipeline.runner_process import RunnerGone, RunnerProcess, make_run_dir, stage_candidate, stage_readonly
-from engine.pipeline.types import NO_GPU, JudgeRequest, JudgeResult
+from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, JudgeResult
 from engine.tasks.model import Task
 
 SETTLE_MS = 20.0        # the pause before the async-completeness comparison of a checked call
@@ -335,8 +335,15 @@ class Judge:
             job, done = self.run_job(cfg.name, {"mode": "check", "schedule": list(range(k)) * 2, "flush": True,
                                                 "probe_inputs": True, "settle_ms": SETTLE_MS}, decode)
             compose = self._composer(runtime, prep)
-            corr, integ = analysis.judge_check(job, [v.ref for v in prep.variants], compose, tol,
-                                               [v.seed for v in prep.variants])
+            try:
+                corr, integ = analysis.judge_check(job, [v.ref for v in prep.variants], compose, tol,
+                                                   [v.seed for v in prep.variants])
+            except Exception as exc:  # noqa: BLE001 - kbench's own failure: say so, keep the trace, go on
+                self.out.data.traces[cfg.name] = traceback.format_exc(limit=12)[-6000:]
+                corr = CorrectnessResult(False, f"the judge could not compare config {cfg.name} "
+                                                f"({type(exc).__name__}: {str(exc).strip()[:400]}); a kbench "
+                                                "failure, not a verdict on the kernel")
+                integ = IntegrityResult(True)
             corr.seconds = round(time.monotonic() - t0, 3)
             self.out.data.correctness[cfg.name] = corr.__dict__
             if self.req.integrity:
@@ -439,8 +446,9 @@ def main(argv: list[str]) -> int:
         out.data.error = cause
         if where.get("stage") == "correctness" and where.get("config"):
             out.data.correctness[where["config"]] = {"ok": False, "reason": cause}
-    except Exception:  # noqa: BLE001
-        out.data.error = "judge error: " + traceback.format_exc(limit=6)[-2000:]
+    except Exception as exc:  # noqa: BLE001
+        out.data.traces["judge"] = traceback.format_exc(limit=12)[-6000:]
+        out.data.error = f"judge error: {type(exc).__name__}: {str(exc).strip()[:600]} (traceback in the result's traces)"
     finally:
         judge.close()
         out.data.finished = True

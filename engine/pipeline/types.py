@@ -103,6 +103,7 @@ class JudgeResult:
     integrity: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    traces: dict[str, str] = field(default_factory=dict)   # kbench's own failures, for a bug report
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -49,6 +49,7 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
     res = outcome.result
     report.device = res.get("device") or {}
     report.jail = res.get("jail") or {}
+    report.traces = res.get("traces") or {}
     correctness: dict[str, Any] = res.get("correctness") or {}
     timing: dict[str, Any] = res.get("timing") or {}
     names = [c.name for c in task.configs if not opts.configs or c.name in opts.configs]

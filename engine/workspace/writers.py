@@ -113,6 +113,15 @@ def read_holder(git_dir: Path, session: str) -> tuple[Holder | None, float | Non
         return None, None    # a torn or foreign record names nobody; the lock still decides
 
 
+def _read_taker(git_dir: Path, session: str) -> Holder | None:
+    try:
+        obj = json.loads((claim_dir(git_dir) / f"{session}.taken-over.json").read_text())
+        return Holder(int(obj["pid"]), str(obj["host"]), obj.get("started"), str(obj.get("since", "")),
+                      str(obj.get("command", "kbench")), str(obj.get("token", "")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _write_holder(git_dir: Path, session: str, holder: Holder) -> None:
     d = claim_dir(git_dir)
     tmp = d / f".{session}.holder.{holder.token[:8]}.tmp"
@@ -212,6 +221,9 @@ class SessionClaim:
                              uuid.uuid4().hex)
         try:
             _write_holder(self.git_dir, self.session, self.holder)
+            if take_over:  # outlives this claim's record: the writer it displaced can still name who did it
+                (claim_dir(self.git_dir) / f"{self.session}.taken-over.json").write_text(
+                    json.dumps(asdict(self.holder)) + "\n")
         except OSError as exc:
             self._lock.unlock()
             raise WorkspaceError(f"cannot record the writer of session {self.session!r} in "
@@ -240,6 +252,8 @@ class SessionClaim:
         if self.still_mine():
             return
         now, _ = read_holder(self.git_dir, self.session)
+        if now is None:  # the one who took over may have finished already: its marker stays
+            now = _read_taker(self.git_dir, self.session)
         who = now.describe() if now is not None else "another process"
         raise SessionTakenOverError(f"session {self.session!r} was taken over by {who}; this process stopped "
                                     "writing to it (nothing more was written)")

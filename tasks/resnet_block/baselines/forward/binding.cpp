@@ -1,15 +1,16 @@
 // Torch glue for the ResNet basic block (inference BatchNorm folded into the convs): checks, allocation, launch.
 // robust-kbench's signature: every conv has an optional bias (None in its Model) and the downsample tensors are None
-// for an identity shortcut, hence the optionals. A conv bias cb is folded into its BatchNorm's mean:
+// for an identity shortcut, hence the optionals. A conv bias cb is folded with its BatchNorm in the kernel:
 // BN(conv(x) + cb) = BN with mean (m - cb) applied to conv(x).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 
-void resnet_block_launch(const float* x, const float* w1, const float* g1, const float* b1, const float* m1,
-                         const float* v1, const float* w2, const float* g2, const float* b2, const float* m2,
-                         const float* v2, const float* wd, const float* gd, const float* bd, const float* md,
-                         const float* vd, int stride, float eps, float* wt1, float* wt2, float* shifts, float* mid,
-                         float* y, int batch, int ci, int co, int h, int w, cudaStream_t stream);
+void resnet_block_launch(const float* x, const float* w1, const float* cb1, const float* g1, const float* b1,
+                         const float* m1, const float* v1, const float* w2, const float* cb2, const float* g2,
+                         const float* b2, const float* m2, const float* v2, const float* wd, const float* cbd,
+                         const float* gd, const float* bd, const float* md, const float* vd, int stride, float eps,
+                         float* wt1, float* wt2, float* shifts, float* mid, float* y, int batch, int ci, int co, int h,
+                         int w, cudaStream_t stream);
 
 static torch::Tensor checked_vec(const torch::Tensor& t, int64_t n, const char* name) {
     TORCH_CHECK(t.is_cuda() && t.scalar_type() == torch::kFloat32, "resnet_block: ", name, " must be a CUDA float32 tensor");
@@ -19,11 +20,9 @@ static torch::Tensor checked_vec(const torch::Tensor& t, int64_t n, const char* 
 
 static bool given(const c10::optional<torch::Tensor>& t) { return t.has_value() && t->defined(); }
 
-// The BatchNorm mean that absorbs the conv's bias (the mean itself when the conv has none).
-static torch::Tensor fold_bias(const torch::Tensor& mean, const c10::optional<torch::Tensor>& conv_bias, int64_t n,
-                               const char* name) {
-    if (!given(conv_bias)) return mean;
-    return (mean - checked_vec(*conv_bias, n, name)).contiguous();
+// A conv's optional bias, checked (undefined when the conv has none).
+static torch::Tensor bias_or_none(const c10::optional<torch::Tensor>& conv_bias, int64_t n, const char* name) {
+    return given(conv_bias) ? checked_vec(*conv_bias, n, name) : torch::Tensor();
 }
 
 torch::Tensor forward(torch::Tensor x,
@@ -47,13 +46,13 @@ torch::Tensor forward(torch::Tensor x,
     TORCH_CHECK(conv1_weight.sizes() == torch::IntArrayRef({co, ci, 3, 3}), "resnet_block: conv1_weight must be [Co, Ci, 3, 3]");
     TORCH_CHECK(conv2_weight.sizes() == torch::IntArrayRef({co, co, 3, 3}), "resnet_block: conv2_weight must be [Co, Co, 3, 3]");
     auto g1 = checked_vec(bn1_weight, co, "bn1_weight"), b1 = checked_vec(bn1_bias, co, "bn1_bias");
-    auto m1 = fold_bias(checked_vec(bn1_mean, co, "bn1_mean"), conv1_bias, co, "conv1_bias");
+    auto m1 = checked_vec(bn1_mean, co, "bn1_mean"), cb1 = bias_or_none(conv1_bias, co, "conv1_bias");
     auto v1 = checked_vec(bn1_var, co, "bn1_var");
     auto g2 = checked_vec(bn2_weight, co, "bn2_weight"), b2 = checked_vec(bn2_bias, co, "bn2_bias");
-    auto m2 = fold_bias(checked_vec(bn2_mean, co, "bn2_mean"), conv2_bias, co, "conv2_bias");
+    auto m2 = checked_vec(bn2_mean, co, "bn2_mean"), cb2 = bias_or_none(conv2_bias, co, "conv2_bias");
     auto v2 = checked_vec(bn2_var, co, "bn2_var");
     const bool down = given(down_weight);
-    torch::Tensor wd, gd, bd, md, vd;
+    torch::Tensor wd, cbd, gd, bd, md, vd;
     if (down) {
         TORCH_CHECK(down_bn_weight.has_value() && down_bn_bias.has_value() && down_bn_mean.has_value() &&
                     down_bn_var.has_value(), "resnet_block: a downsample needs all four BatchNorm tensors");
@@ -63,7 +62,8 @@ torch::Tensor forward(torch::Tensor x,
         wd = down_weight->contiguous();
         gd = checked_vec(*down_bn_weight, co, "down_bn_weight");
         bd = checked_vec(*down_bn_bias, co, "down_bn_bias");
-        md = fold_bias(checked_vec(*down_bn_mean, co, "down_bn_mean"), down_bias, co, "down_bias");
+        md = checked_vec(*down_bn_mean, co, "down_bn_mean");
+        cbd = bias_or_none(down_bias, co, "down_bias");
         vd = checked_vec(*down_bn_var, co, "down_bn_var");
     } else {
         TORCH_CHECK(stride == 1 && ci == co, "resnet_block: an identity shortcut needs stride 1 and Ci == Co");
@@ -78,12 +78,13 @@ torch::Tensor forward(torch::Tensor x,
     auto wt2 = torch::empty({co * 9 + (down ? ci : 0), co}, opts);
     auto shifts = torch::empty({3, co}, opts);
     auto ptr = [](const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
-    resnet_block_launch(xc.data_ptr<float>(), w1.data_ptr<float>(), g1.data_ptr<float>(), b1.data_ptr<float>(),
-                        m1.data_ptr<float>(), v1.data_ptr<float>(), w2.data_ptr<float>(), g2.data_ptr<float>(),
-                        b2.data_ptr<float>(), m2.data_ptr<float>(), v2.data_ptr<float>(), ptr(wd), ptr(gd), ptr(bd),
-                        ptr(md), ptr(vd), (int)stride, (float)eps, wt1.data_ptr<float>(), wt2.data_ptr<float>(),
-                        shifts.data_ptr<float>(), mid.data_ptr<float>(), y.data_ptr<float>(), (int)batch, (int)ci,
-                        (int)co, (int)h, (int)w, c10::cuda::getCurrentCUDAStream());
+    resnet_block_launch(xc.data_ptr<float>(), w1.data_ptr<float>(), ptr(cb1), g1.data_ptr<float>(),
+                        b1.data_ptr<float>(), m1.data_ptr<float>(), v1.data_ptr<float>(), w2.data_ptr<float>(),
+                        ptr(cb2), g2.data_ptr<float>(), b2.data_ptr<float>(), m2.data_ptr<float>(),
+                        v2.data_ptr<float>(), ptr(wd), ptr(cbd), ptr(gd), ptr(bd), ptr(md), ptr(vd), (int)stride,
+                        (float)eps, wt1.data_ptr<float>(), wt2.data_ptr<float>(), shifts.data_ptr<float>(),
+                        mid.data_ptr<float>(), y.data_ptr<float>(), (int)batch, (int)ci, (int)co, (int)h, (int)w,
+                        c10::cuda::getCurrentCUDAStream());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }

@@ -25,16 +25,17 @@ constexpr int THREADS = BM * BN / 64;  // each thread owns an 8x8 tile
 static_assert(THREADS % BM == 0 && THREADS % BN == 0, "loaders assume a fixed row/column per thread");
 
 // Folds one BatchNorm into a conv weight of K = k columns; writes rows [0, k) of wt ([K_total][Co]).
+// A conv bias cb (nullptr: none) is absorbed too: BN(conv + cb) = s * conv + beta + (cb - mean) * s.
 __global__ void fold_bn_kernel(const float* __restrict__ w, const float* __restrict__ gamma,
                                const float* __restrict__ beta, const float* __restrict__ mean,
-                               const float* __restrict__ var, float eps, float* __restrict__ wt,
-                               float* __restrict__ shift, int co_n, int k) {
+                               const float* __restrict__ var, const float* __restrict__ cb, float eps,
+                               float* __restrict__ wt, float* __restrict__ shift, int co_n, int k) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= co_n * k) return;
     const int c = i / k, r = i - c * k;
     const float s = gamma[c] / sqrtf(var[c] + eps);
     wt[(size_t)r * co_n + c] = w[i] * s;
-    if (r == 0) shift[c] = beta[c] - mean[c] * s;
+    if (r == 0) shift[c] = beta[c] + ((cb ? cb[c] : 0.0f) - mean[c]) * s;
 }
 
 struct ConvArgs {
@@ -368,11 +369,12 @@ void launch_conv(const ConvArgs& a, cudaStream_t stream) {
 
 // Without a downsample wd == nullptr (and ci == co, stride == 1: the binding checks).
 // scratch: wt1 [Ci*9][Co], wt2 [Co*9 (+Ci)][Co], shifts [3][Co], mid [B][Co][Ho][Wo]
-void resnet_block_launch(const float* x, const float* w1, const float* g1, const float* b1, const float* m1,
-                         const float* v1, const float* w2, const float* g2, const float* b2, const float* m2,
-                         const float* v2, const float* wd, const float* gd, const float* bd, const float* md,
-                         const float* vd, int stride, float eps, float* wt1, float* wt2, float* shifts, float* mid,
-                         float* y, int batch, int ci, int co, int h, int w, cudaStream_t stream) {
+void resnet_block_launch(const float* x, const float* w1, const float* cb1, const float* g1, const float* b1,
+                         const float* m1, const float* v1, const float* w2, const float* cb2, const float* g2,
+                         const float* b2, const float* m2, const float* v2, const float* wd, const float* cbd,
+                         const float* gd, const float* bd, const float* md, const float* vd, int stride, float eps,
+                         float* wt1, float* wt2, float* shifts, float* mid, float* y, int batch, int ci, int co, int h,
+                         int w, cudaStream_t stream) {
     const int ho = (h - 1) / stride + 1, wo = (w - 1) / stride + 1;
     const int ncols = batch * ho * wo;
     if (ncols == 0 || co == 0) return;
@@ -380,9 +382,10 @@ void resnet_block_launch(const float* x, const float* w1, const float* g1, const
     float* t1 = shifts;
     float* t2 = shifts + co;
     float* td = shifts + 2 * co;
-    fold_bn_kernel<<<(co * k1 + 255) / 256, 256, 0, stream>>>(w1, g1, b1, m1, v1, eps, wt1, t1, co, k1);
-    fold_bn_kernel<<<(co * k2 + 255) / 256, 256, 0, stream>>>(w2, g2, b2, m2, v2, eps, wt2, t2, co, k2);
-    if (wd) fold_bn_kernel<<<(co * ci + 255) / 256, 256, 0, stream>>>(wd, gd, bd, md, vd, eps, wt2 + (size_t)k2 * co, td, co, ci);
+    fold_bn_kernel<<<(co * k1 + 255) / 256, 256, 0, stream>>>(w1, g1, b1, m1, v1, cb1, eps, wt1, t1, co, k1);
+    fold_bn_kernel<<<(co * k2 + 255) / 256, 256, 0, stream>>>(w2, g2, b2, m2, v2, cb2, eps, wt2, t2, co, k2);
+    if (wd) fold_bn_kernel<<<(co * ci + 255) / 256, 256, 0, stream>>>(wd, gd, bd, md, vd, cbd, eps,
+                                                                       wt2 + (size_t)k2 * co, td, co, ci);
 
     ConvArgs a1{x, ci, h, w, stride, nullptr, 0, 0, 0, 1, wt1, t1, nullptr, nullptr, mid, co, ho, wo, ncols};
     launch_conv<false, false>(a1, stream);
