@@ -83,6 +83,22 @@ def test_detect_reads_arch_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Path(tc.nvcc).is_file() and Path(tc.cxx).is_file()
 
 
+def test_a_visible_hopper_or_no_gpu_builds_for_sm_90a(monkeypatch: pytest.MonkeyPatch) -> None:
+    """wgmma and setmaxnreg only compile for sm_90a: the arch-specific target of the GPU that measures."""
+    if not HAS_NVCC:
+        pytest.skip("needs nvcc")
+    import engine.harness.toolchain as T
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.setattr(T, "_visible_gpu_archs", lambda: ("9.0",))
+    tc = detect()
+    assert tc.archs == ("9.0a",) and tc.arch_source == "gpu"
+    assert "-gencode=arch=compute_90a,code=sm_90a" in tc.nvcc_kernel_flags()
+    monkeypatch.setattr(T, "_visible_gpu_archs", lambda: ("8.6",))
+    assert detect().archs == ("8.6",)
+    monkeypatch.setattr(T, "_visible_gpu_archs", lambda: ())
+    assert detect().archs == ("9.0a",) and detect().arch_source == "default"
+
+
 # ---------------------------------------------------------------------------- subprocess hygiene
 def test_scrubbed_env_drops_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")

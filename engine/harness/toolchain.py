@@ -21,7 +21,11 @@ from pathlib import Path
 # Bump when the flag recipes below change: it is part of key(), so old cache entries stop matching.
 RECIPE_VERSION = 1
 
-DEFAULT_ARCHS = ("9.0",)
+DEFAULT_ARCHS = ("9.0",)          # portable: what an exported package builds for by default
+# Candidates are built for the exact GPU that measures them: Hopper's and Blackwell's arch-specific
+# instructions (wgmma, setmaxnreg, tcgen05) compile only for the `a` targets, which run on that arch only.
+ARCH_SPECIFIC = {"9.0": "9.0a", "10.0": "10.0a", "10.3": "10.3a", "12.0": "12.0a"}
+EVAL_DEFAULT_ARCHS = ("9.0a",)     # no GPU visible and no TORCH_CUDA_ARCH_LIST: the fleet's H100/H200
 # Headers compiled into the precompiled header for binding.cpp. The CUDA ones are included because every
 # native binding launches on at::cuda::getCurrentCUDAStream(); an unneeded include costs nothing.
 PCH_HEADERS = ("torch/extension.h", "ATen/cuda/CUDAContext.h", "c10/cuda/CUDAGuard.h")
@@ -250,9 +254,9 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
     if env_archs.strip():
         arch_tuple, source = parse_arch_list(env_archs), "env"
     elif gpu := _visible_gpu_archs():
-        arch_tuple, source = gpu, "gpu"
+        arch_tuple, source = tuple(ARCH_SPECIFIC.get(a, a) for a in gpu), "gpu"
     else:  # CPU-only build machines target the fleet's H100/H200
-        arch_tuple, source = DEFAULT_ARCHS, "default"
+        arch_tuple, source = EVAL_DEFAULT_ARCHS, "default"
 
     return Toolchain(
         cuda_home=cuda_home, nvcc=nvcc, nvcc_version=nvcc_version,
