@@ -7,6 +7,7 @@ import json
 import sys
 
 from engine.candidates import load_candidate
+from engine.cli.common import check_config_names
 from engine.pipeline.evaluate import EvalOptions, evaluate
 from engine.pipeline.report import render
 from engine.tasks.loader import load_task
@@ -38,8 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     task = load_task(args.task)
-    candidate = load_candidate(args.candidate)
     direction = "backward" if args.backward else "forward"
+    task.spec(direction)                       # a missing direction is bad input, before any compile
+    check_config_names(task, args.configs, "--config")
+    check_config_names(task, args.timing_configs, "--time-config")
+    candidate = load_candidate(args.candidate)
     policy = args.library_policy
     if policy is None:
         from engine.config import load_config

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.cli.common import check_config_names, workspace_path
 from engine.errors import KbenchError
 
 
@@ -101,7 +102,7 @@ def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
 def _workspace(args: argparse.Namespace):
     from engine.workspace import Workspace
 
-    ws = Workspace.create(Path(getattr(args, "workspace", None) or "workspace"))
+    ws = Workspace.create(workspace_path(args))
     ws.accept_damage = bool(getattr(args, "reevaluate_damaged", False))
     return ws
 
@@ -146,6 +147,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     task = load_task(args.task)
     direction = "backward" if args.backward else "forward"
     task.spec(direction)
+    check_config_names(task, args.timing_configs, "--time-config")
     if args.generations < 0 or args.population < 1:
         raise KbenchError("--generations must be >= 0 and --population >= 1")
     ws = _workspace(args)

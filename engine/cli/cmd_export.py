@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.export import plan_from_dirs, plan_from_workspace, write_package
 from engine.export.errors import ExportError
 
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("candidate", nargs="?", metavar="ID",
                    help="forward candidate: id, unique id prefix, ref or revision (not with --from-dir)")
     p.add_argument("--workspace", metavar="PATH", default=argparse.SUPPRESS,
-                   help="the workspace repository (default: ./workspace)")
+                   help=WORKSPACE_HELP)
     p.add_argument("--out", metavar="DIR", default=None, help="package folder to write (default: ./<name>)")
     p.add_argument("--name", default=None,
                    help="package, op namespace and distribution name (default: kbench_<task>)")
@@ -56,7 +57,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.task or args.backward_dir:
             raise ExportError("--task and --backward-dir go with --from-dir; a workspace candidate knows its task.")
         from engine.workspace import Workspace
-        ws = Workspace.open(Path(getattr(args, "workspace", None) or "workspace"))
+        ws = Workspace.open(workspace_path(args))
         try:
             plan = plan_from_workspace(ws, args.candidate, name=args.name, force=args.force,
                                        backward=args.backward, with_backward=not args.no_backward)

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli.common import check_config_names, workspace_path
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="profile a candidate (ncu sections + torch profiler top ops) on one config",
@@ -33,12 +35,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from engine.tasks.loader import load_task
 
     task = load_task(args.task)
+    task.spec("backward" if args.backward else "forward")
+    check_config_names(task, [args.config] if args.config else None, "--config")
     ws = None
     if Path(args.candidate).exists():
         candidate, cid = load_candidate(args.candidate), None
     else:
         from engine.workspace import Workspace
-        ws = Workspace.open(Path(getattr(args, "workspace", None) or "workspace"))
+        ws = Workspace.open(workspace_path(args))
         cid = ws.resolve(args.candidate).id
         candidate = ws.files(cid)
     gpu = _gpu_name(args.gpu)

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.verdict import STAGES, Status
 from engine.workspace import CandidateView, Workspace
 from engine.workspace.views import CandidateStatus
@@ -22,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     def add(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--workspace", metavar="PATH", default=argparse.SUPPRESS,
-                       help="the workspace repository (default: ./workspace)")
+                       help=WORKSPACE_HELP)
         return p
 
     p = add("sessions", "list the workspace's sessions: task, direction, proposer, candidates, best")
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _path(args: argparse.Namespace) -> Path:
-    return Path(getattr(args, "workspace", None) or "workspace")
+    return workspace_path(args)
 
 
 def _open(args: argparse.Namespace) -> Workspace:

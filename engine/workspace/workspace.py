@@ -5,6 +5,8 @@ each with its own Workspace) may call it at once."""
 
 from __future__ import annotations
 
+import os
+
 import gc
 import json
 import threading
@@ -40,7 +42,9 @@ _NAMED_REFS_MAX = 256      # up to this many unknown candidates are read by name
 
 
 def default_path() -> Path:
-    return Path.cwd() / DEFAULT_DIR
+    """$KBENCH_WORKSPACE, else ./workspace (the folder the kbench checkout ships with a README)."""
+    env = os.environ.get("KBENCH_WORKSPACE")
+    return Path(env).expanduser() if env else Path.cwd() / DEFAULT_DIR
 
 
 class Workspace:
