@@ -1,0 +1,42 @@
+"""The workspace's HEAD: a branch `index` with one commit whose message says how to browse the workspace.
+
+Candidates live on `refs/kbench/*` and the `sessions/*` branches, so a fresh `git init` leaves HEAD on an
+unborn `master`, and plain `git log` (or tig) in the workspace fails with "your current branch does not
+have any commits yet". The index commit has an empty tree: the work tree stays clean (`git status` shows
+only what the user put there) and no candidate file is ever checked out by accident.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.workspace import gitio
+from engine.workspace.records import BRANCH_NS, NOTES_REF
+
+INDEX_BRANCH = "refs/heads/index"
+INDEX_MESSAGE = f"""kbench workspace
+
+Every candidate kernel is a commit, kept by a ref refs/kbench/<session>/<candidate>; its parents are its
+evolutionary parents. The branch {BRANCH_NS.removeprefix('refs/heads/')}<session> follows each session's best
+candidate. Verdicts, measurements and overrides are git notes in refs/notes/kbench (shown by git log).
+
+  git branch --list 'sessions/*'            the sessions
+  git log sessions/<session>                the best kernel's ancestry, with its verdicts
+  git log --all --oneline --graph           every candidate of every session
+  tig --all                                 the same, to browse
+  kbench log <session>                      candidates by generation, verdict per stage
+"""
+
+
+def give_head(git_dir: Path) -> None:
+    """Point HEAD at the index branch, creating its commit, and start the notes ref empty (a `notes.displayRef`
+    naming a ref that does not exist yet makes `git log` on a terminal warn "notes ref ... is invalid").
+    For a repository kbench has just created, before anyone else can see it."""
+    tree = gitio.run_git(git_dir, ["mktree"], input=b"").stdout.decode().strip()
+
+    def commit(message: str) -> str:
+        return gitio.run_git(git_dir, ["-c", "user.name=kbench", "-c", "user.email=kbench@kbench.invalid",
+                                       "commit-tree", tree, "-m", message]).stdout.decode().strip()
+    gitio.run_git(git_dir, ["update-ref", INDEX_BRANCH, commit(INDEX_MESSAGE), ""])
+    gitio.run_git(git_dir, ["symbolic-ref", "HEAD", INDEX_BRANCH])
+    gitio.run_git(git_dir, ["update-ref", NOTES_REF, commit("kbench notes: verdicts, measurements, overrides"), ""])
