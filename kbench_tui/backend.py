@@ -444,7 +444,7 @@ class Backend:
         from engine.export import plan_from_workspace, write_package
 
         plan = plan_from_workspace(self.ws, cid, name=name or None, force=force)
-        out = Path(out) if str(out) else Path(plan.name)
+        out = Path(out) if str(out) else Path(self.default_export_dir(cid))
         write_package(plan, out, overwrite=overwrite)
         self.ws.record_event(cid, "exported", {"out": str(out.resolve()), "name": plan.name, "forced": plan.forced,
                                                "backward": plan.backward.candidate_id if plan.backward else None},
@@ -452,11 +452,14 @@ class Backend:
         return out, list(plan.warnings) + list(plan.notes)
 
     def default_export_dir(self, cid: str) -> str:
+        """<workspace>/exports/<package name> (engine.workspace.default_export_dir), as `kbench export`."""
+        from engine.workspace import default_export_dir
         try:
             from engine.export.names import default_name
-            return str(Path.cwd() / default_name(self.task_of(self.ws.resolve(cid).session).name))
+            name = default_name(self.task_of(self.ws.resolve(cid).session).name)
         except Exception:  # noqa: BLE001
-            return str(Path.cwd() / "kbench_export")
+            name = "kbench_export"
+        return str(default_export_dir(self.ws.path, name))
 
 
 def stage_names() -> tuple[str, ...]:
