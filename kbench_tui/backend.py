@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from engine.errors import KbenchError
 from engine.evolve.resume import INFRA_FAILURE
+from engine.gpu_wait import WAITING_FOR_GPU, waiting_for_gpu
 from engine.verdict import STAGES, Status, Verdict
 
 EvaluatorFactory = Callable[[Any, str], Any]   # (task, direction) -> engine.evolve Evaluator
@@ -45,7 +46,7 @@ class SessionRow:
     generation: int | None
     best: str | None
     best_speedup: float | None
-    status: str                      # running / paused / idle
+    status: str                      # running / paused / waiting for a GPU (n) / idle
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,19 @@ def status_text(view: Any) -> str:
             return f"{s.status.value} {s.stage}{mark}"
     if st.speedup is not None:
         return f"ok{mark}"
+    if waiting_for_gpu(st):
+        return WAITING_FOR_GPU        # compiled without a GPU; measured by a run on a GPU machine
     if st.events and st.events[-1].event == INFRA_FAILURE:
-        return "infra error"          # the executor lost it; not judged (evaluated again on resume)
+        return "infrastructure failure"   # the executor lost it; not judged (evaluated again on resume)
     if not st.stages:
         return "pending"
     last = list(st.stages.values())[-1]
     return f"{last.stage} {last.status.value}{mark}"
+
+
+def waiting_count(views: list[Any]) -> int:
+    """How many of these candidates are compiled and waiting for a GPU (engine.gpu_wait)."""
+    return sum(1 for v in views if not v.problem and waiting_for_gpu(v.status))
 
 
 @dataclass(frozen=True)
@@ -225,10 +233,12 @@ class Backend:
             rows.append(TaskRow(t.name, tuple(t.directions), len(t.configs), ", ".join(t.tags)))
         return rows
 
-    def session_status(self, name: str) -> str:
+    def session_status(self, name: str, waiting: int = 0) -> str:
+        """running / paused while this app runs it; else "waiting for a GPU (n)" where n of its candidates are
+        compiled and queued for a GPU, else idle."""
         r = self.runners.get(name)
         if r is None or not r.running:
-            return "idle"
+            return f"{WAITING_FOR_GPU} ({waiting})" if waiting else "idle"
         return "paused" if r.paused else "running"
 
     def sessions(self, with_generations: bool = True) -> list[SessionRow]:
@@ -241,14 +251,16 @@ class Backend:
                     best_speedup = self.ws.view(s.best).status.speedup
                 except KbenchError:
                     pass
+            waiting = 0
             if with_generations and s.candidates:
                 views = self.ws.candidates(s.name, strict=False)
                 gen = max(v.record.generation for v in views) if views else None
+                waiting = waiting_count(views)
             elif s.best:
                 parsed = parse_candidate_id(s.best)
                 gen = parsed[1] if parsed else None
             rows.append(SessionRow(s.name, s.task, s.direction, s.proposer, s.candidates, gen, s.best,
-                                   best_speedup, self.session_status(s.name)))
+                                   best_speedup, self.session_status(s.name, waiting)))
         return rows
 
     def session_data(self, name: str) -> SessionData:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.common import check_config_names, workspace_path
+from engine.cli.evolve_summary import exit_code, summary_lines
 from engine.errors import KbenchError
 
 
@@ -186,9 +187,9 @@ def cmd_evolve(args: argparse.Namespace) -> int:
             print(f"{time.monotonic() - t0:8.1f}s  {e.line()}", flush=True)
 
     session.subscribe(show)
-    session.start()
     interrupted = False
     try:
+        session.start()      # inside: a Ctrl-C that comes before the first join still stops it cleanly
         while session.running:
             session.join(0.25)
     except KeyboardInterrupt:
@@ -206,16 +207,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     if session.error is not None:
         raise session.error      # `kbench: error: ...`, exit 2 (the session is resumable as it stands)
     if not args.json:
-        frac = stats.get("gpu_busy_fraction")
-        cph = stats.get("candidates_per_hour")
-        if cph:
-            busy = (f"GPU busy {(frac or 0) * 100:.0f}%" if stats.get("unmeasured", 0) < stats.get("completed", 0)
-                    else "no GPU visible to the evaluator, nothing was measured")
-            print(f"evaluated {stats.get('completed')} candidate(s): {cph:.0f}/hour, {busy}", flush=True)
-        print(f"resume with the same command; `kbench log {name}` lists the candidates", flush=True)
-    if interrupted:
-        return 130
-    return 0 if result is not None and result.completed else 1
+        print("\n".join(summary_lines(stats, result, name)), flush=True)
+    return exit_code(result, interrupted)
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:

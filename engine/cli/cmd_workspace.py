@@ -16,7 +16,9 @@ from engine.workspace.views import CandidateStatus
 MARKS = {Status.PASS: "+", Status.FAIL: "x", Status.SKIPPED: "-", Status.SUSPICIOUS: "?"}
 STAGE_ABBR = {"static": "st", "llm_verify": "llm", "compile": "cmp", "correctness": "cor", "timing": "tim",
               "integrity": "int", "profile": "prf"}
-LEGEND = "verdicts: + pass  x fail  - skipped  ? suspicious  . none  * overridden;  > best"
+LEGEND = ("verdicts: + pass  x fail  - skipped  ? suspicious  w waiting for a GPU  . none  * overridden;  "
+          "> best")
+WAITING_STAGES = ("correctness", "timing")   # what a candidate compiled without a GPU still waits for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,10 +85,16 @@ def _fmt_x(v: float | None) -> str:
 
 
 def _marks(status: CandidateStatus) -> list[str]:
+    from engine.gpu_wait import waiting_for_gpu
+
+    waiting = waiting_for_gpu(status)
     out = []
     for stage in STAGES:
         st = status.stages.get(stage)
-        out.append("." if st is None else MARKS.get(st.status, "?") + ("*" if st.overridden else ""))
+        if st is None:
+            out.append("w" if waiting and stage in WAITING_STAGES else ".")
+        else:
+            out.append(MARKS.get(st.status, "?") + ("*" if st.overridden else ""))
     return out
 
 
@@ -167,6 +175,10 @@ def _describe(ws: Workspace, view: CandidateView, show_prompt: bool) -> None:
         print("\nrationale")
         for line in r.rationale.splitlines():
             print(f"  {line}")
+    from engine.gpu_wait import HOW_TO_GO_ON, WAITING_FOR_GPU, waiting_for_gpu
+    if waiting_for_gpu(st):
+        print(f"state      {WAITING_FOR_GPU}: compiled where no GPU was visible; correctness and timing not "
+              f"measured yet ({HOW_TO_GO_ON.replace('them', 'it')})")
     print("\nverdicts")
     if not st.stages:
         print("  none yet")

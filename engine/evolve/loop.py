@@ -124,6 +124,7 @@ class EvolutionSession:
         self._stop_reason = ""
         self._t0 = 0.0
         self._thread: threading.Thread | None = None
+        self._finished = threading.Event()   # set when the background run has ended (see join)
         self._claim: Any = None              # this process's claim on the session (the one writer)
         self.result: ev.Stopped | None = None
         self.error: Exception | None = None  # a KbenchError that ended a background run (see start)
@@ -183,7 +184,7 @@ class EvolutionSession:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread is not None and not self._finished.is_set()
 
     def claim(self, take_over: bool = False, command: str = "kbench evolve") -> None:
         """Become the session's one writer (engine.workspace.writers) until the run ends. A front end calls
@@ -195,6 +196,7 @@ class EvolutionSession:
     def start(self) -> threading.Thread:
         """Run the loop on a background thread; returns it. Events tell what happens; a KbenchError that
         ends the run is kept in `error` (and in the Stopped event's reason), not printed as a traceback."""
+        self._finished.clear()
         self._thread = threading.Thread(target=self._run_in_thread, name=f"kbench-evolve-{self.session}",
                                         daemon=True)
         self._thread.start()
@@ -206,10 +208,15 @@ class EvolutionSession:
             self.run()
         except KbenchError as exc:
             self.error = exc
+        finally:
+            self._finished.set()
 
     def join(self, timeout: float | None = None) -> ev.Stopped | None:
+        """Wait for the background run to end (or `timeout`). An Event, not Thread.join: on Python 3.11 a
+        Thread.join interrupted by Ctrl-C leaves the thread looking finished while it still runs, and the CLI
+        then exited without waiting for the loop to stop and say so."""
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._finished.wait(timeout)
         return self.result
 
     # ---------------------------------------------------------------------------------------- run
@@ -236,7 +243,8 @@ class EvolutionSession:
             assert stopped is not None
             stopped = ev.Stopped(self.session, reason=stopped.reason, completed=stopped.completed,
                                  evaluated=self._evaluated, best=best.id if best else None,
-                                 best_speedup=best.speedup if best else None)
+                                 best_speedup=best.speedup if best else None,
+                                 waiting_for_gpu=len(self.population.waiting()))
             self.result = stopped
             self._emit(stopped)
         return stopped
@@ -338,7 +346,11 @@ class EvolutionSession:
             best = self.population.best()
             self._emit(ev.GenerationFinished(self.session, generation=gen, candidates=len(done),
                                              best=best.id if best else None,
-                                             best_speedup=best.speedup if best else None))
+                                             best_speedup=best.speedup if best else None,
+                                             waiting_for_gpu=sum(m.waiting for m in done)))
+            waiting = self._waiting_stop(gen, produced=bool(done))
+            if waiting is not None:
+                return waiting
             if not done and gen > 0 and not self.population.eligible():
                 last = next((m for m in reversed(list(self.population)) if m.failed_stage), None)
                 why = f" ({last.id} failed at {last.failed_stage}: {last.reason})" if last else ""
@@ -351,6 +363,24 @@ class EvolutionSession:
                 return self._stopping("generation 0 produced no candidate (no baseline, no translation)",
                                       completed=False)
             self.generation = gen + 1
+
+    def _waiting_stop(self, gen: int, produced: bool) -> ev.Stopped | None:
+        """After generation `gen`: stop where nothing is measured and nothing more may be queued (engine.gpu_wait:
+        one generation ahead of the measurements), saying what waits for a GPU and how to go on."""
+        from engine.gpu_wait import HOW_TO_GO_ON, WAITING_FOR_GPU
+
+        waiting = self.population.waiting()
+        if not waiting or self.population.eligible():
+            return None
+        if (gen < self.budgets.generations and (produced or gen == 0)
+                and self.population.queueable(before=gen + 1)):
+            self._emit(ev.Log(self.session, message=(
+                f"nothing is measured yet ({len(waiting)} candidate(s) {WAITING_FOR_GPU}): generation {gen + 1} "
+                "is proposed from them and compiled, then queued for a GPU")))
+            return None
+        newest = max(m.generation for m in waiting)
+        return self._stopping(f"{WAITING_FOR_GPU}: {len(waiting)} candidate(s) compiled and queued, up to "
+                              f"generation {newest}; {HOW_TO_GO_ON}", completed=False)
 
     def _stopping(self, reason: str, completed: bool) -> ev.Stopped:
         if self._flags.abandon.is_set():
@@ -396,7 +426,7 @@ class EvolutionSession:
     # ----------------------------------------------------------------------------------- filling
 
     def _target(self, gen: int) -> int:
-        if gen == 0 and self.use_baseline and self.task.baseline_dir(self.direction) is not None:
+        if gen == 0 and self._seeds_with_baseline():
             return 1
         return self.budgets.population
 
@@ -412,12 +442,22 @@ class EvolutionSession:
         cap = getattr(self.evaluator, "capacity", None)
         return not cap or len(self._in_flight) < cap
 
+    def _seeds_with_baseline(self) -> bool:
+        """Generation 0 is the task's baseline alone (not when --no-baseline: a population of one is then a
+        proposal, whatever its size)."""
+        return self.use_baseline and self.task.baseline_dir(self.direction) is not None
+
     def _fill_one(self, gen: int) -> ev.Stopped | None:
         """Fill one slot of generation `gen`: the baseline, or one proposal. Returns Stopped to end the run."""
-        if gen == 0 and self._target(0) == 1 and not self.population.in_generation(0):
+        if gen == 0 and self._seeds_with_baseline() and not self.population.in_generation(0):
             self._commit_baseline()
             return None
         el = self.population.eligible(before=gen)
+        pool = None
+        if not el and gen > 0:
+            # nothing measured (no GPU here): propose from parents waiting for a GPU, one generation ahead
+            pool = self.population.queueable(before=gen) or None
+            el = pool or []
         supported = frozenset(getattr(self.proposer, "operators", ()) or ()) or None
         op = self.policy.choose(self.rng, eligible=len(el) if gen > 0 else 0,
                                 failures=len(self.population.failures(before=gen)) if gen > 0 else 0,
@@ -434,7 +474,7 @@ class EvolutionSession:
                     "no eligible candidate to start from")))
             self._closed_gens.add(gen)
             return None
-        request, parents = self._request(op, gen)
+        request, parents = self._request(op, gen, pool)
         if request is None:
             self._attempts[gen] = self._attempts.get(gen, 0) + 1
             if op in ("mutate", "tune"):
@@ -468,16 +508,18 @@ class EvolutionSession:
         self._commit(proposal, gen, parents)
         return None
 
-    def _request(self, op: str, gen: int) -> tuple[ProposalRequest | None, list[Member]]:
+    def _request(self, op: str, gen: int, pool: list[Member] | None = None
+                 ) -> tuple[ProposalRequest | None, list[Member]]:
+        """`pool`: the parents to choose from where none is measured (members waiting for a GPU)."""
         skip = self._empty_parents.get(gen, set())
         parents: list[Member] = []
         feedback = ""
         if op in ("mutate", "tune"):
-            parents = self.population.select(self.rng, 1, exclude=skip, before=gen)
+            parents = self.population.select(self.rng, 1, exclude=skip, before=gen, pool=pool)
             if op == "mutate" and parents:
                 feedback = self._profile_feedback(parents[0])
         elif op == "crossover":
-            parents = self.population.select(self.rng, 2, exclude=skip, before=gen)
+            parents = self.population.select(self.rng, 2, exclude=skip, before=gen, pool=pool)
             if len(parents) < 2:
                 return None, []
         elif op == "repair":
@@ -715,6 +757,9 @@ class EvolutionSession:
             self._submit(m)
 
     def _record_outcome(self, m: Member, out: EvalOutcome) -> None:
+        if out.no_gpu:
+            self._record_waiting(m, out)
+            return
         if out.infra_error:
             self._record_infra_failure(m, out)
             return
@@ -749,6 +794,18 @@ class EvolutionSession:
         """Notes for the outcome's verdicts that were not already written as their stages finished."""
         done = self._recorded.pop(m.id, set())
         return [VerdictNote(v, now_iso()) for v in out.verdicts if v.stage not in done]
+
+    def _record_waiting(self, m: Member, out: EvalOutcome) -> None:
+        """Compiled where no GPU is visible: the stages that ran are kept, a `waiting_for_gpu` event says why the
+        rest did not, and no `evaluated` event is written, so the same command on a GPU machine measures it.
+        Not a failure and not the executor breaking: it does not count toward `infra_failures_in_a_row`."""
+        entries = self._unrecorded_verdicts(m, out)
+        entries.append(out.infra_event(executor=type(self.evaluator).__name__))
+        self.ws.record(m.id, entries)
+        m.state, m.eligible, m.speedup, m.waiting = DONE, False, None, True
+        m.failed_stage, m.reason = None, out.infra_error
+        self._emit(ev.CandidateEvaluated(self.session, candidate=m.id, generation=m.generation, speedup=None,
+                                         eligible=False, reason=out.infra_error, waiting_for_gpu=True))
 
     def _record_infra_failure(self, m: Member, out: EvalOutcome) -> None:
         """The executor lost the evaluation on every attempt (worker or node died): nothing is judged. The

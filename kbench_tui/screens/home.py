@@ -62,7 +62,8 @@ class HomeScreen(ThreadedMixin, Screen):
             cells.append((r.name, r.task, r.direction, r.proposer, str(r.candidates),
                           "-" if r.generation is None else str(r.generation), r.best or "-", sp, r.status))
         fill(t, ("session", "task", "direction", "proposer", "candidates", "gen", "best", "speedup", "status"), cells,
-             style={8: lambda v: {"running": "bold green", "paused": "yellow"}.get(v, "dim")})
+             style={8: lambda v: {"running": "bold green", "paused": "yellow"}.get(
+                 v, "cyan" if v.startswith("waiting") else "dim")})
         if rows:
             t.move_cursor(row=min(cur, len(rows) - 1))
         if not rows:
