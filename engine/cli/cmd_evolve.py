@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.cli.common import check_config_names, workspace_path
+from engine.cli.common import check_config_names, require_available, workspace_path
 from engine.cli.evolve_summary import exit_code, summary_lines
 from engine.errors import KbenchError
 
@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "command again to continue. Ctrl-C stops cleanly (twice: at once).")
     p.add_argument("task", help="built-in task name, task folder, or KernelBench .py")
     p.add_argument("--backward", action="store_true", help="evolve the backward direction")
-    p.add_argument("--proposer", choices=["anthropic", "tuner", "replay"], default="anthropic")
+    p.add_argument("--proposer", choices=["anthropic", "tuner", "replay", "human"], default="anthropic",
+                   help="human: each proposal opens $VISUAL / $EDITOR on a parent's files (a session of hand edits)")
     p.add_argument("--replay-from", metavar="DIR|SESSION", help="replay: a folder of candidates or a workspace session")
     p.add_argument("--generations", type=int, default=3, help="generations after generation 0 (default 3)")
     p.add_argument("--population", type=int, default=8, help="candidates per generation (default 8)")
@@ -133,7 +134,7 @@ def _proposer(args: argparse.Namespace, ws: Any, config: Any, ledger: Any):
         if not prop.available():
             raise KbenchError(prop.unavailable_reason() or "the anthropic proposer is not available")
         return prop
-    return make_proposer(args.proposer, config)
+    return require_available(make_proposer(args.proposer, config))
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:

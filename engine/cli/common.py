@@ -30,3 +30,11 @@ def check_config_names(task: Any, names: Iterable[str] | None, flag: str = "--co
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise KbenchError(f"{flag} {name}: task {task.name!r} ({task.root}) has no config of that name{hint}; "
                               f"its configs: {', '.join(known)}.")
+
+
+def require_available(proposer: Any) -> Any:
+    """The proposer, or bad input naming why it cannot run here (human without $VISUAL / $EDITOR)."""
+    if hasattr(proposer, "available") and not proposer.available():
+        why = proposer.unavailable_reason() if hasattr(proposer, "unavailable_reason") else ""
+        raise KbenchError(f"the {getattr(proposer, 'name', '?')} proposer cannot run: {why or 'not available'}")
+    return proposer

@@ -126,6 +126,7 @@ class EvolutionSession:
         self._thread: threading.Thread | None = None
         self._finished = threading.Event()   # set when the background run has ended (see join)
         self._claim: Any = None              # this process's claim on the session (the one writer)
+        self._created = False                # this run created the session (a failed start removes it)
         self.result: ev.Stopped | None = None
         self.error: Exception | None = None  # a KbenchError that ended a background run (see start)
 
@@ -236,6 +237,7 @@ class EvolutionSession:
             raise
         finally:
             self._shutdown()
+            self._discard_if_empty()
             claim, self._claim = self._claim, None
             if claim is not None:
                 claim.release()
@@ -248,6 +250,18 @@ class EvolutionSession:
             self.result = stopped
             self._emit(stopped)
         return stopped
+
+    def _discard_if_empty(self) -> None:
+        """A session this run created that holds no candidate (its start failed: the proposer stopped, an
+        error) is removed, so a failed start leaves no empty session behind."""
+        if not self._created or len(self.population):
+            return
+        try:
+            if self.ws.discard_empty_session(self.session):
+                self._emit(ev.Log(self.session, level="warning", message=(
+                    f"session {self.session} was not kept: nothing was committed to it")))
+        except Exception as exc:  # noqa: BLE001 - a cleanup failure must not hide why the run ended
+            self._emit(ev.Log(self.session, level="warning", message=f"could not remove the empty session: {exc}"))
 
     def _open(self) -> None:
         names = {s.name for s in self.ws.sessions()}
@@ -268,9 +282,12 @@ class EvolutionSession:
             finished = state.finished
             restore_search_state(self)
         else:
+            from engine.evolve.preflight import check_can_start
+            check_can_start(self.task, self.direction, self.proposer, self.policy, self.use_baseline)
             self.ws.start_session(self.session, self.task, direction=self.direction,
                                   proposer=getattr(self.proposer, "name", "unknown"), model=self.model,
                                   config=self.session_config)
+            self._created = True
             requeue, finished = [], 0
         self._t0 = self.clock()
         self._emit(ev.SessionStarted(self.session, task=self.task.name, direction=self.direction,

@@ -5,10 +5,9 @@ each with its own Workspace) may call it at once."""
 
 from __future__ import annotations
 
-import os
-
 import gc
 import json
+import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -167,6 +166,24 @@ class Workspace:
             wr.update_refs([gitio.RefUpdate(root_ref(name), root), gitio.RefUpdate(branch_ref(name), root)],
                            f"kbench: start session {name}")
         return self.session(name)
+
+    def discard_empty_session(self, name: str) -> bool:
+        """Remove a session that holds no candidate (a start that failed before its first commit), so a failed
+        start leaves nothing behind. Its root commit stays in the object store until git gc; nothing is
+        removed where any candidate exists. True where it was removed."""
+        wr = self._repo
+        with wr.writing(), writers.write_guard(self.git_dir, name):
+            if set(wr.refs(f"{CANDIDATE_NS}{name}/")) - {root_ref(name)}:
+                return False
+            refs = {r: wr.ref(r) for r in (root_ref(name), branch_ref(name))}
+            body = "".join(f"delete {r} {sha}\n" for r, sha in refs.items() if sha)
+            if not body:
+                return False
+            gitio.run_git(wr.git_dir, ["update-ref", "-m", f"kbench: discard empty session {name}", "--stdin"],
+                          input=body.encode())
+        for cache in (self._roots, self._task_entries, self._counters):
+            cache.pop(name, None)
+        return True
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first, with its candidate count and current best."""
