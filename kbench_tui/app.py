@@ -29,6 +29,7 @@ class KbenchApp(ThreadedMixin, App):
         self._counts: dict[str, dict[str, int]] = {}
 
     def on_mount(self) -> None:
+        self.backend.editor_runner = self.run_editor
         if self.keymap_overrides:
             self.set_keymap(self.keymap_overrides)
         from kbench_tui.screens.home import HomeScreen
@@ -36,6 +37,24 @@ class KbenchApp(ThreadedMixin, App):
 
     def on_unmount(self) -> None:
         self.backend.close()
+
+    def run_editor(self, cmd: list[str], **kw: Any) -> Any:
+        """Run $EDITOR from any thread (a human proposer runs on the loop's): on the UI thread, with the screen
+        suspended so the editor has the terminal; headless (tests), plainly."""
+        import subprocess
+        import threading
+
+        from textual.app import SuspendNotSupported
+
+        def run() -> Any:
+            try:
+                with self.suspend():
+                    return subprocess.run(cmd, **kw)
+            except SuspendNotSupported:
+                return subprocess.run(cmd, **kw)
+        if threading.get_ident() == self._thread_id:
+            return run()
+        return self.call_from_thread(run)
 
     def workspace_label(self) -> str:
         p = self.backend.ws.path
@@ -79,11 +98,14 @@ class KbenchApp(ThreadedMixin, App):
     def resume_session(self, session: str) -> Any:
         info = self.backend.session_info(session)
         cfg = info.config or {}
-        proposer = info.proposer if info.proposer in ("anthropic", "tuner") else "tuner"
+        proposer = info.proposer if info.proposer in ("anthropic", "tuner", "replay", "human") else "tuner"
+        if proposer == "replay" and not cfg.get("replay_from"):
+            proposer = "tuner"              # a replay started elsewhere: its source is not recorded
         return self.backend.start_evolution(task=info.task, direction=info.direction, proposer=proposer,
                                             generations=int(cfg.get("generations", 3)),
                                             population=int(cfg.get("population", 4)),
-                                            usd=cfg.get("budget_usd"), session=session, on_event=self._on_engine)
+                                            usd=cfg.get("budget_usd"), session=session, on_event=self._on_engine,
+                                            replay_from=cfg.get("replay_from"))
 
     def counts(self, session: str) -> dict[str, int]:
         """Candidates committed and evaluated by this app's runs of `session` (from the events)."""

@@ -24,7 +24,7 @@ from engine.verdict import STAGES, Status, Verdict
 
 EvaluatorFactory = Callable[[Any, str], Any]   # (task, direction) -> engine.evolve Evaluator
 
-PROPOSERS = ("anthropic", "tuner", "human")
+PROPOSERS = ("anthropic", "tuner", "replay", "human")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,12 @@ class TaskRow:
     configs: int
     tags: str
     error: str = ""
+    ref: str = ""                    # what to start a session with: the name, or the folder of a $KBENCH_TASKS task
+    folder: str = ""                 # set for the user's own tasks ($KBENCH_TASKS), shown beside the name
+
+    @property
+    def key(self) -> str:
+        return self.ref or self.name
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,7 @@ class Backend:
         self._evaluator_factory = evaluator_factory or default_evaluator_factory
         self._gpus = gpus
         self._editor_run = editor_run
+        self.editor_runner: Callable[..., Any] | None = None   # the app's: runs $EDITOR with the screen suspended
         self.config_error = ""
         if config is None:
             from engine.config import ConfigError, load_config
@@ -208,29 +215,29 @@ class Backend:
         return "" if self.llm_available() else NO_KEY_MESSAGE
 
     def proposer_choices(self) -> list[tuple[str, bool, str]]:
-        """(name, available, reason when not)."""
-        out = []
-        for name in PROPOSERS:
-            if name == "anthropic":
-                out.append((name, self.llm_available(), self.llm_notice()))
-            elif name == "human":
-                out.append((name, False, "Hand edits are per candidate: press E on a candidate."))
-            else:
-                out.append((name, True, ""))
-        return out
+        """(name, available, a note: the reason when not available, what it needs when it is)."""
+        from kbench_tui.session_proposers import choices
+        return choices(self)
 
     # ------------------------------------------------------------------------------ listings
 
     def tasks(self) -> list[TaskRow]:
-        from engine.tasks.loader import builtin_task_names, builtin_tasks_dir, load_task
+        """The built-in tasks, then the user's own from the folders in $KBENCH_TASKS (engine.task_catalog)."""
+        import warnings
+
+        from engine.task_catalog import catalog
+        from engine.tasks.loader import load_task
         rows = []
-        for name in builtin_task_names():
+        for e in catalog():
+            folder = "" if e.builtin else str(e.path)
             try:
-                t = load_task(builtin_tasks_dir() / name)
+                with warnings.catch_warnings():     # TaskWarnings are the CLI's to print; here, not on the screen
+                    warnings.simplefilter("ignore")
+                    t = load_task(e.path)
             except KbenchError as exc:
-                rows.append(TaskRow(name, (), 0, "", str(exc)))
+                rows.append(TaskRow(e.name, (), 0, "", str(exc), e.ref, folder))
                 continue
-            rows.append(TaskRow(t.name, tuple(t.directions), len(t.configs), ", ".join(t.tags)))
+            rows.append(TaskRow(e.name, tuple(t.directions), len(t.configs), ", ".join(t.tags), "", e.ref, folder))
         return rows
 
     def session_status(self, name: str, waiting: int = 0) -> str:
@@ -298,11 +305,13 @@ class Backend:
 
     def start_evolution(self, *, task: str, direction: str, proposer: str, generations: int, population: int,
                         usd: float | None = None, session: str | None = None,
-                        on_event: Callable[[Any], None] | None = None, paused: bool = False) -> Any:
+                        on_event: Callable[[Any], None] | None = None, paused: bool = False,
+                        replay_from: str | None = None) -> Any:
         """Create (or resume) a session and start its loop on a background thread. Events go to `on_event`
         (called on the loop's thread)."""
         from engine.evolve.loop import Budgets, EvolutionSession
         from engine.evolve.operators import default_policy
+        from engine.evolve.preflight import check_can_start
         from engine.proposers import make_proposer
         from engine.tasks.loader import load_task
 
@@ -323,7 +332,8 @@ class Backend:
         elif proposer == "tuner":
             prop = make_proposer("tuner", self.config)
         else:
-            raise KbenchError(f"the {proposer} proposer cannot drive a session from the app")
+            from kbench_tui.session_proposers import offline_proposer
+            prop = offline_proposer(proposer, self, replay_from)
         evaluator = self._make_evaluator(t, direction)
         from engine.evolve.checks import session_checks
         es = EvolutionSession(self.ws, name, t, prop, evaluator, direction=direction,
@@ -332,7 +342,8 @@ class Backend:
                               checks=session_checks(self.config.eval.library_policy),
                               model=self.config.llm.model if proposer == "anthropic" else None,
                               session_config={"generations": generations, "population": population,
-                                              "budget_usd": usd, "started_from": "tui"})
+                                              "budget_usd": usd, "started_from": "tui",
+                                              **({"replay_from": replay_from} if replay_from else {})})
         if on_event is not None:
             es.subscribe(on_event)
 
@@ -341,6 +352,7 @@ class Backend:
                 threading.Thread(target=ev.close, kwargs={"wait": True}, daemon=True).start()
         es.subscribe(closer)
         try:
+            check_can_start(t, direction, prop, es.policy, es.use_baseline)   # said in the form, nothing written
             es.claim(command="kbench app")   # the one writer of the session, or a refusal naming the one there is
         except KbenchError:
             evaluator.close(wait=False)

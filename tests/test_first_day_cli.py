@@ -183,3 +183,70 @@ def test_plain_git_log_opens_a_new_workspace(tmp_path, capsys):
     status = run("status", "--porcelain")
     assert status.returncode == 0 and status.stdout == ""    # the index commit's tree is empty: nothing to check out
     assert run("symbolic-ref", "HEAD").stdout.strip() == "refs/heads/index"
+
+
+def test_profile_says_there_is_no_gpu(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")            # no GPU, whatever this machine has
+    rc, out, err = cli(capsys, "profile", "softmax", str(BASELINE))
+    assert rc == 3 and out == ""
+    assert err.startswith("kbench: no CUDA GPU is visible: profiling") and "nothing was built or run" in err
+    rc, out, err = cli(capsys, "profile", "softmax", str(BASELINE), "--json")
+    assert rc == 3 and '"status": "skipped"' in out
+
+
+def test_human_is_a_real_proposer_choice(tmp_path, capsys, monkeypatch):
+    """`--proposer human` is accepted; each proposal runs $EDITOR (here a script that appends a line)."""
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.delenv("EDITOR", raising=False)
+    ws = str(tmp_path / "ws")
+    args = ["--workspace", ws, "evolve", "gelu_bias", "--proposer", "human", "--generations", "1",
+            "--population", "1", "--fake-evaluator"]
+    rc, out, err = cli(capsys, *args)
+    assert rc == 2 and "the human proposer cannot run: Set $VISUAL or $EDITOR" in err
+    editor = tmp_path / "editor.py"
+    editor.write_text("import sys\nopen(sys.argv[1], 'a').write('\\n// made faster by hand\\n')\n")
+    monkeypatch.setenv("EDITOR", f"{sys.executable} {editor}")
+    rc, out, err = cli(capsys, *args)
+    assert rc == 0, out + err
+    from engine.workspace import Workspace
+    with Workspace.open(ws) as w:
+        views = w.candidates("gelu_bias-fwd-human")
+        assert [v.record.operator for v in views] == ["baseline", "mutate"]
+        assert views[1].record.proposer == "human"
+        assert "made faster by hand" in w.files(views[1].id).files["kernel.cu"]
+
+
+def test_a_start_that_cannot_fill_generation_0_writes_nothing(tmp_path, capsys):
+    ws = tmp_path / "ws"
+    rc, out, err = cli(capsys, "--workspace", str(ws), "evolve", "gelu_bias", "--proposer", "tuner",
+                       "--no-baseline", "--fake-evaluator")
+    assert rc == 2 and "the tuner proposer cannot start this session" in err and "Traceback" not in err
+    rc, out, err = cli(capsys, "--workspace", str(ws), "sessions")
+    assert "no sessions yet" in out
+
+
+def test_a_session_that_fails_before_its_first_commit_is_removed(tmp_path):
+    """The proposer stops at its first proposal (an LLM refusing, say): the session it created is removed."""
+    from engine.evolve.executor import FakeEvaluator
+    from engine.evolve.loop import Budgets, EvolutionSession
+    from engine.proposers.base import Proposal, ProposalStatus
+    from engine.workspace import Workspace
+
+    class Stops:
+        name = "stopper"
+        operators = frozenset({"translate"})
+
+        def propose(self, request):
+            return Proposal(ProposalStatus.STOP, self.name, request.operator, reason="no credit left")
+
+    task = load_task("gelu_bias")
+    with Workspace.create(tmp_path / "ws") as ws:
+        fake = FakeEvaluator(task)
+        events = []
+        s = EvolutionSession(ws, "gone", task, Stops(), fake, use_baseline=False, budgets=Budgets(population=1))
+        s.subscribe(events.append)
+        stopped = s.run()
+        fake.close()
+        assert "the proposer stopped: no credit left" in stopped.reason
+        assert ws.sessions() == []
+        assert any(e.kind == "Log" and "session gone was not kept" in e.message for e in events)
