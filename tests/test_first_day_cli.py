@@ -250,3 +250,26 @@ def test_a_session_that_fails_before_its_first_commit_is_removed(tmp_path):
         assert "the proposer stopped: no credit left" in stopped.reason
         assert ws.sessions() == []
         assert any(e.kind == "Log" and "session gone was not kept" in e.message for e in events)
+
+
+def test_readme_bring_your_own_task_example_loads(tmp_path):
+    """The README's example task is a real one: it loads without a warning and its reference runs."""
+    import re
+    import warnings
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Bring your own task"):]
+    section = section[:section.index("\n## ", 5)]
+    assert "docs/formats.md" in section and "KBENCH_TASKS" in section
+    blocks = dict((kind, body) for kind, body in re.findall(r"```(python|toml)\n(.*?)```", section, re.S))
+    folder = tmp_path / "scaled_tanh"
+    folder.mkdir()
+    (folder / "reference.py").write_text(blocks["python"])
+    (folder / "task.toml").write_text(blocks["toml"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        task = load_task(folder)
+    assert [c.name for c in task.configs] == ["odd", "wide", "bench"]
+    from engine.integrity.check_task import check_task
+    rows = check_task(task, seeds=1, device="cpu", configs=["odd"])
+    assert rows[0].checked and not rows[0].degenerate
