@@ -128,8 +128,8 @@ class KbenchApp(ThreadedMixin, App):
         counts = self.counts(session)
         if e.kind == "CandidateCommitted":
             counts["committed"] += 1
-        elif e.kind == "CandidateEvaluated":
-            counts["evaluated"] += 1
+        elif e.kind == "CandidateEvaluated" and not getattr(e, "waiting_for_gpu", False):
+            counts["evaluated"] += 1         # a candidate waiting for a GPU is compiled, not evaluated
         for s in list(self.screen_stack):
             if hasattr(s, "engine_event"):
                 s.engine_event(e)

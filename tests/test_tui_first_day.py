@@ -118,8 +118,13 @@ def test_override_warning_clears_and_no_none_in_the_override_screen(demo):
         await pilot.press("o")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "OverrideScreen")
         ov = app.screen
+        assert ov.query_one("#ov-to").value == "pass"               # static failed: passing it is what's likely
+        ov.query_one("#ov-stage").value = "compile"                 # (no verdict: `none`)
+        ov.query_one("#ov-stage").value = "static"
+        await pilot.pause(0.05)
         ov.query_one("#ov-stage").value = "timing"                  # a stage without any verdict
-        ov.query_one("#ov-to").value = "pass"
+        await pilot.pause(0.05)
+        assert ov.query_one("#ov-to").value == "pass"
         await pilot.press("ctrl+s")                                 # no reason yet
         await pilot.pause(0.05)
         assert "An override needs a reason." in screen_text(app)
@@ -262,7 +267,8 @@ def test_home_says_waiting_for_a_gpu(tmp_path, monkeypatch):
         await wait_until(pilot, lambda: not r.running, timeout=30)
         await wait_until(pilot, lambda: s.loaded and len(s.data.views) == 3)
         s.update_progress()
-        assert "[waiting for a GPU (3)]" in str(s.query_one("#progress").text)
+        progress = str(s.query_one("#progress").text)
+        assert "[waiting for a GPU (3)]" in progress and "evaluated 0" in progress   # compiled, not evaluated
         assert screen_text(app).count("waiting for a GPU") >= 3      # the lineage's status column
         await pilot.press("escape")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "HomeScreen")

@@ -16,15 +16,15 @@ from engine.workspace.records import BRANCH_NS, NOTES_REF
 INDEX_BRANCH = "refs/heads/index"
 INDEX_MESSAGE = f"""kbench workspace
 
-Every candidate kernel is a commit, kept by a ref refs/kbench/<session>/<candidate>; its parents are its
-evolutionary parents. The branch {BRANCH_NS.removeprefix('refs/heads/')}<session> follows each session's best
-candidate. Verdicts, measurements and overrides are git notes in refs/notes/kbench (shown by git log).
+Every candidate kernel is a commit, kept by a ref refs/kbench/<session>/<candidate>; its parents are
+its evolutionary parents. The branch {BRANCH_NS.removeprefix('refs/heads/')}<session> follows each session's best
+candidate. Verdicts, measurements and overrides are git notes in refs/notes/kbench (git log shows them).
 
-  git branch --list 'sessions/*'            the sessions
-  git log sessions/<session>                the best kernel's ancestry, with its verdicts
-  git log --all --oneline --graph           every candidate of every session
-  tig --all                                 the same, to browse
-  kbench log <session>                      candidates by generation, verdict per stage
+  git branch --list 'sessions/*'                      the sessions
+  git log sessions/<session>                          the best kernel's ancestry, with its verdicts
+  git log --oneline --graph --glob='refs/kbench/*'    every candidate of every session
+  tig --glob='refs/kbench/*'                          the same, to browse
+  kbench log <session>                                candidates by generation, verdict per stage
 """
 
 

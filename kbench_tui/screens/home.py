@@ -75,7 +75,8 @@ class HomeScreen(ThreadedMixin, Screen):
     def done_tasks(self, rows) -> None:
         fill(self.query_one("#tasks", DataTable), ("task", "directions", "configs", "tags"),
              [(r.name, "+".join(r.directions) or "broken", str(r.configs),
-               (r.tags or r.error[:60]) + (f"  ($KBENCH_TASKS: {r.folder})" if r.folder else "")) for r in rows],
+               ((r.tags or r.error[:60]) + (f"  ($KBENCH_TASKS: {r.folder})" if r.folder else "")).strip())
+              for r in rows],
              keys=[r.key for r in rows])
         self.tasks_loaded = True
 
