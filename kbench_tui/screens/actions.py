@@ -54,7 +54,7 @@ class CandidateActions:
         if step == "session":
             self.log_line(f"{cid}: the running session re-reads it (and evaluates it if it may now go on)")
         elif step == "evaluate":
-            self.log_line(f"{cid} is no longer blocked: queued for evaluation")
+            self.log_line(f"{cid}: nothing blocks it and it has no measurement: queued for evaluation")
             self.start_reevaluate(cid)
 
     # -- re-evaluate
