@@ -273,3 +273,21 @@ def test_readme_bring_your_own_task_example_loads(tmp_path):
     from engine.integrity.check_task import check_task
     rows = check_task(task, seeds=1, device="cpu", configs=["odd"])
     assert rows[0].checked and not rows[0].degenerate
+
+
+def test_init_workspace_gives_an_older_workspace_a_head(tmp_path, capsys):
+    """A workspace made before new ones got a HEAD: `kbench init-workspace` adds the index branch and points
+    HEAD at it, touching no other ref; run again, it has nothing to do."""
+    path = tmp_path / "old"
+    assert cli(capsys, "--workspace", str(path), "init-workspace")[0] == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    git = lambda *a: subprocess.run(["git", *a], cwd=path, capture_output=True, text=True, env=env)  # noqa: E731
+    git("symbolic-ref", "HEAD", "refs/heads/master")          # as `git init` left the older ones
+    git("update-ref", "-d", "refs/heads/index")
+    notes = git("rev-parse", "refs/notes/kbench").stdout
+    assert git("log").returncode != 0
+    rc, out, err = cli(capsys, "--workspace", str(path), "init-workspace")
+    assert rc == 0 and "HEAD is now the branch 'index'" in out
+    assert git("log").returncode == 0 and git("rev-parse", "refs/notes/kbench").stdout == notes
+    rc, out, err = cli(capsys, "--workspace", str(path), "init-workspace")
+    assert rc == 0 and "HEAD is now" not in out

@@ -104,8 +104,13 @@ def _title(subject: str) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from engine.workspace.head import ensure_head
+
     with Workspace.create(_path(args), adopt=args.adopt) as ws:
         print(f"workspace ready at {ws.path}")
+        # a workspace made before kbench gave new ones a HEAD (an adopted repository's HEAD is its owner's)
+        if not args.adopt and ensure_head(ws.git_dir):
+            print("HEAD is now the branch 'index': plain `git log` and tig open the workspace")
     return 0
 
 

@@ -32,11 +32,29 @@ def give_head(git_dir: Path) -> None:
     """Point HEAD at the index branch, creating its commit, and start the notes ref empty (a `notes.displayRef`
     naming a ref that does not exist yet makes `git log` on a terminal warn "notes ref ... is invalid").
     For a repository kbench has just created, before anyone else can see it."""
-    tree = gitio.run_git(git_dir, ["mktree"], input=b"").stdout.decode().strip()
+    _index(git_dir)
+    gitio.run_git(git_dir, ["update-ref", NOTES_REF, _empty_commit(git_dir, "kbench notes: verdicts, measurements, "
+                                                                           "overrides"), ""])
 
-    def commit(message: str) -> str:
-        return gitio.run_git(git_dir, ["-c", "user.name=kbench", "-c", "user.email=kbench@kbench.invalid",
-                                       "commit-tree", tree, "-m", message]).stdout.decode().strip()
-    gitio.run_git(git_dir, ["update-ref", INDEX_BRANCH, commit(INDEX_MESSAGE), ""])
+
+def ensure_head(git_dir: Path) -> bool:
+    """For a workspace made before it had a HEAD (`kbench init-workspace` on an existing one): where HEAD names
+    no commit, create the index branch and point HEAD at it. Touches no existing ref. True where it did."""
+    if gitio.run_git(git_dir, ["rev-parse", "--verify", "-q", "HEAD"], check=False).returncode == 0:
+        return False
+    if gitio.run_git(git_dir, ["rev-parse", "--verify", "-q", INDEX_BRANCH], check=False).returncode == 0:
+        gitio.run_git(git_dir, ["symbolic-ref", "HEAD", INDEX_BRANCH])
+        return True
+    _index(git_dir)
+    return True
+
+
+def _empty_commit(git_dir: Path, message: str) -> str:
+    tree = gitio.run_git(git_dir, ["mktree"], input=b"").stdout.decode().strip()
+    return gitio.run_git(git_dir, ["-c", "user.name=kbench", "-c", "user.email=kbench@kbench.invalid",
+                                   "commit-tree", tree, "-m", message]).stdout.decode().strip()
+
+
+def _index(git_dir: Path) -> None:
+    gitio.run_git(git_dir, ["update-ref", INDEX_BRANCH, _empty_commit(git_dir, INDEX_MESSAGE), ""])
     gitio.run_git(git_dir, ["symbolic-ref", "HEAD", INDEX_BRANCH])
-    gitio.run_git(git_dir, ["update-ref", NOTES_REF, commit("kbench notes: verdicts, measurements, overrides"), ""])
