@@ -54,13 +54,18 @@ def test_ctrl_c_stops_and_leaves_it_resumable(tmp_path):
     # to the end and exited 0: the old flaky `assert 0 == 130`)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    seen = ""
-    while "evaluated gelu_bias-fwd-tuner-g1" not in seen:
-        line = proc.stdout.readline()
-        assert line, f"evolve ended before generation 1 was evaluated: {seen}{proc.stderr.read()}"
-        seen += line
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    try:
+        seen = ""
+        while "evaluated gelu_bias-fwd-tuner-g1" not in seen:
+            line = proc.stdout.readline()
+            assert line, f"evolve ended before generation 1 was evaluated: {seen}{proc.stderr.read()}"
+            seen += line
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:      # held evaluations never end by themselves: leave no process behind
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130, err
     assert "stopping" in err and "stopped: stopped by request" in out
     del env["KBENCH_FAKE_EVAL_HOLD_AFTER"]
