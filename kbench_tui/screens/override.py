@@ -51,9 +51,6 @@ class OverrideScreen(ModalScreen[dict | None]):
             self.query_one("#ov-error", Static).update("")      # the warning is answered: a reason is there
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        if event.select.id == "ov-stage":       # the likely new status: the other one
-            now = dict(self.stages).get(event.value, "")
-            self.query_one("#ov-to", Select).value = "fail" if now == "pass" else "pass"
         self._note()
 
     def _note(self) -> None:
