@@ -33,7 +33,7 @@ class SessionDefaults:
 
 
 DEFAULTS = SessionDefaults()
-SESSION_PROPOSERS = ("anthropic", "openai", "tuner", "replay")
+SESSION_PROPOSERS = ("anthropic", "openai", "tuner", "replay", "human")
 
 
 @dataclass(frozen=True)
@@ -261,30 +261,36 @@ class SessionService:
     # ------------------------------------------------------------------------------ start / resume
 
     def start(self, spec: SessionSpec, *, on_event: Callable[[Any], None] | None = None, paused: bool = False,
-              on_unavailable: str = "stop", sequential: bool = False, background: bool = True) -> RunningSession:
+              on_unavailable: str = "stop", sequential: bool = False, background: bool = True,
+              proposer: Any = None) -> RunningSession:
         """Build and start (on its own thread, unless `background` is False) the session the spec describes;
-        a session of that name is resumed. Events go to `on_event` on the loop's thread."""
+        a session of that name is resumed. Events go to `on_event` on the loop's thread. `proposer`: one the
+        front end built itself (the app's human proposer, whose editor the app must run)."""
         from engine.evolve.loop import Budgets, EvolutionSession
         from engine.evolve.operators import OperatorPolicy
         from engine.llm.accounting import CostLedger
 
         from engine.evolve.checks import session_checks
 
+        from engine.evolve.preflight import check_can_start
+
         plan = self.describe(spec)
+        ledger = CostLedger(None)   # the loop enforces the session budget, counting what earlier runs spent
+        proposer = proposer if proposer is not None else self._proposer(plan, ledger)
+        policy = OperatorPolicy(weights=dict(plan.operators),
+                                seed_operator="" if plan.proposer == "tuner" else "translate")
+        if not plan.resumed:   # a session that could hold no candidate is refused before anything is written
+            check_can_start(plan.task, plan.direction, proposer, policy, plan.use_baseline)
         # The session's one writer until it is closed: a second writer is refused here, naming the holder,
-        # before any evaluator or LLM client exists.
+        # before any evaluator exists.
         claim = self.ws.claim(plan.name, _COMMANDS.get(spec.started_from, f"kbench {spec.started_from}"),
                               take_over=spec.take_over)
         try:
-            ledger = CostLedger(None)   # the loop enforces the session budget, counting what earlier runs spent
-            proposer = self._proposer(plan, ledger)
             verifier = self._verifier(plan, ledger, proposer) if plan.verify else None
             evaluator = self._evaluator(plan.task, plan.direction, sequential)
         except BaseException:
             claim.release()
             raise
-        policy = OperatorPolicy(weights=dict(plan.operators),
-                                seed_operator="" if plan.proposer == "tuner" else "translate")
         es = EvolutionSession(
             self.ws, plan.name, plan.task, proposer, evaluator, direction=plan.direction,
             budgets=Budgets(generations=plan.generations, population=plan.population, usd=plan.usd,
@@ -339,7 +345,11 @@ class SessionService:
             if source in {s.name for s in self.ws.sessions()}:
                 return ReplayProposer.from_workspace(self.ws, source)
             return ReplayProposer.from_directory(source)
-        return make_proposer(plan.proposer, self.config)
+        prop = make_proposer(plan.proposer, self.config)
+        if hasattr(prop, "available") and not prop.available():   # human without $VISUAL / $EDITOR
+            why = prop.unavailable_reason() if hasattr(prop, "unavailable_reason") else ""
+            raise KbenchError(f"the {plan.proposer} proposer cannot run: {why or 'not available'}")
+        return prop
 
     def _verifier(self, plan: SessionPlan, ledger: Any, proposer: Any) -> Callable[[Any], Any]:
         from engine.llm.verifiers import verify

@@ -29,6 +29,7 @@ class KbenchApp(ThreadedMixin, App):
         self._counts: dict[str, dict[str, int]] = {}
 
     def on_mount(self) -> None:
+        self.backend.editor_runner = self.run_editor
         if self.keymap_overrides:
             self.set_keymap(self.keymap_overrides)
         from kbench_tui.screens.home import HomeScreen
@@ -36,6 +37,24 @@ class KbenchApp(ThreadedMixin, App):
 
     def on_unmount(self) -> None:
         self.backend.close()
+
+    def run_editor(self, cmd: list[str], **kw: Any) -> Any:
+        """Run $EDITOR from any thread (a human proposer runs on the loop's): on the UI thread, with the screen
+        suspended so the editor has the terminal; headless (tests), plainly."""
+        import subprocess
+        import threading
+
+        from textual.app import SuspendNotSupported
+
+        def run() -> Any:
+            try:
+                with self.suspend():
+                    return subprocess.run(cmd, **kw)
+            except SuspendNotSupported:
+                return subprocess.run(cmd, **kw)
+        if threading.get_ident() == self._thread_id:
+            return run()
+        return self.call_from_thread(run)
 
     def workspace_label(self) -> str:
         p = self.backend.ws.path
@@ -101,8 +120,8 @@ class KbenchApp(ThreadedMixin, App):
         counts = self.counts(session)
         if e.kind == "CandidateCommitted":
             counts["committed"] += 1
-        elif e.kind == "CandidateEvaluated":
-            counts["evaluated"] += 1
+        elif e.kind == "CandidateEvaluated" and not getattr(e, "waiting_for_gpu", False):
+            counts["evaluated"] += 1         # a candidate waiting for a GPU is compiled, not evaluated
         for s in list(self.screen_stack):
             if hasattr(s, "engine_event"):
                 s.engine_event(e)

@@ -21,11 +21,12 @@ from typing import Any, Callable
 
 from engine.errors import KbenchError
 from engine.evolve.resume import INFRA_FAILURE
+from engine.gpu_wait import WAITING_FOR_GPU, waiting_for_gpu
 from engine.verdict import STAGES, Status, Verdict
 
 EvaluatorFactory = Callable[[Any, str], Any]   # (task, direction) -> engine.evolve Evaluator
 
-PROPOSERS = ("anthropic", "tuner", "human")      # the first is the LLM proposer of [llm] provider
+PROPOSERS = ("anthropic", "tuner", "replay", "human")      # the first is the LLM proposer of [llm] provider
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ class TaskRow:
     configs: int
     tags: str
     error: str = ""
+    ref: str = ""                    # what to start a session with: the name, or the folder of a $KBENCH_TASKS task
+    folder: str = ""                 # set for the user's own tasks ($KBENCH_TASKS), shown beside the name
+
+    @property
+    def key(self) -> str:
+        return self.ref or self.name
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class SessionRow:
     generation: int | None
     best: str | None
     best_speedup: float | None
-    status: str                      # running / paused / idle
+    status: str                      # running / paused / waiting for a GPU (n) / idle
 
 
 @dataclass(frozen=True)
@@ -96,12 +103,19 @@ def status_text(view: Any) -> str:
             return f"{s.status.value} {s.stage}{mark}"
     if st.speedup is not None:
         return f"ok{mark}"
+    if waiting_for_gpu(st):
+        return WAITING_FOR_GPU        # compiled without a GPU; measured by a run on a GPU machine
     if st.events and st.events[-1].event == INFRA_FAILURE:
-        return "infra error"          # the executor lost it; not judged (evaluated again on resume)
+        return "infrastructure failure"   # the executor lost it; not judged (evaluated again on resume)
     if not st.stages:
         return "pending"
     last = list(st.stages.values())[-1]
     return f"{last.stage} {last.status.value}{mark}"
+
+
+def waiting_count(views: list[Any]) -> int:
+    """How many of these candidates are compiled and waiting for a GPU (engine.gpu_wait)."""
+    return sum(1 for v in views if not v.problem and waiting_for_gpu(v.status))
 
 
 @dataclass(frozen=True)
@@ -141,6 +155,7 @@ class Backend:
         self._evaluator_factory = evaluator_factory or default_evaluator_factory
         self._gpus = gpus
         self._editor_run = editor_run
+        self.editor_runner: Callable[..., Any] | None = None   # the app's: runs $EDITOR with the screen suspended
         self.config_error = ""
         if config is None:
             from engine.config import ConfigError, load_config
@@ -205,36 +220,37 @@ class Backend:
         return self.service.llm_notice()
 
     def proposer_choices(self) -> list[tuple[str, bool, str]]:
-        """(name, available, reason when not)."""
-        out = []
-        for name in PROPOSERS:
-            if name == "anthropic":
-                name = self.service.llm_proposer()       # anthropic, or openai for an OpenAI-compatible endpoint
-                out.append((name, self.llm_available(), self.llm_notice()))
-            elif name == "human":
-                out.append((name, False, "Hand edits are per candidate: press E on a candidate."))
-            else:
-                out.append((name, True, ""))
-        return out
+        """(name, available, a note: the reason when not available, what it needs when it is)."""
+        from kbench_tui.session_proposers import choices
+        return choices(self)
 
     # ------------------------------------------------------------------------------ listings
 
     def tasks(self) -> list[TaskRow]:
-        from engine.tasks.loader import builtin_task_names, builtin_tasks_dir, load_task
+        """The built-in tasks, then the user's own from the folders in $KBENCH_TASKS (engine.task_catalog)."""
+        import warnings
+
+        from engine.task_catalog import catalog
+        from engine.tasks.loader import load_task
         rows = []
-        for name in builtin_task_names():
+        for e in catalog():
+            folder = "" if e.builtin else str(e.path)
             try:
-                t = load_task(builtin_tasks_dir() / name)
+                with warnings.catch_warnings():     # TaskWarnings are the CLI's to print; here, not on the screen
+                    warnings.simplefilter("ignore")
+                    t = load_task(e.path)
             except KbenchError as exc:
-                rows.append(TaskRow(name, (), 0, "", str(exc)))
+                rows.append(TaskRow(e.name, (), 0, "", str(exc), e.ref, folder))
                 continue
-            rows.append(TaskRow(t.name, tuple(t.directions), len(t.configs), ", ".join(t.tags)))
+            rows.append(TaskRow(e.name, tuple(t.directions), len(t.configs), ", ".join(t.tags), "", e.ref, folder))
         return rows
 
-    def session_status(self, name: str) -> str:
+    def session_status(self, name: str, waiting: int = 0) -> str:
+        """running / paused while this app runs it; else "waiting for a GPU (n)" where n of its candidates are
+        compiled and queued for a GPU, else idle."""
         r = self.runners.get(name)
         if r is None or not r.running:
-            return "idle"
+            return f"{WAITING_FOR_GPU} ({waiting})" if waiting else "idle"
         return "paused" if r.paused else "running"
 
     def sessions(self, with_generations: bool = True) -> list[SessionRow]:
@@ -247,14 +263,16 @@ class Backend:
                     best_speedup = self.ws.view(s.best).status.speedup
                 except KbenchError:
                     pass
+            waiting = 0
             if with_generations and s.candidates:
                 views = self.ws.candidates(s.name, strict=False)
                 gen = max(v.record.generation for v in views) if views else None
+                waiting = waiting_count(views)
             elif s.best:
                 parsed = parse_candidate_id(s.best)
                 gen = parsed[1] if parsed else None
             rows.append(SessionRow(s.name, s.task, s.direction, s.proposer, s.candidates, gen, s.best,
-                                   best_speedup, self.session_status(s.name)))
+                                   best_speedup, self.session_status(s.name, waiting)))
         return rows
 
     def session_data(self, name: str) -> SessionData:
@@ -286,38 +304,50 @@ class Backend:
 
     def start_evolution(self, *, task: str, direction: str, proposer: str, generations: int | None = None,
                         population: int | None = None, usd: float | None = None, session: str | None = None,
-                        on_event: Callable[[Any], None] | None = None, paused: bool = False) -> Any:
+                        on_event: Callable[[Any], None] | None = None, paused: bool = False,
+                        replay_from: str | None = None) -> Any:
         """Create a session through engine.service (the CLI's defaults and wiring, LLM verifiers included) and
         start its loop on a background thread. Events go to `on_event` (called on the loop's thread). An API
         outage pauses the loop as "API unavailable" (space resumes it)."""
         from engine.service import SessionSpec
         from engine.tasks.loader import load_task
 
-        if proposer not in ("anthropic", "openai", "tuner"):
+        if proposer not in ("anthropic", "openai", "tuner", "replay", "human"):
             raise KbenchError(f"the {proposer} proposer cannot drive a session from the app")
         if proposer in ("anthropic", "openai") and not self.llm_available():
             raise KbenchError(self.llm_notice())
+        prebuilt = None
+        if proposer in ("replay", "human"):   # built here: the editor runs through the app (it steps aside)
+            from kbench_tui.session_proposers import offline_proposer
+            prebuilt = offline_proposer(proposer, self, replay_from)
         if session is None:
             t = load_task(task)
             session = self.free_session_name(f"{t.name}-{'bwd' if direction == 'backward' else 'fwd'}-{proposer}")
         spec = SessionSpec(task=task, direction=direction, proposer=proposer, generations=generations,
-                           population=population, usd=usd, name=session, started_from="tui")
-        return self._run(spec, on_event, paused)
+                           population=population, usd=usd, name=session, replay_from=replay_from, started_from="tui")
+        return self._run(spec, on_event, paused, prebuilt)
 
     def resume_evolution(self, session: str, on_event: Callable[[Any], None] | None = None) -> Any:
         """Run a session of the workspace again with its stored settings (whoever started it)."""
         from engine.service import SessionSpec
         info = self.ws.session(session)
-        proposer = (info.config or {}).get("proposer") or info.proposer
-        if proposer not in ("anthropic", "openai", "tuner"):
-            proposer = "tuner"          # a replay or human session is carried on by the tuner, as before
-        return self._run(SessionSpec(name=session, proposer=proposer, started_from="tui"), on_event, False)
+        cfg = info.config or {}
+        proposer = cfg.get("proposer") or info.proposer
+        if proposer not in ("anthropic", "openai", "tuner", "replay", "human") or (
+                proposer == "replay" and not cfg.get("replay_from")):
+            proposer = "tuner"          # a session whose proposer cannot go on here is carried on by the tuner
+        prebuilt = None
+        if proposer == "human":
+            from kbench_tui.session_proposers import offline_proposer
+            prebuilt = offline_proposer("human", self, None)
+        return self._run(SessionSpec(name=session, proposer=proposer, started_from="tui"), on_event, False, prebuilt)
 
-    def _run(self, spec: Any, on_event: Callable[[Any], None] | None, paused: bool) -> Any:
+    def _run(self, spec: Any, on_event: Callable[[Any], None] | None, paused: bool, proposer: Any = None) -> Any:
         name = spec.name
         if name in self.runners and self.runners[name].running:
             raise KbenchError(f"session {name} is already running")
-        run = self.service.start(spec, on_event=on_event, paused=paused, on_unavailable="pause", background=False)
+        run = self.service.start(spec, on_event=on_event, paused=paused, on_unavailable="pause", background=False,
+                                 proposer=proposer)
         es = run.session
 
         def closer(e: Any, run=run) -> None:
@@ -433,7 +463,7 @@ class Backend:
         from engine.export import plan_from_workspace, write_package
 
         plan = plan_from_workspace(self.ws, cid, name=name or None, force=force)
-        out = Path(out) if str(out) else Path(plan.name)
+        out = Path(out) if str(out) else Path(self.default_export_dir(cid))
         write_package(plan, out, overwrite=overwrite)
         self.ws.record_event(cid, "exported", {"out": str(out.resolve()), "name": plan.name, "forced": plan.forced,
                                                "backward": plan.backward.candidate_id if plan.backward else None},
@@ -441,11 +471,14 @@ class Backend:
         return out, list(plan.warnings) + list(plan.notes)
 
     def default_export_dir(self, cid: str) -> str:
+        """<workspace>/exports/<package name> (engine.workspace.default_export_dir), as `kbench export`."""
+        from engine.workspace import default_export_dir
         try:
             from engine.export.names import default_name
-            return str(Path.cwd() / default_name(self.task_of(self.ws.resolve(cid).session).name))
+            name = default_name(self.task_of(self.ws.resolve(cid).session).name)
         except Exception:  # noqa: BLE001
-            return str(Path.cwd() / "kbench_export")
+            name = "kbench_export"
+        return str(default_export_dir(self.ws.path, name))
 
 
 def stage_names() -> tuple[str, ...]:

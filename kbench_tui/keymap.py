@@ -84,6 +84,11 @@ SPECS: dict[str, tuple[KeySpec, ...]] = {
     ),
     "help": (
         KeySpec("help.close", "escape,q,question_mark", "close", "Close"),
+        KeySpec("help.down", "j", "cursor_down", "Down", show=False),
+        KeySpec("help.up", "k", "cursor_up", "Up", show=False),
+        # priority: the focused table would take home/end for horizontal scrolling
+        KeySpec("help.top", "home,g", "top", "Top", show=False, priority=True),
+        KeySpec("help.bottom", "end,G", "bottom", "Bottom", show=False, priority=True),
     ),
 }
 

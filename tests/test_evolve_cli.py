@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -47,17 +46,29 @@ def test_ctrl_c_stops_and_leaves_it_resumable(tmp_path):
     ws = str(tmp_path / "ws")
     cmd = [sys.executable, "-m", "engine.cli", "--workspace", ws, "evolve", "gelu_bias", "--proposer", "tuner",
            "--generations", "3", "--population", "3", "--fake-evaluator"]
-    env = {**os.environ, "KBENCH_FAKE_EVAL_DELAY": "0.3", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = ""
-    t = time.monotonic() + 30
-    while "evaluated gelu_bias-fwd-tuner-g1" not in seen and time.monotonic() < t:
-        seen += proc.stdout.readline()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    # the baseline and generation 1 (4 evaluations) finish; generation 2's evaluations then hold until the
+    # evaluator is closed, so the run is certainly still going when Ctrl-C comes, however loaded the machine
+    env = {**os.environ, "KBENCH_FAKE_EVAL_HOLD_AFTER": "4", "PYTHONPATH": str(ROOT)}
+    # SIGINT at its default in the child: a test run started in the background by a non-interactive shell
+    # (`pytest ... &`) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt (the run went on
+    # to the end and exited 0: the old flaky `assert 0 == 130`)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        seen = ""
+        while "evaluated gelu_bias-fwd-tuner-g1" not in seen:
+            line = proc.stdout.readline()
+            assert line, f"evolve ended before generation 1 was evaluated: {seen}{proc.stderr.read()}"
+            seen += line
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:      # held evaluations never end by themselves: leave no process behind
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130, err
     assert "stopping" in err and "stopped: stopped by request" in out
-    env["KBENCH_FAKE_EVAL_DELAY"] = "0"
+    del env["KBENCH_FAKE_EVAL_HOLD_AFTER"]
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again.stderr
     assert "session resumed" in again.stdout
@@ -68,30 +79,37 @@ def test_ctrl_c_stops_and_leaves_it_resumable(tmp_path):
 
 
 @pytest.mark.slow
-def test_evolve_without_a_gpu_leaves_the_baseline_pending_for_a_gpu_machine(tmp_path):
+def test_evolve_without_a_gpu_queues_a_generation_for_a_gpu_machine(tmp_path):
     """The real local executor where no GPU is visible (forced with CUDA_VISIBLE_DEVICES=""): the baseline is
-    compiled, not judged; the notes keep the compile verdict and an infrastructure event, no `evaluated`
-    event, so the same command on a GPU machine evaluates it instead of finding a 'failed' baseline."""
+    compiled, not judged (its notes keep the compile verdict and a `waiting_for_gpu` event, no `evaluated`
+    event), generation 1 is proposed from it, compiled and queued the same way, and the run stops saying so
+    (exit 3, as `kbench eval` without a GPU). The same command on a GPU machine measures them and goes on."""
     ws = str(tmp_path / "ws")
     cmd = [sys.executable, "-m", "engine.cli", "--workspace", ws, "evolve", "gelu_bias", "--proposer", "tuner",
-           "--generations", "1", "--population", "1", "--no-profile"]
+           "--generations", "2", "--population", "1", "--no-profile"]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert "no GPU visible to the evaluator, nothing was measured" in first.stdout, first.stdout[-2000:]
-    assert "GPU busy" not in first.stdout
-    assert first.returncode == 1, first.stdout[-2000:]         # nothing eligible to evolve from, said why
+    assert first.returncode == 3, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "stopped: waiting for a GPU: 2 candidate(s) compiled and queued, up to generation 1" in first.stdout
+    assert "2 candidate(s) compiled and waiting for a GPU" in first.stdout
+    assert "/hour" not in first.stdout and "GPU busy" not in first.stdout   # no throughput: nothing measured
     with Workspace.open(ws) as w:
-        (base,) = w.candidates("gelu_bias-fwd-tuner")
-        st = w.status(base.id)
-        assert st.status_of("compile") == Status.PASS and st.status_of("correctness") is None
-        assert [e.event for e in st.events] == ["infrastructure_failure"]
-        assert "no CUDA GPU" in st.events[0].data["reason"]
+        base, variant = w.candidates("gelu_bias-fwd-tuner")
+        assert tuple(variant.record.parents) == (base.id,) and variant.record.operator == "tune"
+        for v in (base, variant):
+            st = w.status(v.id)
+            assert st.status_of("compile") == Status.PASS and st.status_of("correctness") is None
+            assert [e.event for e in st.events] == ["waiting_for_gpu"]
+            assert "no CUDA GPU" in st.events[0].data["reason"]
+            assert "seconds" in st.stages["compile"].verdict.verdict.data      # the report's build time
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert "0 evaluated, 1 re-queued" in again.stdout, again.stdout[-2000:]
+    assert again.returncode == 3 and "0 evaluated, 2 re-queued" in again.stdout, again.stdout[-2000:]
     with Workspace.open(ws) as w:
+        assert len(w.candidates("gelu_bias-fwd-tuner")) == 2                 # queued once, not again
         before = w.status(base.id)
     re = subprocess.run([sys.executable, "-m", "engine.cli", "--workspace", ws, "reevaluate", base.id, "--no-profile"],
                         env=env, capture_output=True, text=True, timeout=900)
-    assert re.returncode == 1 and f"{base.id}: not re-measured: no CUDA GPU" in re.stdout, re.stdout[-2000:]
+    assert re.returncode == 1 and f"{base.id}: not re-measured, still waiting for a GPU: no CUDA GPU" in re.stdout, \
+        re.stdout[-2000:]
     with Workspace.open(ws) as w:
         assert w.status(base.id) == before                       # nothing written

@@ -386,13 +386,17 @@ def test_proposer_stop_ends_the_session(ws, task):
     fake.close()
 
 
-def test_tuner_without_baseline_stops_with_a_reason(ws, task):
+def test_tuner_without_baseline_is_refused_before_anything_is_written(ws, task):
+    from engine.errors import KbenchError
+
     fake = FakeEvaluator(task)
     s = EvolutionSession(ws, "nob", task, TunerProposer(), fake, use_baseline=False)
     events = collect(s)
-    r = s.run()
-    assert not r.completed and "generation 0" in r.reason
-    assert any(e.kind == "Log" and "baseline" in e.message for e in events)
+    with pytest.raises(KbenchError, match="the tuner proposer cannot start this session: .* --no-baseline"):
+        s.run()
+    assert not s.result.completed and "baseline" in s.result.reason
+    assert ws.sessions() == [] and fake.seen == []              # no empty session left behind
+    assert events[-1].kind == "Stopped"
     fake.close()
 
 

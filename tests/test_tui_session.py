@@ -289,7 +289,7 @@ def test_reevaluation_without_a_gpu_says_so_and_writes_nothing(demo):
         await pilot.press("e")                               # g0-1, measured 1.25x before (FakeGPU)
         await wait_until(pilot, lambda: "re-evaluated demo-g0-1" in "\n".join(s.query_one("#log").lines_written))
         log = "\n".join(s.query_one("#log").lines_written)
-        assert f"re-evaluated demo-g0-1: not re-measured: {NO_GPU}" in log, log
+        assert f"re-evaluated demo-g0-1: not re-measured, still waiting for a GPU: {NO_GPU}" in log, log
         assert "1.250x" not in log.split("re-evaluated demo-g0-1")[1]
     run_app(backend, scenario)
     with Workspace.open(demo) as ws:

@@ -145,8 +145,8 @@ def test_notes_are_json_lines_git_can_show(ws):
     # plain `git log --notes=kbench` tells the same story
     log = git(ws.path, "log", "-1", "--notes=kbench", f"refs/kbench/ln/{rec.id}")
     assert "Notes (kbench):" in log and '"stage":"correctness"' in log
-    # each append is one notes commit on top of the previous one
-    assert git(ws.path, "rev-list", "--count", "refs/notes/kbench").strip() == "2"
+    # each append is one notes commit on top of the previous one (the first is the empty start of the ref)
+    assert git(ws.path, "rev-list", "--count", "refs/notes/kbench").strip() == "3"
     fsck_clean(ws.path)
 
 

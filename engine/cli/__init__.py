@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from engine.errors import KbenchError
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Translate PyTorch into CUDA kernels, verify them, evolve faster ones; every candidate a git commit.",
     )
     parser.add_argument("--workspace", metavar="PATH", default=None,
-                        help="the workspace repository (default: ./workspace)")
+                        help="the workspace repository (default: $KBENCH_WORKSPACE, else ./workspace)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("tui", help="open the interactive app (the default when no command is given)")
     for name in COMMAND_MODULES:
@@ -37,7 +38,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_task_warnings() -> None:
+    """A TaskWarning (a task that loads but breaks a documented rule) as one `kbench: warning:` line on stderr,
+    once per task and message; every other warning keeps Python's own format."""
+    import warnings
+
+    from engine.errors import TaskWarning
+
+    warnings.simplefilter("default", TaskWarning)
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
+        if issubclass(category, TaskWarning):
+            print(f"kbench: warning: {message}", file=sys.stderr, flush=True)
+            return
+        shown(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
+    _print_task_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -51,6 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+def _reader_went_away() -> int:
+    """stdout's reader closed the pipe (`kbench show X --json | head -5`): stop quietly, as a tool killed by
+    SIGPIPE would, and point stdout at /dev/null so the interpreter's last flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141   # 128 + SIGPIPE, what the shell reports for `yes | head -1`
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from engine.cli.common import check_config_names
 from engine.tasks.loader import builtin_task_names, load_task
 
 
@@ -23,35 +24,67 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_check_task(args: argparse.Namespace) -> int:
+    """Exit 0: every config checked and none degenerate (some may be skipped); 1: a degenerate config, or a
+    reference that raised; 3: nothing was checked at all (every config skipped: say so, never "no degenerate
+    config")."""
     from engine.integrity.check_task import check_task
 
     names = builtin_task_names() if args.task == "all" else [args.task]
-    report, bad = {}, 0
+    report, all_rows = {}, []
     for name in names:
         task = load_task(name)
+        check_config_names(task, args.config, "--config")
         say = None if args.json else (lambda m: print(f"  checking {m}", file=sys.stderr, flush=True))
         rows = check_task(task, seeds=args.seeds, device=args.device, directions=args.direction,
                           configs=args.config, cpu_all=args.cpu_all, progress=say)
         report[task.name] = [r.to_json() for r in rows]
-        bad += sum(r.degenerate for r in rows)
+        all_rows += rows
         if not args.json:
             print(f"{task.name}:")
             for r in rows:
-                if r.skipped:
-                    print(f"  {r.direction:<8} {r.config:<22} skipped: {r.skipped}")
-                    continue
-                stats = (f"std {r.std:.3g}" if r.std is not None else "std -") + \
-                        f"  near-zero {r.frac_near_zero:.3f}" + \
-                        f"  d/input {r.input_sensitivity:.3g}" + \
-                        (f"  d/init {r.init_sensitivity:.3g}" if r.init_sensitivity is not None else "  d/init -") + \
-                        (f"  vacuous {r.vacuous:.2f}" if r.vacuous is not None else "") + \
-                        (f"  ref-err {r.ref_error:.2g}" if r.ref_error is not None else "  ref-err -")
-                state = "DEGENERATE: " + "; ".join(r.flags) if r.flags else "ok"
-                print(f"  {r.direction:<8} {r.config:<22} {stats}  [{r.device}, {r.seeds} seeds]  {state}")
-                for w in r.warnings:
-                    print(f"  {'':<8} {'':<22} warning: {w}")
+                _print_row(r)
+    summary, code = _summary(all_rows)
     if args.json:
-        print(json.dumps({"tasks": report, "degenerate": bad}, indent=2))
+        print(json.dumps({"tasks": report, "degenerate": sum(r.degenerate for r in all_rows),
+                          "errors": sum(bool(r.error) for r in all_rows),
+                          "checked": sum(r.checked for r in all_rows), "summary": summary}, indent=2))
     else:
-        print(f"{bad} degenerate config(s)" if bad else "no degenerate config")
-    return 1 if bad else 0
+        print(summary)
+    return code
+
+
+def _print_row(r) -> None:
+    if r.error:
+        print(f"  {r.direction:<8} {r.config:<22} NOT CHECKED: {r.error}")
+        return
+    if r.skipped:
+        print(f"  {r.direction:<8} {r.config:<22} skipped: {r.skipped}")
+        return
+    stats = (f"std {r.std:.3g}" if r.std is not None else "std -") + \
+            f"  near-zero {r.frac_near_zero:.3f}" + \
+            f"  d/input {r.input_sensitivity:.3g}" + \
+            (f"  d/init {r.init_sensitivity:.3g}" if r.init_sensitivity is not None else "  d/init -") + \
+            (f"  vacuous {r.vacuous:.2f}" if r.vacuous is not None else "") + \
+            (f"  ref-err {r.ref_error:.2g}" if r.ref_error is not None else "  ref-err -")
+    state = "DEGENERATE: " + "; ".join(r.flags) if r.flags else "ok"
+    print(f"  {r.direction:<8} {r.config:<22} {stats}  [{r.device}, {r.seeds} seeds]  {state}")
+    for w in r.warnings:
+        print(f"  {'':<8} {'':<22} warning: {w}")
+
+
+def _summary(rows: list) -> tuple[str, int]:
+    bad = sum(r.degenerate for r in rows)
+    errors = [r for r in rows if r.error]
+    checked = sum(r.checked for r in rows)
+    skipped = sum(bool(r.skipped) for r in rows)
+    tail = f" ({checked} checked, {skipped} skipped)" if skipped else ""
+    if bad or errors:
+        parts = [f"{bad} degenerate config(s)"] if bad else []
+        if errors:
+            parts.append(f"the reference raised on {len(errors)} config(s), which were not checked "
+                         f"(first: {errors[0].config}: {errors[0].error})")
+        return "; ".join(parts) + tail, 1
+    if not checked:
+        return (f"nothing was checked: all {len(rows)} config(s) were skipped (see above); "
+                "no verdict on degenerate configs"), 3
+    return "no degenerate config" + tail, 0

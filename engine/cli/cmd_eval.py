@@ -7,6 +7,7 @@ import json
 import sys
 
 from engine.candidates import load_candidate
+from engine.cli.common import check_config_names
 from engine.pipeline.evaluate import EvalOptions, evaluate
 from engine.pipeline.report import render
 from engine.tasks.loader import load_task
@@ -38,8 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     task = load_task(args.task)
-    candidate = load_candidate(args.candidate)
     direction = "backward" if args.backward else "forward"
+    task.spec(direction)                       # a missing direction is bad input, before any compile
+    check_config_names(task, args.configs, "--config")
+    check_config_names(task, args.timing_configs, "--time-config")
+    candidate = load_candidate(args.candidate)
     policy = args.library_policy
     if policy is None:
         from engine.config import load_config
@@ -52,7 +56,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(task, candidate, direction, opts,
                       progress=None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True)))
     print(json.dumps(report.to_json(), indent=2) if args.json else render(report))
+    _keep_for_export(report, task, direction, candidate, opts, quiet)
     if report.passed:
         return 0
     correctness = report.verdict("correctness")
     return 3 if correctness is not None and correctness.status.value == "skipped" else 1
+
+
+def _keep_for_export(report, task, direction: str, candidate, opts: EvalOptions, quiet: bool) -> None:
+    """Record what this evaluation found (engine.eval_records), so `kbench export --from-dir` can rely on it."""
+    from engine.eval_records import record
+
+    try:
+        rec = record(report, task, direction, candidate, opts.cache_root, subset=bool(opts.configs))
+    except OSError as exc:
+        print(f"kbench: warning: the verdict could not be recorded for export ({exc})", file=sys.stderr)
+        return
+    if rec is not None and not quiet:
+        print(f"verdict recorded for `kbench export --from-dir`: {rec.summary}", file=sys.stderr)

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.cli.common import check_config_names, workspace_path
+from engine.cli.evolve_summary import exit_code, summary_lines
 from engine.errors import KbenchError
 
 
@@ -27,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backward", action="store_true", help="evolve the backward direction")
     p.add_argument("--proposer", choices=list(SESSION_PROPOSERS), default=None,
                    help="default: the LLM proposer of [llm] provider (anthropic, or openai for an "
-                        "OpenAI-compatible endpoint)")
+                        "OpenAI-compatible endpoint); human: each proposal opens $VISUAL / $EDITOR on a parent's "
+                        "files (a session of hand edits)")
     p.add_argument("--replay-from", metavar="DIR|SESSION", help="replay: a folder of candidates or a workspace session")
     p.add_argument("--generations", type=int, default=None,
                    help=f"generations after generation 0 (default {DEFAULTS.generations}, or the session's)")
@@ -110,7 +113,7 @@ def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
 def _workspace(args: argparse.Namespace):
     from engine.workspace import Workspace
 
-    ws = Workspace.create(Path(getattr(args, "workspace", None) or "workspace"))
+    ws = Workspace.create(workspace_path(args))
     ws.accept_damage = bool(getattr(args, "reevaluate_damaged", False))
     return ws
 
@@ -136,7 +139,9 @@ def _service(args: argparse.Namespace, ws: Any):
 
 def cmd_evolve(args: argparse.Namespace) -> int:
     from engine.service import SessionSpec
+    from engine.tasks.loader import load_task
 
+    check_config_names(load_task(args.task), args.timing_configs, "--time-config")
     ws = _workspace(args)
     service = _service(args, ws)
     spec = SessionSpec(task=args.task, direction="backward" if args.backward else "forward", proposer=args.proposer,
@@ -156,10 +161,11 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         if e.kind == "Stopped":
             finished.set()
 
-    run = service.start(spec, on_event=show, on_unavailable="stop", sequential=args.sequential)
+    run = service.start(spec, on_event=show, on_unavailable="stop", sequential=args.sequential, background=False)
     session, evaluator, name = run.session, run.evaluator, run.plan.name
     interrupted = False
     try:
+        session.start()      # inside: a Ctrl-C that comes before the first wait still stops it cleanly
         while not finished.wait(0.25):
             pass
     except KeyboardInterrupt:
@@ -178,24 +184,14 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     if session.error is not None:
         raise session.error      # `kbench: error: ...`, exit 2 (the session is resumable as it stands)
     if not args.json:
-        frac = stats.get("gpu_busy_fraction")
-        cph = stats.get("candidates_per_hour")
-        if cph:
-            busy = (f"GPU busy {(frac or 0) * 100:.0f}%" if stats.get("unmeasured", 0) < stats.get("completed", 0)
-                    else "no GPU visible to the evaluator, nothing was measured")
-            print(f"evaluated {stats.get('completed')} candidate(s): {cph:.0f}/hour, {busy}", flush=True)
-        print(f"resume with the same command; `kbench log {name}` lists the candidates", flush=True)
-    if interrupted:
-        return 130
-    if result is None:
-        return 1
-    if result.paused:
+        print("\n".join(summary_lines(stats, result, name)), flush=True)
+    if not interrupted and result is not None and result.paused:
         print(f"kbench: session {name} paused: {result.reason}", file=sys.stderr, flush=True)
         return EX_TEMPFAIL
-    if not result.completed:
+    code = exit_code(result, interrupted)
+    if code == 1 and result is not None:
         print(f"kbench: session {name} stopped: {result.reason}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return code
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.export import plan_from_dirs, plan_from_workspace, write_package
 from engine.export.errors import ExportError
 
@@ -16,12 +17,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     help = "export a kernel as a pip-installable torch extension (TORCH_LIBRARY op, torch.compile-ready)"
     p = sub.add_parser("export", help=help, description=help + ". The forward kernel is ID (a workspace "
                        "candidate); a verified backward kernel of the same task in the workspace is wired in as "
-                       "its autograd formula. Refuses a kernel without a passing verdict unless --force.")
+                       "its autograd formula. Refuses a kernel without a passing verdict unless --force, and one whose correctness "
+                       "was never measured on a GPU whatever the overrides say (an override may change a verdict, never "
+                       "invent a measurement). A folder counts as passing after a passing `kbench eval` of its exact "
+                       "sources. Written to <workspace>/exports/<name> unless --out.")
     p.add_argument("candidate", nargs="?", metavar="ID",
                    help="forward candidate: id, unique id prefix, ref or revision (not with --from-dir)")
     p.add_argument("--workspace", metavar="PATH", default=argparse.SUPPRESS,
-                   help="the workspace repository (default: ./workspace)")
-    p.add_argument("--out", metavar="DIR", default=None, help="package folder to write (default: ./<name>)")
+                   help=WORKSPACE_HELP)
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="package folder to write (default: <workspace>/exports/<name>)")
     p.add_argument("--name", default=None,
                    help="package, op namespace and distribution name (default: kbench_<task>)")
     p.add_argument("--force", action="store_true",
@@ -56,13 +61,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.task or args.backward_dir:
             raise ExportError("--task and --backward-dir go with --from-dir; a workspace candidate knows its task.")
         from engine.workspace import Workspace
-        ws = Workspace.open(Path(getattr(args, "workspace", None) or "workspace"))
+        ws = Workspace.open(workspace_path(args))
         try:
             plan = plan_from_workspace(ws, args.candidate, name=args.name, force=args.force,
                                        backward=args.backward, with_backward=not args.no_backward)
         finally:
             ws.close()
-    out = Path(args.out) if args.out else Path(plan.name)
+    out = Path(args.out) if args.out else _default_out(args, plan.name)
     write_package(plan, out, overwrite=args.overwrite)
     for w in plan.warnings:
         print(f"kbench: warning: {w} (written into the README)", file=sys.stderr)
@@ -74,3 +79,15 @@ def cmd_export(args: argparse.Namespace) -> int:
           + f"\n  package {out}/  ({ops})\n  build:  pip install --no-build-isolation {out}\n"
           f"  test:   pytest {out}/tests   (needs a GPU)")
     return 0
+
+
+def _default_out(args: argparse.Namespace, name: str) -> Path:
+    """<workspace>/exports/<name>, out of the current directory (often the kbench checkout). An export of a
+    folder may come before any session: the workspace is created then (as the app does on first run), so its
+    folder never holds anything but a workspace."""
+    from engine.workspace import Workspace, default_export_dir
+
+    path = workspace_path(args)
+    if args.from_dir:
+        Workspace.create(path).close()
+    return default_export_dir(path, name)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
+from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.workspace import Workspace
 from engine.workspace.fsck import DAMAGED, REPAIRED, WARNING, fsck
 
@@ -19,14 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "that is not at the session's best, writer records of processes that are gone. Never "
                        "touched: objects, candidate refs, notes, git's own *.lock files.")
     p.add_argument("--workspace", metavar="PATH", default=argparse.SUPPRESS,
-                   help="the workspace repository (default: ./workspace)")
+                   help=WORKSPACE_HELP)
     p.add_argument("--dry-run", action="store_true", help="report only; repair nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_fsck)
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
-    with Workspace.open(Path(getattr(args, "workspace", None) or "workspace")) as ws:
+    with Workspace.open(workspace_path(args)) as ws:
         report = fsck(ws, dry_run=args.dry_run)
     if args.json:
         print(json.dumps({"workspace": str(report.workspace), "clean": report.clean,

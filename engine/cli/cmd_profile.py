@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli.common import check_config_names, workspace_path
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="profile a candidate (ncu sections + torch profiler top ops) on one config",
@@ -33,12 +35,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from engine.tasks.loader import load_task
 
     task = load_task(args.task)
+    task.spec("backward" if args.backward else "forward")
+    check_config_names(task, [args.config] if args.config else None, "--config")
+    if not _gpu_visible():
+        return _no_gpu(args)
     ws = None
     if Path(args.candidate).exists():
         candidate, cid = load_candidate(args.candidate), None
     else:
         from engine.workspace import Workspace
-        ws = Workspace.open(Path(getattr(args, "workspace", None) or "workspace"))
+        ws = Workspace.open(workspace_path(args))
         cid = ws.resolve(args.candidate).id
         candidate = ws.files(cid)
     gpu = _gpu_name(args.gpu)
@@ -56,3 +62,21 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if peaks is None:
             print("(no cached roofline for this GPU: run `kbench roofline` for fractions of peak)", file=sys.stderr)
     return 0 if verdict.status.value == "pass" else 3
+
+
+NO_GPU_MESSAGE = ("no CUDA GPU is visible: profiling (Nsight Compute and the torch profiler) runs the kernel on a "
+                  "GPU; nothing was built or run, nothing recorded")
+
+
+def _gpu_visible() -> bool:
+    from engine.evolve.executor import visible_gpus
+    return bool(visible_gpus())
+
+
+def _no_gpu(args: argparse.Namespace) -> int:
+    """Say it at once, instead of building the candidate and reporting only that ncu is missing (exit 3, as
+    `kbench eval` without a GPU)."""
+    if args.json:
+        print(json.dumps({"stage": "profile", "status": "skipped", "reason": NO_GPU_MESSAGE}, indent=2))
+    print(f"kbench: {NO_GPU_MESSAGE}", file=sys.stderr)
+    return 3

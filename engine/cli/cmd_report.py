@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+
+from engine.cli.common import workspace_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +22,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from engine.profile.session_report import build_report, to_markdown, write_report
     from engine.workspace import Workspace
 
-    ws = Workspace.open(Path(getattr(args, "workspace", None) or "workspace"))
+    ws = Workspace.open(workspace_path(args))
     try:
         rep = build_report(ws, args.session)
     finally:

@@ -6,11 +6,12 @@ import argparse
 import json
 
 from engine.errors import KbenchError
-from engine.tasks.loader import builtin_task_names, builtin_tasks_dir, load_task
+from engine.tasks.loader import load_task
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tasks", help="list the built-in tasks with their directions and config counts")
+    p = sub.add_parser("tasks", help="list the built-in tasks, then those in $KBENCH_TASKS, with their directions "
+                                     "and config counts")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_tasks)
     p = sub.add_parser("show", help="show one task: description, signatures, tolerances, configs and costs")
@@ -20,23 +21,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    from engine.task_catalog import catalog
+
     rows, broken = [], []
-    for name in builtin_task_names():
+    for entry in catalog():
         try:
-            t = load_task(builtin_tasks_dir() / name)
+            t = load_task(entry.path)
         except KbenchError as exc:
-            broken.append((name, str(exc)))
+            broken.append((entry.name, str(exc)))
             continue
-        rows.append({"name": t.name, "directions": list(t.directions), "configs": len(t.configs),
-                     "tags": list(t.tags), "baselines": [d for d in t.directions if t.baseline_dir(d)]})
+        rows.append({"name": entry.name, "directions": list(t.directions), "configs": len(t.configs),
+                     "tags": list(t.tags), "baselines": [d for d in t.directions if t.baseline_dir(d)],
+                     "builtin": entry.builtin, "path": str(entry.path)})
     if args.json:
         print(json.dumps({"tasks": rows, "broken": [{"name": n, "error": e} for n, e in broken]}, indent=2))
         return 1 if broken else 0
     width = max([len(r["name"]) for r in rows] + [4])
     print(f"{'task':<{width}}  {'directions':<18} {'configs':>7}  {'baselines':<18} tags")
     for r in rows:
+        mine = "" if r["builtin"] else f"  ($KBENCH_TASKS: {r['path']})"
         print(f"{r['name']:<{width}}  {'+'.join(r['directions']):<18} {r['configs']:>7}  "
-              f"{'+'.join(r['baselines']) or '-':<18} {', '.join(r['tags'])}")
+              f"{'+'.join(r['baselines']) or '-':<18} {', '.join(r['tags'])}{mine}")
     for name, err in broken:
         print(f"{name:<{width}}  BROKEN: {err}")
     return 1 if broken else 0

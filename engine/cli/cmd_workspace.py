@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.verdict import STAGES, Status
 from engine.workspace import CandidateView, Workspace
 from engine.workspace.views import CandidateStatus
@@ -15,14 +16,16 @@ from engine.workspace.views import CandidateStatus
 MARKS = {Status.PASS: "+", Status.FAIL: "x", Status.SKIPPED: "-", Status.SUSPICIOUS: "?"}
 STAGE_ABBR = {"static": "st", "llm_verify": "llm", "compile": "cmp", "correctness": "cor", "timing": "tim",
               "integrity": "int", "profile": "prf"}
-LEGEND = "verdicts: + pass  x fail  - skipped  ? suspicious  . none  * overridden;  > best"
+LEGEND = ("verdicts: + pass  x fail  - skipped  ? suspicious  w waiting for a GPU  . none  * overridden;  "
+          "> best")
+WAITING_STAGES = ("correctness", "timing")   # what a candidate compiled without a GPU still waits for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     def add(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--workspace", metavar="PATH", default=argparse.SUPPRESS,
-                       help="the workspace repository (default: ./workspace)")
+                       help=WORKSPACE_HELP)
         return p
 
     p = add("sessions", "list the workspace's sessions: task, direction, proposer, candidates, best")
@@ -70,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _path(args: argparse.Namespace) -> Path:
-    return Path(getattr(args, "workspace", None) or "workspace")
+    return workspace_path(args)
 
 
 def _open(args: argparse.Namespace) -> Workspace:
@@ -82,10 +85,16 @@ def _fmt_x(v: float | None) -> str:
 
 
 def _marks(status: CandidateStatus) -> list[str]:
+    from engine.gpu_wait import waiting_for_gpu
+
+    waiting = waiting_for_gpu(status)
     out = []
     for stage in STAGES:
         st = status.stages.get(stage)
-        out.append("." if st is None else MARKS.get(st.status, "?") + ("*" if st.overridden else ""))
+        if st is None:
+            out.append("w" if waiting and stage in WAITING_STAGES else ".")
+        else:
+            out.append(MARKS.get(st.status, "?") + ("*" if st.overridden else ""))
     return out
 
 
@@ -95,8 +104,13 @@ def _title(subject: str) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from engine.workspace.head import ensure_head
+
     with Workspace.create(_path(args), adopt=args.adopt) as ws:
         print(f"workspace ready at {ws.path}")
+        # a workspace made before kbench gave new ones a HEAD (an adopted repository's HEAD is its owner's)
+        if not args.adopt and ensure_head(ws.git_dir):
+            print("HEAD is now the branch 'index': plain `git log` and tig open the workspace")
     return 0
 
 
@@ -166,6 +180,10 @@ def _describe(ws: Workspace, view: CandidateView, show_prompt: bool) -> None:
         print("\nrationale")
         for line in r.rationale.splitlines():
             print(f"  {line}")
+    from engine.gpu_wait import HOW_TO_GO_ON, WAITING_FOR_GPU, waiting_for_gpu
+    if waiting_for_gpu(st):
+        print(f"state      {WAITING_FOR_GPU}: compiled where no GPU was visible; correctness and timing not "
+              f"measured yet ({HOW_TO_GO_ON.replace('them', 'it')})")
     print("\nverdicts")
     if not st.stages:
         print("  none yet")

@@ -90,10 +90,13 @@ class CandidateEvaluated(EvolveEvent):
     reason: str = ""
     rejected: bool = False           # stopped before the GPU by a static or LLM check
     infrastructure: bool = False     # the executor lost it (worker / node died): not judged, re-run on resume
+    waiting_for_gpu: bool = False    # compiled where no GPU is visible: queued for one (engine.gpu_wait)
 
     def line(self) -> str:
         if self.speedup is not None and self.eligible:
             what = f"{self.speedup:.3f}x"
+        elif self.waiting_for_gpu:
+            what = "compiled, waiting for a GPU (measured by the same command on a GPU machine)"
         elif self.infrastructure:
             what = f"not judged, infrastructure failure: {self.reason} (evaluated again on resume)"
         else:
@@ -107,10 +110,12 @@ class GenerationFinished(EvolveEvent):
     candidates: int
     best: str | None = None
     best_speedup: float | None = None
+    waiting_for_gpu: int = 0         # of them, compiled and waiting for a GPU
 
     def line(self) -> str:
         b = f"best {self.best} {self.best_speedup:.3f}x" if self.best and self.best_speedup else "no eligible candidate"
-        return f"[{self.session}] generation {self.generation} done: {self.candidates} candidate(s), {b}"
+        w = f" ({self.waiting_for_gpu} waiting for a GPU)" if self.waiting_for_gpu else ""
+        return f"[{self.session}] generation {self.generation} done: {self.candidates} candidate(s){w}, {b}"
 
 
 @dataclass(frozen=True)
@@ -168,11 +173,13 @@ class Stopped(EvolveEvent):
     best: str | None = None
     best_speedup: float | None = None
     paused: bool = False             # ended as a pause (API unavailable): resumable, nothing counted as tried
+    waiting_for_gpu: int = 0         # candidates of the session compiled and waiting for a GPU
 
     def line(self) -> str:
         b = f"; best {self.best} {self.best_speedup:.3f}x" if self.best and self.best_speedup else ""
+        w = f", {self.waiting_for_gpu} waiting for a GPU" if self.waiting_for_gpu else ""
         what = "paused" if self.paused else "stopped"
-        return f"[{self.session}] {what}: {self.reason} ({self.evaluated} evaluated{b})"
+        return f"[{self.session}] {what}: {self.reason} ({self.evaluated} evaluated{w}{b})"
 
 
 @dataclass(frozen=True)

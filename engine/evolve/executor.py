@@ -79,7 +79,8 @@ class EvalOutcome:
     def not_judged(self) -> str:
         """Why this evaluation says nothing about the kernel, in one line; "" when it judged it."""
         if self.no_gpu:
-            return f"not re-measured: {self.infra_error}"
+            from engine.gpu_wait import WAITING_FOR_GPU
+            return f"not re-measured, still {WAITING_FOR_GPU}: {self.infra_error}"
         if self.infra_error:
             return f"not re-measured, infrastructure failure: {self.infra_error}"
         return ""
@@ -105,9 +106,12 @@ class EvalOutcome:
                                  "gpu_index": self.gpu, **self.data})
 
     def infra_event(self, **data: Any) -> Event:
-        """The note that records an infrastructure failure (instead of any verdict)."""
+        """The note that records an infrastructure failure, or a candidate waiting for a GPU (engine.gpu_wait),
+        instead of any verdict."""
         from engine.evolve.resume import INFRA_FAILURE
-        return Event(INFRA_FAILURE, {"reason": self.infra_error, "attempts": self.attempts, **data}, now_iso())
+        from engine.gpu_wait import WAITING_EVENT
+        return Event(WAITING_EVENT if self.no_gpu else INFRA_FAILURE,
+                     {"reason": self.infra_error, "attempts": self.attempts, **data}, now_iso())
 
     def reevaluation_notes(self, **event_data: Any) -> list[Any]:
         """What a re-evaluation appends (`kbench reevaluate` and the app alike): its verdicts (by
@@ -555,15 +559,24 @@ def fake_gpu(task: Task, candidate: Candidate, direction: str, options: Any, sle
 
 
 class FakeEvaluator:
-    """Synchronous-enough fake for tests: evaluates in a small thread pool, records every candidate it saw."""
+    """Synchronous-enough fake for tests: evaluates in a small thread pool, records every candidate it saw.
 
-    def __init__(self, task: Task | None = None, *, delay_s: float = 0.0, workers: int = 1):
+    `no_gpu` (default: $KBENCH_FAKE_NO_GPU): compile, then report that no GPU is visible, as the real
+    evaluator does on a machine without one. `hold_after` (default: $KBENCH_FAKE_EVAL_HOLD_AFTER): evaluations
+    after the first `hold_after` wait until the evaluator is closed, so a test can interrupt a run that is
+    certainly still going, however loaded the machine is."""
+
+    def __init__(self, task: Task | None = None, *, delay_s: float = 0.0, workers: int = 1,
+                 no_gpu: bool | None = None, hold_after: int | None = None):
         self.task = task
         self.delay_s = delay_s
+        self.no_gpu = bool(os.environ.get("KBENCH_FAKE_NO_GPU")) if no_gpu is None else no_gpu
+        self.hold_after = int(os.environ.get("KBENCH_FAKE_EVAL_HOLD_AFTER") or 0) if hold_after is None else hold_after
         self.seen: list[str] = []            # source hashes, in submission order
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="kbench-fake")
         self._lock = threading.Lock()
         self._futures: list[Future] = []
+        self._closing = threading.Event()
 
     @property
     def capacity(self) -> int:
@@ -572,13 +585,19 @@ class FakeEvaluator:
     def submit(self, candidate: Candidate, on_stage: StageCallback | None = None) -> Future[EvalOutcome]:
         with self._lock:
             self.seen.append(candidate.source_hash)
+            index = len(self.seen)
 
         def run() -> EvalOutcome:
+            if self.hold_after and index > self.hold_after:
+                self._closing.wait()
             if self.delay_s:
                 time.sleep(self.delay_s)
             text = "".join(candidate.files.values())
             if "FAIL_COMPILE" in text:
                 out = EvalOutcome([Verdict("compile", Status.FAIL, "fake compile error")])
+            elif self.no_gpu:
+                from engine.pipeline.types import NO_GPU
+                out = EvalOutcome([Verdict("compile", Status.PASS, "compiled")], infra_error=NO_GPU)
             else:
                 out = fake_result(self.task, candidate)
             for v in out.verdicts:
@@ -596,7 +615,8 @@ class FakeEvaluator:
             return sum(1 for f in self._futures if f.cancel())
 
     def close(self, wait: bool = True) -> None:
+        self._closing.set()
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
 
     def stats(self) -> dict[str, Any]:
-        return {"completed": len(self.seen)}
+        return {"completed": len(self.seen), "unmeasured": len(self.seen) if self.no_gpu else 0}

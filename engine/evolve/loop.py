@@ -188,7 +188,9 @@ class EvolutionSession:
         self._pool: _DaemonPool | None = None
         self._t0 = 0.0
         self._thread: threading.Thread | None = None
+        self._finished = threading.Event()   # set when the background run has ended (see join)
         self._claim: Any = None              # this process's claim on the session (the one writer)
+        self._created = False                # this run created the session (a failed start removes it)
         self.result: ev.Stopped | None = None
         self.error: Exception | None = None  # a KbenchError that ended a background run (see start)
 
@@ -253,7 +255,7 @@ class EvolutionSession:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread is not None and not self._finished.is_set()
 
     def claim(self, take_over: bool = False, command: str = "kbench evolve") -> None:
         """Become the session's one writer (engine.workspace.writers) until the run ends. A front end calls
@@ -265,6 +267,7 @@ class EvolutionSession:
     def start(self) -> threading.Thread:
         """Run the loop on a background thread; returns it. Events tell what happens; a KbenchError that
         ends the run is kept in `error` (and in the Stopped event's reason), not printed as a traceback."""
+        self._finished.clear()
         self._thread = threading.Thread(target=self._run_in_thread, name=f"kbench-evolve-{self.session}",
                                         daemon=True)
         self._thread.start()
@@ -276,10 +279,15 @@ class EvolutionSession:
             self.run()
         except KbenchError as exc:
             self.error = exc
+        finally:
+            self._finished.set()
 
     def join(self, timeout: float | None = None) -> ev.Stopped | None:
+        """Wait for the background run to end (or `timeout`). An Event, not Thread.join: on Python 3.11 a
+        Thread.join interrupted by Ctrl-C leaves the thread looking finished while it still runs, and the CLI
+        then exited without waiting for the loop to stop and say so."""
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._finished.wait(timeout)
         return self.result
 
     # ---------------------------------------------------------------------------------------- run
@@ -299,6 +307,7 @@ class EvolutionSession:
             raise
         finally:
             self._shutdown()
+            self._discard_if_empty()
             claim, self._claim = self._claim, None
             if claim is not None:
                 claim.release()
@@ -306,10 +315,23 @@ class EvolutionSession:
             assert stopped is not None
             stopped = ev.Stopped(self.session, reason=stopped.reason, completed=stopped.completed,
                                  evaluated=self._evaluated, best=best.id if best else None,
-                                 best_speedup=best.speedup if best else None, paused=self._stop_paused)
+                                 best_speedup=best.speedup if best else None, paused=self._stop_paused,
+                                 waiting_for_gpu=len(self.population.waiting()))
             self.result = stopped
             self._emit(stopped)
         return stopped
+
+    def _discard_if_empty(self) -> None:
+        """A session this run created that holds no candidate (its start failed: the proposer stopped, an
+        error) is removed, so a failed start leaves no empty session behind."""
+        if not self._created or len(self.population):
+            return
+        try:
+            if self.ws.discard_empty_session(self.session):
+                self._emit(ev.Log(self.session, level="warning", message=(
+                    f"session {self.session} was not kept: nothing was committed to it")))
+        except Exception as exc:  # noqa: BLE001 - a cleanup failure must not hide why the run ended
+            self._emit(ev.Log(self.session, level="warning", message=f"could not remove the empty session: {exc}"))
 
     def _open(self) -> None:
         names = {s.name for s in self.ws.sessions()}
@@ -330,9 +352,12 @@ class EvolutionSession:
             finished = state.finished
             restore_search_state(self)
         else:
+            from engine.evolve.preflight import check_can_start
+            check_can_start(self.task, self.direction, self.proposer, self.policy, self.use_baseline)
             self.ws.start_session(self.session, self.task, direction=self.direction,
                                   proposer=getattr(self.proposer, "name", "unknown"), model=self.model,
                                   config=self.session_config)
+            self._created = True
             requeue, finished = [], 0
         if self.budgets.proposals_in_flight > 1:
             self._pool = _DaemonPool(self.budgets.proposals_in_flight, f"kbench-propose-{self.session}")
@@ -415,7 +440,11 @@ class EvolutionSession:
             best = self.population.best()
             self._emit(ev.GenerationFinished(self.session, generation=gen, candidates=len(done),
                                              best=best.id if best else None,
-                                             best_speedup=best.speedup if best else None))
+                                             best_speedup=best.speedup if best else None,
+                                             waiting_for_gpu=sum(m.waiting for m in done)))
+            waiting = self._waiting_stop(gen, produced=bool(done))
+            if waiting is not None:
+                return waiting
             if not done and gen > 0 and not self.population.eligible():
                 last = next((m for m in reversed(list(self.population)) if m.failed_stage), None)
                 why = f" ({last.id} failed at {last.failed_stage}: {last.reason})" if last else ""
@@ -428,6 +457,24 @@ class EvolutionSession:
                 return self._stopping("generation 0 produced no candidate (no baseline, no translation)",
                                       completed=False)
             self.generation = gen + 1
+
+    def _waiting_stop(self, gen: int, produced: bool) -> ev.Stopped | None:
+        """After generation `gen`: stop where nothing is measured and nothing more may be queued (engine.gpu_wait:
+        one generation ahead of the measurements), saying what waits for a GPU and how to go on."""
+        from engine.gpu_wait import HOW_TO_GO_ON, WAITING_FOR_GPU
+
+        waiting = self.population.waiting()
+        if not waiting or self.population.eligible():
+            return None
+        if (gen < self.budgets.generations and (produced or gen == 0)
+                and self.population.queueable(before=gen + 1)):
+            self._emit(ev.Log(self.session, message=(
+                f"nothing is measured yet ({len(waiting)} candidate(s) {WAITING_FOR_GPU}): generation {gen + 1} "
+                "is proposed from them and compiled, then queued for a GPU")))
+            return None
+        newest = max(m.generation for m in waiting)
+        return self._stopping(f"{WAITING_FOR_GPU}: {len(waiting)} candidate(s) compiled and queued, up to "
+                              f"generation {newest}; {HOW_TO_GO_ON}", completed=False)
 
     def _stopping(self, reason: str, completed: bool) -> ev.Stopped:
         self._flags.stop.set()        # results still arriving are committed, not taken further
@@ -480,7 +527,7 @@ class EvolutionSession:
     # ----------------------------------------------------------------------------------- filling
 
     def _target(self, gen: int) -> int:
-        if gen == 0 and self.use_baseline and self.task.baseline_dir(self.direction) is not None:
+        if gen == 0 and self._seeds_with_baseline():
             return 1
         return self.budgets.population
 
@@ -498,12 +545,22 @@ class EvolutionSession:
         cap = getattr(self.evaluator, "capacity", None)
         return not cap or len(self._in_flight) < cap
 
+    def _seeds_with_baseline(self) -> bool:
+        """Generation 0 is the task's baseline alone (not when --no-baseline: a population of one is then a
+        proposal, whatever its size)."""
+        return self.use_baseline and self.task.baseline_dir(self.direction) is not None
+
     def _fill_one(self, gen: int) -> ev.Stopped | None:
         """Fill one slot of generation `gen`: the baseline, or one proposal. Returns Stopped to end the run."""
-        if gen == 0 and self._target(0) == 1 and not self.population.in_generation(0):
+        if gen == 0 and self._seeds_with_baseline() and not self.population.in_generation(0):
             self._commit_baseline()
             return None
         el = self.population.eligible(before=gen)
+        pool = None
+        if not el and gen > 0:
+            # nothing measured (no GPU here): propose from parents waiting for a GPU, one generation ahead
+            pool = self.population.queueable(before=gen) or None
+            el = pool or []
         supported = frozenset(getattr(self.proposer, "operators", ()) or ()) or None
         op = self.policy.choose(self.rng, eligible=len(el) if gen > 0 else 0,
                                 failures=len(self.population.failures(before=gen)) if gen > 0 else 0,
@@ -522,7 +579,7 @@ class EvolutionSession:
                     "no eligible candidate to start from")))
             self._closed_gens.add(gen)
             return None
-        request, parents = self._request(op, gen)
+        request, parents = self._request(op, gen, pool)
         if request is None:
             self._attempts[gen] = self._attempts.get(gen, 0) + 1
             if op in ("mutate", "tune"):
@@ -617,16 +674,18 @@ class EvolutionSession:
             if m is not None and m.state == PENDING:
                 self._checked_before_gpu(m)
 
-    def _request(self, op: str, gen: int) -> tuple[ProposalRequest | None, list[Member]]:
+    def _request(self, op: str, gen: int, pool: list[Member] | None = None
+                 ) -> tuple[ProposalRequest | None, list[Member]]:
+        """`pool`: the parents to choose from where none is measured (members waiting for a GPU)."""
         skip = self._empty_parents.get(gen, set())
         parents: list[Member] = []
         feedback = ""
         if op in ("mutate", "tune"):
-            parents = self.population.select(self.rng, 1, exclude=skip, before=gen)
+            parents = self.population.select(self.rng, 1, exclude=skip, before=gen, pool=pool)
             if op == "mutate" and parents:
                 feedback = self._profile_feedback(parents[0])
         elif op == "crossover":
-            parents = self.population.select(self.rng, 2, exclude=skip, before=gen)
+            parents = self.population.select(self.rng, 2, exclude=skip, before=gen, pool=pool)
             if len(parents) < 2:
                 return None, []
         elif op == "repair":
@@ -935,6 +994,9 @@ class EvolutionSession:
             self._submit(m)
 
     def _record_outcome(self, m: Member, out: EvalOutcome) -> None:
+        if out.no_gpu:
+            self._record_waiting(m, out)
+            return
         if out.infra_error:
             self._record_infra_failure(m, out)
             return
@@ -969,6 +1031,18 @@ class EvolutionSession:
         """Notes for the outcome's verdicts that were not already written as their stages finished."""
         done = self._recorded.pop(m.id, set())
         return [VerdictNote(v, now_iso()) for v in out.verdicts if v.stage not in done]
+
+    def _record_waiting(self, m: Member, out: EvalOutcome) -> None:
+        """Compiled where no GPU is visible: the stages that ran are kept, a `waiting_for_gpu` event says why the
+        rest did not, and no `evaluated` event is written, so the same command on a GPU machine measures it.
+        Not a failure and not the executor breaking: it does not count toward `infra_failures_in_a_row`."""
+        entries = self._unrecorded_verdicts(m, out)
+        entries.append(out.infra_event(executor=type(self.evaluator).__name__))
+        self.ws.record(m.id, entries)
+        m.state, m.eligible, m.speedup, m.waiting = DONE, False, None, True
+        m.failed_stage, m.reason = None, out.infra_error
+        self._emit(ev.CandidateEvaluated(self.session, candidate=m.id, generation=m.generation, speedup=None,
+                                         eligible=False, reason=out.infra_error, waiting_for_gpu=True))
 
     def _record_infra_failure(self, m: Member, out: EvalOutcome) -> None:
         """The executor lost the evaluation on every attempt (worker or node died): nothing is judged. The

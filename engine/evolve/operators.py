@@ -104,6 +104,8 @@ def parent_summary(m) -> str:
         what = f"correct; geomean speedup vs eager {m.speedup:.3f}x"
     elif m.failed_stage:
         what = f"failed at {m.failed_stage}: {m.reason}"
+    elif getattr(m, "waiting", False):
+        what = "compiled; correctness and speed not measured yet (waiting for a GPU)"
     else:
         what = "not evaluated yet"
     return f"{m.id} (generation {m.generation}, {m.operator}): {what}\n{m.rationale[:400]}".strip()

@@ -30,6 +30,7 @@ class Member:
     failed_stage: str | None = None
     reason: str = ""
     rejected: bool = False               # stopped before the GPU by a static / LLM check
+    waiting: bool = False                # compiled where no GPU was visible: waiting for a GPU (engine.gpu_wait)
     title: str = ""
     rationale: str = ""
     cost_usd: float = 0.0
@@ -81,6 +82,19 @@ class Population:
 
     def eligible(self, before: int | None = None) -> list[Member]:
         return [m for m in self if fitness(m) is not None and (before is None or m.generation < before)]
+
+    def waiting(self) -> list[Member]:
+        return [m for m in self if m.waiting]
+
+    def queueable(self, before: int) -> list[Member]:
+        """Parents for a generation proposed while nothing is measured (no GPU here): members of earlier
+        generations waiting for a GPU whose own parents are measured (a seed has none), so variants are never
+        proposed from variants that nobody has checked. Empty once such a generation exists below `before`: kbench
+        queues one generation ahead of its measurements, not a chain of guesses."""
+        waiting = {m.id for m in self.members.values() if m.waiting}
+        if any(p in waiting for m in self.members.values() if m.generation < before for p in m.parents):
+            return []
+        return self.diverse_pool([m for m in self if m.waiting and m.generation < before])
 
     def failures(self, before: int | None = None) -> list[Member]:
         """Evaluated members that failed compile or correctness (what `repair` works on); rejected ones too."""
@@ -151,6 +165,9 @@ class Population:
         for m in self.ranked()[:limit]:
             if fitness(m) is not None:
                 what = f"{m.speedup:.3f}x"
+            elif m.waiting:
+                from engine.gpu_wait import WAITING_FOR_GPU
+                what = f"compiled, {WAITING_FOR_GPU} (not measured yet)"
             elif m.state == PENDING:
                 what = "pending"
             else:

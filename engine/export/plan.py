@@ -98,6 +98,9 @@ def passing_status(status: Any) -> tuple[bool, str]:
     corr = stages.get("correctness")
     if corr is None:
         return False, "it has no correctness verdict"
+    unmeasured = status.never_measured() if hasattr(status, "never_measured") else ""
+    if unmeasured:
+        return False, f"it was never measured on a GPU: {unmeasured}"
     if corr.status is not Status.PASS:
         return False, f"its correctness verdict is {corr.status.value}"
     return True, ""
@@ -147,7 +150,9 @@ def _finish(plan: ExportPlan, force: bool) -> ExportPlan:
     for k in refused:
         msg = f"the {k.direction} kernel ({k.origin}) has no passing verdict: {k.why_not_passing}."
         if not force:
-            raise ExportError(f"refusing to export: {msg} Evaluate it first, or pass --force to export it anyway "
+            how = (f"Evaluate it first (`kbench reevaluate {k.candidate_id}` on a machine with a GPU)"
+                   if k.candidate_id else "Evaluate it first")
+            raise ExportError(f"refusing to export: {msg} {how}, or pass --force to export it anyway "
                               "(the package README then carries this warning).")
         plan.warnings.append(msg)
     plan.forced = bool(refused)
@@ -160,8 +165,8 @@ def _finish(plan: ExportPlan, force: bool) -> ExportPlan:
 def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str | Path | None = None,
                    name: str | None = None, force: bool = False) -> ExportPlan:
     """Export candidate folders (or robust-kbench .cu files) with their task. A task's shipped baseline counts
-    as passing (the GPU test suite checks every baseline on every config); any other folder carries no verdict,
-    so it needs `force`."""
+    as passing (the GPU test suite checks every baseline on every config); any other folder by what `kbench eval`
+    recorded for its exact sources (engine/eval_records.py), else it needs `force`."""
     name = names.check_name(name) if name else None
     try:
         task = task_ref if isinstance(task_ref, Task) else load_task(task_ref)
@@ -178,11 +183,11 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
         entry = _entry(cand, direction, where)
         baseline = task.baseline_dir(direction)
         shipped = baseline is not None and p.is_dir() and p.resolve() == baseline.resolve()
-        origin = (f"the shipped {direction} baseline of task {task.name} ({p})" if shipped
-                  else f"folder {p}")
-        return KernelSource(direction, cand, entry, origin, passing=shipped,
-                            why_not_passing="" if shipped else "a folder carries no verdicts (only workspace "
-                            "candidates and a task's shipped baselines do)")
+        if shipped:
+            return KernelSource(direction, cand, entry, f"the shipped {direction} baseline of task {task.name} ({p})",
+                                passing=True)
+        passing, origin, why = _folder_verdict(task, direction, cand, p)
+        return KernelSource(direction, cand, entry, origin, passing=passing, why_not_passing=why)
 
     fwd = kernel(from_dir, "forward")
     bwd = kernel(backward_dir, "backward") if backward_dir is not None else None
@@ -193,6 +198,19 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
     if bwd is None and "backward" in task.directions:
         plan.notes.append("No backward kernel was given (--backward-dir), so the op has no autograd formula.")
     return _finish(plan, force)
+
+
+def _folder_verdict(task: Task, direction: str, cand: Candidate, p: Path) -> tuple[bool, str, str]:
+    """(passing, origin, why not) for a folder: what `kbench eval` recorded for these exact sources."""
+    from engine.eval_records import lookup
+    from engine.pipeline.evaluate import default_cache_root
+
+    rec, why = lookup(task, direction, cand, default_cache_root())
+    if rec is None:
+        return False, f"folder {p}", (f"{why}; run `kbench eval {task.root} {p}` on a GPU (its verdict is "
+                                      "recorded for export)")
+    origin = f"folder {p} (kbench eval on {rec.gpu or 'a GPU'} at {rec.at}: {rec.summary})"
+    return rec.passing, origin, "" if rec.passing else f"kbench eval found: {rec.summary}"
 
 
 # ---------------------------------------------------------------------------------------- workspace

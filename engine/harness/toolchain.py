@@ -207,7 +207,12 @@ def _pybind_abi_defines() -> list[str]:
 
 def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | None = None) -> Toolchain:
     """Describe this machine's toolchain. Arguments override CUDA_HOME, CXX and TORCH_CUDA_ARCH_LIST."""
+    import logging
+
     import torch
+    # Importing cpp_extension on a machine without a GPU logs "No CUDA runtime is found" to stderr: kbench says
+    # that itself, and from a build worker the line lands on top of the app's screen.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import cpp_extension
 
     cuda_home = cuda_home or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"

@@ -48,6 +48,11 @@ class ConfigCheck:
     vacuous: float | None = None             # fraction of nonzero reference values for which 0 passes atol/rtol
     ref_error: float | None = None           # ||y - y64|| / ||y64||: the task dtype's own error (None: no float64 run)
     warnings: list[str] = field(default_factory=list)
+    error: str = ""                          # the reference raised: the config was not checked (the task is broken)
+
+    @property
+    def checked(self) -> bool:
+        return not self.skipped and not self.error
 
     @property
     def degenerate(self) -> bool:
@@ -187,26 +192,75 @@ def check_config(runtime: Any, config: Any, device: Any, seeds: int = 3) -> Conf
     return res
 
 
+def footprint_bytes(runtime: Any, config: Any) -> int | None:
+    """What one setup of `config` holds (inputs, parameters and buffers, reference outputs), measured by
+    building it on torch's `meta` device, which allocates nothing. None where the reference cannot be built
+    there. The size guard for configs without a cost model (imported KernelBench problems): a problem's
+    `get_inputs` may draw tens of GB, which a CPU check would try to allocate until the OOM killer came."""
+    import dataclasses
+
+    import torch
+
+    def nbytes(ts: Any) -> int:
+        return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
+
+    meta = torch.device("meta")
+    try:
+        with torch.device(meta), torch.no_grad():
+            # the init scheme redraws values, never shapes (and its CPU generator cannot draw on meta)
+            runtime.setup(dataclasses.replace(config, init="normal"), config.seed, meta)
+            inputs = list(runtime.pristine())
+            model = getattr(runtime, "model", None) or getattr(runtime, "_model", None)
+            held = nbytes(inputs) + (nbytes(model.state_dict().values()) if hasattr(model, "state_dict") else 0)
+    except Exception:  # noqa: BLE001 - unknown size: the caller decides
+        return None
+    try:
+        with torch.device(meta):
+            held += nbytes(_floats(runtime.reference(inputs)))
+    except Exception:  # noqa: BLE001 - inputs and parameters are most of it anyway
+        pass
+    return held
+
+
+def _too_large_on_cpu(runtime: Any, cfg: Any, direction: str) -> str:
+    """Why `cfg` is not checked on a CPU ("" where it is): its cost model, else its measured footprint."""
+    cost = cfg.cost.get(direction)
+    if cost is not None:
+        if cost.flops > CPU_MAX_FLOPS or cost.bytes > CPU_MAX_BYTES:
+            return "too large for the CPU check (run on a GPU, or pass --cpu-all)"
+        return ""
+    held = footprint_bytes(runtime, cfg)
+    if held is not None and held > CPU_MAX_BYTES:
+        return (f"too large for the CPU check: one setup holds {held / 1e9:.2f} GB of inputs, parameters and "
+                "outputs, and the check builds several (run on a GPU, or pass --cpu-all)")
+    return ""
+
+
 def check_task(task: Any, seeds: int = 3, device: str | None = None, directions: list[str] | None = None,
                configs: list[str] | None = None, cpu_all: bool = False,
                progress: Any = None) -> list[ConfigCheck]:
-    """Check every (direction, config) of `task`; small configs only on a CPU unless cpu_all."""
+    """Check every (direction, config) of `task`; small configs only on a CPU unless cpu_all. A reference
+    that cannot even be imported is bad input (TaskError naming the file and the cause)."""
     import torch
 
+    from engine.errors import TaskError
     from engine.harness.runtimes import runtime_for
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out: list[ConfigCheck] = []
     for direction in directions or list(task.directions):
-        runtime = runtime_for(task, direction)
+        try:
+            runtime = runtime_for(task, direction)
+        except Exception as exc:  # noqa: BLE001 - the task's own code failed to load
+            ref = task.spec(direction).reference_path
+            raise TaskError(f"{ref}: the reference cannot be imported ({type(exc).__name__}: {exc}). "
+                            "Install what it needs into kbench's Python, or fix the file.") from None
         for cfg in task.configs:
             if configs and cfg.name not in configs:
                 continue
-            cost = cfg.cost.get(direction)
-            if dev.type == "cpu" and not cpu_all and cost is not None and (
-                    cost.flops > CPU_MAX_FLOPS or cost.bytes > CPU_MAX_BYTES):
-                out.append(ConfigCheck(direction, cfg.name, str(dev), 0,
-                                       skipped="too large for the CPU check (run on a GPU, or pass --cpu-all)"))
+            why = _too_large_on_cpu(runtime, cfg, direction) if dev.type == "cpu" and not cpu_all else ""
+            if why:
+                out.append(ConfigCheck(direction, cfg.name, str(dev), 0, skipped=why))
                 continue
             if progress:
                 progress(f"{task.name} {direction} {cfg.name} on {dev}")
@@ -214,5 +268,5 @@ def check_task(task: Any, seeds: int = 3, device: str | None = None, directions:
                 out.append(check_config(runtime, cfg, dev, seeds))
             except Exception as exc:  # noqa: BLE001 - a broken reference is reported, not raised
                 out.append(ConfigCheck(direction, cfg.name, str(dev), 0,
-                                       skipped=f"reference failed: {type(exc).__name__}: {str(exc)[:300]}"))
+                                       error=f"the reference raised {type(exc).__name__}: {str(exc)[:300]}"))
     return out

@@ -24,7 +24,9 @@ class SessionReport:
     proposed: int                                  # candidates other than the baseline
     baseline: list[str] = field(default_factory=list)
     stage_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # stage -> {reached, passed}
+    baseline_stages: dict[str, str] = field(default_factory=dict)           # stage -> the baseline's status
     eligible: int = 0
+    waiting_for_gpu: int = 0                       # candidates (baseline included) compiled, waiting for a GPU
     speedups_eager: list[float] = field(default_factory=list)
     speedups_compile: list[float] = field(default_factory=list)
     measured_eager: list[float] = field(default_factory=list)        # every measured candidate, eligible or not
@@ -61,12 +63,17 @@ def build_report(ws: Any, session: str) -> SessionReport:
     props = [v for v in views if v.record.operator != "baseline"]
     rep = SessionReport(session=session, task=str(getattr(info, "task", "")), proposed=len(props),
                         baseline=[v.id for v in base])
-    order = list(STAGES) + sorted({s for v in props for s in v.status.stages} - set(STAGES))
+    order = list(STAGES) + sorted({s for v in views for s in v.status.stages} - set(STAGES))
     for stage in order:
         reached = [v for v in props if stage in v.status.stages]
-        if reached:
+        at_base = [v.status.stages[stage].status.value for v in base if stage in v.status.stages]
+        if reached or at_base:
             rep.stage_counts[stage] = {"reached": len(reached),
                                        "passed": sum(1 for v in reached if v.status.stages[stage].status in PASSING)}
+        if at_base:
+            rep.baseline_stages[stage] = ", ".join(at_base)
+    from engine.gpu_wait import waiting_for_gpu
+    rep.waiting_for_gpu = sum(1 for v in views if waiting_for_gpu(v.status))
     elig = [v for v in props if v.status.eligible]
     rep.eligible = len(elig)
     rep.speedups_eager = [v.status.speedup for v in elig if v.status.speedup is not None]
@@ -109,13 +116,16 @@ def build_report(ws: Any, session: str) -> SessionReport:
         prof = v.status.stages.get("profile")
         if prof is not None and prof.verdict is not None:
             secs["profile"] += float(prof.verdict.verdict.data.get("seconds") or 0.0)
+        evaluated_build = 0.0
         for e in v.status.events:
             if e.event == "directives":
                 usd["directives"] += float(e.data.get("cost_usd") or 0.0)
             elif e.event == "evaluated":
-                secs["build"] += float(e.data.get("build_s") or 0.0)
+                evaluated_build += float(e.data.get("build_s") or 0.0)
                 secs["gpu"] += float(e.data.get("gpu_s") or 0.0)
                 secs["evaluation"] += float(e.data.get("seconds") or 0.0)
+        # the same builds, counted from their verdicts (which evaluations without a GPU leave) or their events
+        secs["build"] += max(evaluated_build, _build_seconds(ws, v))
     session_events = getattr(ws, "session_events", None)
     for e in session_events(session) if session_events is not None else ():
         if e.event == "proposal_failed":        # paid for, produced no candidate (engine/evolve/loop.py)
@@ -126,6 +136,19 @@ def build_report(ws: Any, session: str) -> SessionReport:
     tokens["total"] = sum(tokens.values())
     rep.tokens, rep.usd, rep.seconds = tokens, usd, secs
     return rep
+
+
+def _build_seconds(ws: Any, view: Any) -> float:
+    """Every compile of the candidate (each evaluation's `compile` verdict carries its build time; a cache hit
+    costs ~0), whether or not an `evaluated` event followed: on a machine without a GPU none does, and the
+    builds are most of the time spent."""
+    try:
+        entries = ws.notes(view.id)
+    except Exception:  # noqa: BLE001 - a damaged note: the latest verdict is all there is
+        latest = view.status.stages.get("compile")
+        return float(latest.verdict.verdict.data.get("seconds") or 0.0) if latest and latest.verdict else 0.0
+    return sum(float(e.verdict.data.get("seconds") or 0.0) for e in entries
+               if getattr(e, "kind", "") == "verdict" and e.verdict.stage == "compile")
 
 
 def _x(v: float | None) -> str:
@@ -141,10 +164,18 @@ def to_markdown(rep: SessionReport, plot_name: str | None = None) -> str:
     out = [f"# Session report: {rep.session}", "", f"Task `{rep.task}`; {rep.proposed} candidates proposed"
            + (f" (plus baseline {', '.join(rep.baseline)})" if rep.baseline else "") + f", {rep.eligible} eligible"
            + (f" ({rep.eligible / rep.proposed:.0%})" if rep.proposed else "") + ".", "",
-           "## Validity by stage", "", "| stage | reached | passed | passed / proposed |", "| --- | --- | --- | --- |"]
+           "## Validity by stage", ""]
+    if rep.waiting_for_gpu:
+        out += [f"{rep.waiting_for_gpu} candidate(s) compiled and waiting for a GPU: correctness and timing not "
+                "measured yet (run the session's command on a machine with a GPU).", ""]
+    head = "| stage | reached | passed | passed / proposed |" + (" baseline |" if rep.baseline else "")
+    out += [head, "| --- | --- | --- | --- |" + (" --- |" if rep.baseline else "")]
     for stage, c in rep.stage_counts.items():
         share = f"{c['passed'] / rep.proposed:.0%}" if rep.proposed else "-"
-        out.append(f"| {stage} | {c['reached']} | {c['passed']} | {share} |")
+        extra = f" {rep.baseline_stages.get(stage, '-')} |" if rep.baseline else ""
+        out.append(f"| {stage} | {c['reached']} | {c['passed']} | {share} |{extra}")
+    if not rep.stage_counts:
+        out.append("| (no stage has run yet) | | | |" + (" |" if rep.baseline else ""))
     out += ["", "## Speedup", "", (f"Best candidate: {rep.best_id or '(none eligible)'}: {_x(rep.best_eager)} vs eager, "
              f"{_x(rep.best_compile)} vs torch.compile."), "", "| vs | best (eligible) | median (eligible) | max (any measured) |", "| --- | --- | --- | --- |",
             f"| eager | {_stats(rep.best_eager, rep.speedups_eager, rep.measured_eager)} |",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from engine.errors import TaskError
@@ -10,9 +9,9 @@ from engine.tasks.model import Task
 
 
 def builtin_tasks_dir() -> Path:
-    """The built-in suite: $KBENCH_TASKS, else the `tasks/` folder beside the engine package."""
-    env = os.environ.get("KBENCH_TASKS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "tasks"
+    """The built-in suite: the `tasks/` folder beside the engine package. (The user's own task folders are
+    listed in $KBENCH_TASKS: engine/task_catalog.py.)"""
+    return Path(__file__).resolve().parents[2] / "tasks"
 
 
 def builtin_task_names() -> list[str]:
@@ -34,11 +33,15 @@ def load_task(ref: str | Path) -> Task:
             return kernelbench.load_kernelbench(Path(file), dtype)
     if not path.exists() and isinstance(ref, str) and "/" not in ref:
         candidate = builtin_tasks_dir() / ref
+        from engine.task_catalog import find_user_task
         if candidate.exists():
             path = candidate
+        elif (mine := find_user_task(ref)) is not None:
+            path = mine                        # a task folder under $KBENCH_TASKS
         else:
             known = ", ".join(builtin_task_names()) or "none found"
-            raise TaskError(f"no task named {ref!r}: not a path, and not a built-in task (built-in: {known}).")
+            raise TaskError(f"no task named {ref!r}: not a path, not a built-in task (built-in: {known}) and not "
+                            "in a folder of $KBENCH_TASKS.")
     if path.is_dir():
         if native.is_native_task(path):
             return native.load_native(path)

@@ -99,8 +99,10 @@ class Task:
         try:
             return self.directions[direction]
         except KeyError:
+            from engine.errors import MissingDirectionError
             have = ", ".join(self.directions) or "none"
-            raise KeyError(f"task {self.name!r} has no {direction} direction (it has: {have})") from None
+            raise MissingDirectionError(f"task {self.name!r} ({self.root}) has no {direction} direction "
+                                        f"(it has: {have})") from None
 
     def baseline_dir(self, direction: str) -> Path | None:
         path = self.root / "baselines" / direction

@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.errors import TaskError
 from engine.integrity.policy import POLICIES
-from engine.tasks import costexpr, pysource
+from engine.tasks import costexpr, pysource, toml_checks
 from engine.tasks.inits import SCHEMES
 from engine.tasks.model import DTYPE_BYTES, Cost, DirectionSpec, Task, TaskConfig, Tolerance
 
@@ -28,6 +28,7 @@ def load_native(root: Path) -> Task:
         raise TaskError(f"{toml_path}: not valid TOML ({exc}).") from None
     except OSError as exc:
         raise TaskError(f"{toml_path}: cannot read the file ({exc.strerror}).") from None
+    toml_checks.check_meta(meta, toml_path)   # unknown keys, numbers written as strings, too few configs
 
     def need(obj: dict, key: str, where: str) -> Any:
         if key not in obj:

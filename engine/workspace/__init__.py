@@ -11,10 +11,10 @@ from engine.workspace.records import (BRANCH_NS, CANDIDATE_NS, NOTES_REF, Candid
                                       Event, Measurement, NoteEntry, Override, SessionInfo, UnknownEntry,
                                       VerdictNote, branch_ref, candidate_ref, parse_note, root_ref)
 from engine.workspace.views import CandidateStatus, CandidateView, StageState, best_of, fold
-from engine.workspace.workspace import Workspace, default_path
+from engine.workspace.workspace import Workspace, default_export_dir, default_path
 
 __all__ = [
-    "Workspace", "default_path",
+    "Workspace", "default_path", "default_export_dir",
     "SessionInfo", "CandidateRecord", "CandidateStatus", "CandidateView", "StageState",
     "VerdictNote", "Measurement", "ConfigTiming", "Override", "Event", "Comment", "UnknownEntry", "NoteEntry",
     "parse_note", "fold", "best_of",

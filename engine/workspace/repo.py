@@ -329,6 +329,8 @@ def _init_atomically(p: Path) -> None:
         _set_marker(git_dir)
         # Plain `git log` (and tig) then show kbench's verdicts and measurements with each commit.
         gitio.run_git(git_dir, ["config", "notes.displayRef", "refs/notes/kbench"])
+        from engine.workspace.head import give_head
+        give_head(git_dir)          # plain `git log` and tig open it (engine/workspace/head.py)
         try:
             os.rename(git_dir, p / ".git")
         except OSError:

@@ -76,6 +76,26 @@ class CandidateStatus:
         s = self.stages.get(stage)
         return s.status if s else None
 
+    def never_measured(self) -> str:
+        """Why the candidate's correctness was never measured, or "" where a check ran (pass or fail).
+
+        An override may change a verdict, never invent a measurement: a correctness `pass` that only an
+        override gives, over a check that never ran (none, or skipped: no GPU), is a person's claim, not a
+        measurement, and what relies on a measured kernel (export) still refuses it."""
+        corr = self.stages.get("correctness")
+        ran = corr is not None and corr.verdict is not None and corr.verdict.verdict.status is not Status.SKIPPED
+        if ran:
+            return ""
+        if corr is None or corr.verdict is None:
+            what = "it has no correctness check"
+        else:
+            what = f"its correctness check never ran ({corr.verdict.verdict.reason})"
+        if corr is not None and corr.override is not None:
+            o = corr.override
+            what += (f"; the `{o.to_status.value}` is an override by {o.by} ({o.reason!r}), and an override may "
+                     "change a verdict, never invent a measurement")
+        return what
+
     def to_json(self) -> dict[str, Any]:
         return {"stages": {k: v.to_json() for k, v in self.stages.items()},
                 "speedup_eager": self.speedup, "speedup_compile": self.speedup_compile,

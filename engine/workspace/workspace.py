@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,8 +40,28 @@ _CACHE_CAP = 400_000
 _NAMED_REFS_MAX = 256      # up to this many unknown candidates are read by name, more by the session's prefix
 
 
+EXPORTS_DIR = "exports"
+
+
+def default_export_dir(workspace: Path, name: str) -> Path:
+    """Where `kbench export` writes package `name` when no --out is given: `<workspace>/exports/<name>`, beside
+    the candidates it comes from and out of the kbench checkout and the current directory. The workspace
+    repository ignores the folder (info/exclude), so its `git status` stays clean."""
+    exclude = workspace / ".git" / "info" / "exclude"
+    try:
+        text = exclude.read_text() if exclude.is_file() else ""
+        if f"/{EXPORTS_DIR}/" not in text.splitlines() and (workspace / ".git").is_dir():
+            exclude.parent.mkdir(parents=True, exist_ok=True)
+            exclude.write_text(text + ("" if not text or text.endswith("\n") else "\n") + f"/{EXPORTS_DIR}/\n")
+    except OSError:
+        pass   # a read-only repository: the export is still written, git status just lists it
+    return workspace / EXPORTS_DIR / name
+
+
 def default_path() -> Path:
-    return Path.cwd() / DEFAULT_DIR
+    """$KBENCH_WORKSPACE, else ./workspace (the folder the kbench checkout ships with a README)."""
+    env = os.environ.get("KBENCH_WORKSPACE")
+    return Path(env).expanduser() if env else Path.cwd() / DEFAULT_DIR
 
 
 class Workspace:
@@ -145,6 +166,24 @@ class Workspace:
             wr.update_refs([gitio.RefUpdate(root_ref(name), root), gitio.RefUpdate(branch_ref(name), root)],
                            f"kbench: start session {name}")
         return self.session(name)
+
+    def discard_empty_session(self, name: str) -> bool:
+        """Remove a session that holds no candidate (a start that failed before its first commit), so a failed
+        start leaves nothing behind. Its root commit stays in the object store until git gc; nothing is
+        removed where any candidate exists. True where it was removed."""
+        wr = self._repo
+        with wr.writing(), writers.write_guard(self.git_dir, name):
+            if set(wr.refs(f"{CANDIDATE_NS}{name}/")) - {root_ref(name)}:
+                return False
+            refs = {r: wr.ref(r) for r in (root_ref(name), branch_ref(name))}
+            body = "".join(f"delete {r} {sha}\n" for r, sha in refs.items() if sha)
+            if not body:
+                return False
+            gitio.run_git(wr.git_dir, ["update-ref", "-m", f"kbench: discard empty session {name}", "--stdin"],
+                          input=body.encode())
+        for cache in (self._roots, self._task_entries, self._counters):
+            cache.pop(name, None)
+        return True
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first, with its candidate count and current best."""

@@ -47,13 +47,14 @@ class CandidateActions:
 
     def done_override(self, result) -> None:
         cid, entry, step = result
-        self.app.notify(f"{cid}: {entry.stage} {entry.from_status} → {entry.to_status.value} (recorded)")
-        self.log_line(f"override {cid} {entry.stage}: {entry.from_status} -> {entry.to_status.value}: {entry.reason}")
+        was = entry.from_status or "none"
+        self.app.notify(f"{cid}: {entry.stage} {was} → {entry.to_status.value} (recorded)")
+        self.log_line(f"override {cid} {entry.stage}: {was} -> {entry.to_status.value}: {entry.reason}")
         self.after_change(cid)
         if step == "session":
             self.log_line(f"{cid}: the running session re-reads it (and evaluates it if it may now go on)")
         elif step == "evaluate":
-            self.log_line(f"{cid} is no longer blocked: queued for evaluation")
+            self.log_line(f"{cid}: nothing blocks it and it has no measurement: queued for evaluation")
             self.start_reevaluate(cid)
 
     # -- re-evaluate

@@ -8,6 +8,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from kbench_tui import keymap
+from kbench_tui.widgets.toggle import Toggle
 
 
 class ExportScreen(ModalScreen[dict | None]):
@@ -24,12 +25,12 @@ class ExportScreen(ModalScreen[dict | None]):
             if not self.passing:
                 yield Static(f"[yellow]Not passing: {self.why}. Tick 'force' to export anyway (the README says so)."
                              "[/yellow]")
-            yield Label("output folder (must be empty)")
+            yield Label("output folder (must be empty; default: the workspace's exports/)")
             yield Input(self.default_out, id="ex-out")
             yield Label("package name (blank: kbench_<task>)")
             yield Input("", id="ex-name")
-            yield Checkbox("force (export a kernel that is not passing)", value=False, id="ex-force")
-            yield Checkbox("overwrite a previous export in that folder", value=False, id="ex-overwrite")
+            yield Toggle("force (export a kernel that is not passing)", value=False, id="ex-force")
+            yield Toggle("overwrite a previous export in that folder", value=False, id="ex-overwrite")
             with Horizontal(classes="buttons"):
                 yield Button("Export", variant="primary", id="ex-ok")
                 yield Button("Cancel", id="ex-cancel")

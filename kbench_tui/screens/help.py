@@ -30,3 +30,17 @@ class HelpScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+    # j/k, home/g and end/G as in every list of the app (pageup/pagedown and the mouse wheel are the table's)
+    def action_cursor_down(self) -> None:
+        self.query_one(DataTable).action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        self.query_one(DataTable).action_cursor_up()
+
+    def action_top(self) -> None:
+        self.query_one(DataTable).move_cursor(row=0)
+
+    def action_bottom(self) -> None:
+        t = self.query_one(DataTable)
+        t.move_cursor(row=max(0, t.row_count - 1))

@@ -12,15 +12,17 @@ from kbench_tui import keymap
 from kbench_tui.workers import ThreadedMixin
 
 
-def fill(table: DataTable, columns: tuple[str, ...], rows: list[tuple[str, ...]], style: dict | None = None) -> None:
+def fill(table: DataTable, columns: tuple[str, ...], rows: list[tuple[str, ...]], style: dict | None = None,
+         keys: list[str] | None = None) -> None:
     """Replace the table's rows; column widths are set from the cells (a DataTable left to size its own
-    columns does it on idle, which a busy machine can postpone past the first paint)."""
+    columns does it on idle, which a busy machine can postpone past the first paint). A row's key is its
+    first cell unless `keys` gives them."""
     table.clear(columns=True)
     for i, name in enumerate(columns):
         table.add_column(name, width=max([len(name)] + [len(r[i]) for r in rows]), key=name)
-    for r in rows:
+    for n, r in enumerate(rows):
         cells = [Text(v, style=style[i](v)) if style and i in style else v for i, v in enumerate(r)]
-        table.add_row(*cells, key=r[0])
+        table.add_row(*cells, key=keys[n] if keys else r[0])
 
 
 class HomeScreen(ThreadedMixin, Screen):
@@ -62,7 +64,8 @@ class HomeScreen(ThreadedMixin, Screen):
             cells.append((r.name, r.task, r.direction, r.proposer, str(r.candidates),
                           "-" if r.generation is None else str(r.generation), r.best or "-", sp, r.status))
         fill(t, ("session", "task", "direction", "proposer", "candidates", "gen", "best", "speedup", "status"), cells,
-             style={8: lambda v: {"running": "bold green", "paused": "yellow"}.get(v, "dim")})
+             style={8: lambda v: {"running": "bold green", "paused": "yellow"}.get(
+                 v, "cyan" if v.startswith("waiting") else "dim")})
         if rows:
             t.move_cursor(row=min(cur, len(rows) - 1))
         if not rows:
@@ -71,7 +74,10 @@ class HomeScreen(ThreadedMixin, Screen):
 
     def done_tasks(self, rows) -> None:
         fill(self.query_one("#tasks", DataTable), ("task", "directions", "configs", "tags"),
-             [(r.name, "+".join(r.directions) or "broken", str(r.configs), r.tags or r.error[:60]) for r in rows])
+             [(r.name, "+".join(r.directions) or "broken", str(r.configs),
+               ((r.tags or r.error[:60]) + (f"  ($KBENCH_TASKS: {r.folder})" if r.folder else "")).strip())
+              for r in rows],
+             keys=[r.key for r in rows])
         self.tasks_loaded = True
 
     def _focused_table(self) -> DataTable:

@@ -1,5 +1,6 @@
-"""New session: task, direction, proposer (the LLM proposer only with a key; otherwise the reason is shown),
-budget. Start runs the evolution through engine.service (the CLI's defaults, LLM verifiers included) on the
+"""New session: task (built-in, or the user's own from $KBENCH_TASKS), direction, proposer (anthropic only with
+a key, human only with $VISUAL/$EDITOR; otherwise the reason is shown; replay asks what to re-play), budget.
+Start runs the evolution through engine.service (the CLI's defaults, LLM verifiers included) on the
 loop's own thread; its events come back as messages."""
 
 from __future__ import annotations
@@ -11,7 +12,21 @@ from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Sele
 
 from engine.service import DEFAULTS
 from kbench_tui import keymap
+from kbench_tui.widgets.toggle import Toggle
 from kbench_tui.workers import ThreadedMixin
+
+
+def task_labels(rows) -> list[tuple[str, str]]:
+    """(label, key) per task: a built-in task by name; one of the user's marked as from $KBENCH_TASKS, with
+    its folder where two tasks share a name."""
+    names = [r.name for r in rows]
+    out = []
+    for r in rows:
+        label = r.name
+        if r.folder:
+            label += f"  ({r.folder})" if names.count(r.name) > 1 else "  ($KBENCH_TASKS)"
+        out.append((label, r.key))
+    return out
 
 
 class NewSessionScreen(ThreadedMixin, Screen):
@@ -23,11 +38,14 @@ class NewSessionScreen(ThreadedMixin, Screen):
 
     def compose(self) -> ComposeResult:
         b = self.app.backend
-        tasks = [(r.name, r.name) for r in b.tasks() if r.directions]
-        self._dirs = {r.name: r.directions for r in b.tasks()}
-        task = self.initial_task if self.initial_task in dict(tasks) else (tasks[0][1] if tasks else Select.BLANK)
-        props = [(n, n) for n, ok, _ in b.proposer_choices() if ok]
-        reasons = [f"{n}: {why}" for n, ok, why in b.proposer_choices() if not ok]
+        rows = b.tasks()
+        tasks = task_labels([r for r in rows if r.directions])
+        self._dirs = {r.key: r.directions for r in rows}
+        keys = [k for _, k in tasks]
+        task = self.initial_task if self.initial_task in keys else (keys[0] if keys else Select.BLANK)
+        choices = b.proposer_choices()
+        props = [(n, n) for n, ok, _ in choices if ok]
+        reasons = [why if why.startswith(f"{n}:") else f"{n}: {why}" for n, ok, why in choices if why]
         yield Header()
         with VerticalScroll(id="new-form"):
             yield Static("[b]New evolution session[/b]")
@@ -38,6 +56,9 @@ class NewSessionScreen(ThreadedMixin, Screen):
             yield Label("proposer")
             yield Select(props, value=props[0][1], allow_blank=False, id="ns-proposer")
             yield Static("\n".join(reasons), id="ns-unavailable", classes="dim")
+            with Vertical(id="ns-replay-box"):
+                yield Label("replay from (a folder of candidates, or a session of this workspace)")
+                yield Input("", id="ns-replay")
             with Horizontal(classes="row"):
                 with Vertical():
                     yield Label("generations")
@@ -50,13 +71,21 @@ class NewSessionScreen(ThreadedMixin, Screen):
                     yield Input("", id="ns-usd", type="number")
             yield Label("session name (blank: task-direction-proposer)")
             yield Input("", id="ns-name")
-            yield Checkbox("start paused (then s steps one proposal at a time, space resumes)", id="ns-paused")
+            yield Toggle("start paused (then s steps one proposal at a time, space resumes)", value=False,
+                         id="ns-paused")
             yield Static(self.app.backend.gpu_notice(), classes="notices")
             yield Static("", id="ns-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Start", variant="primary", id="ns-start")
                 yield Button("Cancel", id="ns-cancel")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#ns-task", Select).focus()        # the form opens on its first field
+        self._show_replay()
+
+    def _show_replay(self) -> None:
+        self.query_one("#ns-replay-box").display = self.query_one("#ns-proposer", Select).value == "replay"
 
     def _dir_options(self, task) -> list[tuple[str, str]]:
         return [(d, d) for d in self._dirs.get(task, ("forward",))]
@@ -66,6 +95,8 @@ class NewSessionScreen(ThreadedMixin, Screen):
             d = self.query_one("#ns-direction", Select)
             d.set_options(self._dir_options(event.value))
             d.value = "forward"
+        elif event.select.id == "ns-proposer":
+            self._show_replay()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_start() if event.button.id == "ns-start" else self.action_cancel()
@@ -82,13 +113,15 @@ class NewSessionScreen(ThreadedMixin, Screen):
             if gens < 0 or pop < 1:
                 raise ValueError
         except ValueError:
-            self.query_one("#ns-error", Static).update("generations >= 0, population >= 1, budget a number")
+            self._error("generations >= 0, population >= 1, budget a number")
             return
         args = dict(task=self.query_one("#ns-task", Select).value,
                     direction=self.query_one("#ns-direction", Select).value,
                     proposer=self.query_one("#ns-proposer", Select).value,
                     generations=gens, population=pop, usd=usd, session=v("#ns-name") or None,
                     paused=self.query_one("#ns-paused", Checkbox).value)
+        if args["proposer"] == "replay":
+            args["replay_from"] = v("#ns-replay")
         self.query_one("#ns-start", Button).disabled = True
         self.background("start", self.app.start_session, **args)
 
@@ -97,4 +130,10 @@ class NewSessionScreen(ThreadedMixin, Screen):
 
     def failed_start(self, error) -> None:
         self.query_one("#ns-start", Button).disabled = False
-        self.query_one("#ns-error", Static).update(f"cannot start: {error}")
+        self._error(f"cannot start: {error}")
+
+    def _error(self, text: str) -> None:
+        """The form is taller than a small terminal: bring the message into view, or nothing seems to happen."""
+        err = self.query_one("#ns-error", Static)
+        err.update(text)
+        self.call_after_refresh(err.scroll_visible, animate=False)

@@ -37,12 +37,31 @@ class OverrideScreen(ModalScreen[dict | None]):
             yield Label("reason (required)")
             yield Input(placeholder="why you overrule it", id="ov-reason")
             yield Static("", id="ov-error", classes="error")
+            yield Static("", id="ov-note", classes="dim")
             with Horizontal(classes="buttons"):
                 yield Button("Override", variant="warning", id="ov-ok")
                 yield Button("Cancel", id="ov-cancel")
 
     def on_mount(self) -> None:
         self.query_one("#ov-reason", Input).focus()
+        self._note()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "ov-reason" and event.value.strip():
+            self.query_one("#ov-error", Static).update("")      # the warning is answered: a reason is there
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self._note()
+
+    def _note(self) -> None:
+        """Overruling a check that never ran: it changes the verdict, it does not make a measurement."""
+        stage = self.query_one("#ov-stage", Select).value
+        now = dict(self.stages).get(stage, "")
+        unmeasured = stage in ("correctness", "timing") and now in ("none", "skipped")
+        to_pass = self.query_one("#ov-to", Select).value == "pass"
+        self.query_one("#ov-note", Static).update(
+            f"{stage} never ran on a GPU ({now}): an override may change a verdict, never invent a measurement, "
+            "so export still refuses this kernel without force" if unmeasured and to_pass else "")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "ov-ok":

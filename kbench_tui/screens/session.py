@@ -9,6 +9,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from kbench_tui import keymap
+from kbench_tui.backend import waiting_count
 from kbench_tui.screens.actions import CandidateActions
 from kbench_tui.widgets.fitness_plot import FitnessPlot
 from kbench_tui.widgets.line import Line
@@ -152,9 +153,10 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
     def update_progress(self) -> None:
         r = self.runner
         n = len(self.data.views) if self.data else 0
-        state = self.app.backend.session_status(self.session)
+        state = self.app.backend.session_status(self.session, waiting_count(self.data.views) if self.data else 0)
         t = Text()
-        t.append(f"[{state}] ", style={"running": "bold green", "paused": "bold yellow"}.get(state, "dim"))
+        t.append(f"[{state}] ", style={"running": "bold green", "paused": "bold yellow"}.get(
+            state, "cyan" if state.startswith("waiting") else "dim"))
         if r is not None:
             t.append(f"gen {min(r.generation, r.budgets.generations)}/{r.budgets.generations}  population {r.budgets.population}  "
                      f"committed {self.counts['committed']}  evaluated {self.counts['evaluated']}  ")

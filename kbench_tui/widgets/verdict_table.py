@@ -54,7 +54,7 @@ class VerdictTable(VerticalScroll):
         stages = self.query_one("#stages", DataTable)
         stages.clear()
         for s in st.stages.values():
-            ov = (f"{s.override.from_status}→{s.override.to_status.value}: {s.override.reason}"[:48]
+            ov = (f"{s.override.from_status or 'none'}→{s.override.to_status.value}: {s.override.reason}"[:48]
                   if s.override else "")
             why = s.verdict.verdict.reason if s.verdict else ""
             stages.add_row(s.stage, Text(s.status.value, style=STYLE.get(s.status.value, "")),
@@ -70,14 +70,19 @@ class VerdictTable(VerticalScroll):
         summary.append("eligible" if st.eligible else "not eligible", style="green" if st.eligible else "yellow")
         summary.append(f"  speedup {fmt_x(st.speedup)} vs eager, {fmt_x(st.speedup_compile)} vs torch.compile")
         if not st.measurements:
-            summary.append(f"\nno measurement yet. {gpu_notice}".rstrip(), style="dim")
+            from kbench_tui.backend import WAITING_FOR_GPU, status_text
+            if status_text(view) == WAITING_FOR_GPU:
+                summary.append(f"\n{WAITING_FOR_GPU}: compiled; correctness and timing are measured where a GPU "
+                               "is visible (e re-evaluates it there, or resume the session there)", style="cyan")
+            else:
+                summary.append(f"\nno measurement yet. {gpu_notice}".rstrip(), style="dim")
         libs = library_lines(st.stages.get("static"))
         if libs:
             summary.append("\n" + "\n".join(libs), style="cyan")
         self.query_one("#verdict-summary", Static).update(summary)
         hist = Text()
         for o in st.overrides:
-            hist.append(f"override {o.at[:19]} {o.stage}: {o.from_status} → {o.to_status.value} by {o.by}: "
+            hist.append(f"override {o.at[:19]} {o.stage}: {o.from_status or 'none'} → {o.to_status.value} by {o.by}: "
                         f"{o.reason}\n", style="yellow")
         for e in st.events:
             data = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"

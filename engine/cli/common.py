@@ -1,0 +1,40 @@
+"""What several commands share: where the workspace is, and checks of names given on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from pathlib import Path
+from typing import Any, Iterable
+
+from engine.errors import KbenchError
+
+WORKSPACE_HELP = "the workspace repository (default: $KBENCH_WORKSPACE, else ./workspace)"
+
+
+def workspace_path(args: argparse.Namespace) -> Path:
+    """--workspace, else $KBENCH_WORKSPACE, else ./workspace (engine.workspace.default_path)."""
+    from engine.workspace import default_path
+
+    given = getattr(args, "workspace", None)
+    return Path(given) if given else default_path()
+
+
+def check_config_names(task: Any, names: Iterable[str] | None, flag: str = "--config") -> None:
+    """Every NAME given with `flag` must be one of the task's configs: an unknown one is bad input (exit 2),
+    never a silently empty selection."""
+    known = [c.name for c in task.configs]
+    for name in names or ():
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise KbenchError(f"{flag} {name}: task {task.name!r} ({task.root}) has no config of that name{hint}; "
+                              f"its configs: {', '.join(known)}.")
+
+
+def require_available(proposer: Any) -> Any:
+    """The proposer, or bad input naming why it cannot run here (human without $VISUAL / $EDITOR)."""
+    if hasattr(proposer, "available") and not proposer.available():
+        why = proposer.unavailable_reason() if hasattr(proposer, "unavailable_reason") else ""
+        raise KbenchError(f"the {getattr(proposer, 'name', '?')} proposer cannot run: {why or 'not available'}")
+    return proposer
