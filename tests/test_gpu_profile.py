@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from engine.candidates import load_candidate
-from engine.profile.runner import ProfileOptions, profile_candidate
+from engine.pipeline.profiling import profile_candidate
+from engine.profile.runner import ProfileOptions
 from engine.profile.summarise import ProfileSummary
 from engine.tasks.loader import load_task
 from engine.verdict import Status

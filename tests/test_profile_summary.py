@@ -11,11 +11,11 @@ import pytest
 from engine.harness.roofline import Peaks
 from engine.profile import build_ncu_command, parse_ncu_csv, summarise
 from engine.profile.ncu import SECTIONS, kernel_filter_regex, ncu_unavailable_reason
+from engine.pipeline.profiling import run_ncu
 from engine.profile.runner import (
     ProfileOptions,
     profile_feedback,
     profile_verdict,
-    run_ncu,
 )
 from engine.profile.summarise import ProfileSummary, classify
 from engine.verdict import Status
@@ -31,7 +31,7 @@ def load(name: str):
 
 
 def test_command_line_has_sections_filter_and_launch_count():
-    cmd = build_ncu_command(["python", "-m", "engine.profile.child", "req.json"], launch_count=2)
+    cmd = build_ncu_command(["python", "-m", "engine.pipeline.profile_child", "req.json"], launch_count=2)
     assert cmd[:4] == ["ncu", "--csv", "--page", "details"]
     for s in ("Occupancy", "WarpStateStats", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "SpeedOfLight",
               "LaunchStats"):
@@ -41,7 +41,7 @@ def test_command_line_has_sections_filter_and_launch_count():
     assert regex.startswith("regex:") and "flush" in regex
     assert "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio" in cmd[cmd.index("--metrics") + 1]
     assert cmd[cmd.index("--nvtx-include") + 1] == "kbench_candidate/"
-    assert cmd[-4:] == ["python", "-m", "engine.profile.child", "req.json"]
+    assert cmd[-4:] == ["python", "-m", "engine.pipeline.profile_child", "req.json"]
 
 
 def test_kernel_filter_excludes_flush_and_torch_kernels():
@@ -196,7 +196,7 @@ def test_cli_registers_profile_and_report():
 def test_profile_stage_never_raises_and_passes_peaks(monkeypatch):
     from types import SimpleNamespace
 
-    from engine.profile import runner
+    from engine.pipeline import profiling as runner
 
     seen = {}
 

@@ -31,7 +31,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from engine.cli.cmd_roofline import _gpu_name
     from engine.pipeline.evaluate import default_cache_root
     from engine.harness.roofline import load_peaks
-    from engine.profile.runner import ProfileOptions, profile_candidate
+    from engine.pipeline.profiling import profile_candidate
+    from engine.profile.runner import ProfileOptions
     from engine.tasks.loader import load_task
 
     task = load_task(args.task)

@@ -180,7 +180,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     if opts.profile and opts.timing and report.passed and (tv := report.verdict("timing")) is not None \
             and tv.status == Status.PASS:
         say("profiling (ncu + torch profiler)")
-        from engine.profile.runner import profile_stage
+        from engine.pipeline.profiling import profile_stage
         report.verdicts.append(profile_stage(task, candidate, direction, opts, outcome.result.get("peaks")))
     report.seconds = time.monotonic() - t0
     return report

@@ -1,4 +1,4 @@
-"""Profile child: `python -m engine.profile.child REQUEST.json`, run jailed like a runner (engine/jail/exec.py
+"""Profile child: `python -m engine.pipeline.profile_child REQUEST.json`, run jailed like a runner (engine/jail/exec.py
 puts it in the jail before Python starts; under ncu for the ncu part). Modes: `ncu` runs the candidate on one config a few times and exits (ncu collects);
 `torch` records the top device-time ops of the candidate and of the eager reference with torch.profiler."""
 

@@ -1,0 +1,141 @@
+"""Running a candidate under the profilers: ncu on its kernels for one config, the torch profiler on it and
+on the reference, in the runner's jail (engine/jail: the child is jailed before Python starts, ncu wraps the
+jail launcher), then the `profile` verdict (engine/profile/runner.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.profile.ncu import build_ncu_command, ncu_unavailable_reason, parse_ncu_csv, permission_denied
+from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
+from engine.profile.summarise import summarise
+from engine.verdict import Status, Verdict
+
+
+def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeout_s: float,
+                ncu: str | None = None) -> tuple[str, dict[str, Any], str]:
+    """Run the profile child on the candidate, jailed like a runner (under ncu when `ncu` is given).
+    Returns (its output, its result, why it failed or "")."""
+    from engine.jail import command as jailed
+    from engine.pipeline.runner_process import make_run_dir, stage_candidate
+    from engine.pipeline.types import CandidateSpec
+    from engine.procs import kill_group, reap
+
+    # the child imports the task's reference (trusted, but it lives in the user's folder): that folder only
+    directions = (request.get("task") or {}).get("directions") or {}
+    ref_dirs = sorted({str(Path(d["reference_path"]).parent) for d in directions.values()})
+    run = make_run_dir([Path(d) for d in ref_dirs])
+    try:
+        load = stage_candidate(run, CandidateSpec(**request["candidate"])) if request.get("candidate") else None
+        result_path = run.scratch / "result.json"
+        req = run.ro / "request.json"
+        req.write_text(json.dumps({**request, "candidate": load, "mode": mode, "launches": opts.launch_count,
+                                   "result_path": str(result_path)}))
+        os.chmod(req, 0o644)
+        child = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.profile_child",
+                 str(req)]
+        cmd = jailed(child, run.spec())
+        if ncu is not None:
+            cmd = build_ncu_command(cmd, ncu=ncu, launch_count=opts.launch_count)
+        env = run.environment({"CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None)
+        try:
+            proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
+        except OSError as exc:
+            return "", {}, f"{'ncu' if ncu else 'the profiler'} could not be started: {exc}"
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            reap(proc)
+            return "", {}, f"{'ncu' if ncu else 'the torch profiler'} timed out after {timeout_s:.0f} s"
+        finally:
+            kill_group(proc)
+        try:
+            result = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            result = {}
+        if ncu is None and (proc.returncode != 0 or not result.get("finished")):
+            tail = " | ".join(out.strip().splitlines()[-4:])
+            return out, result, str(result.get("error") or f"the profiler exited with code {proc.returncode}: {tail}")
+        return out, result, str(result.get("error") or "") if ncu is None else ""
+    finally:
+        shutil.rmtree(run.root, ignore_errors=True)
+
+
+def run_ncu(request: dict[str, Any], opts: ProfileOptions) -> tuple[list, str]:
+    """(kernels, skip reason); kernels empty whenever the reason is set."""
+    reason = ncu_unavailable_reason(opts.ncu)
+    if reason:
+        return [], reason
+    ncu = opts.ncu or shutil.which("ncu") or "ncu"   # resolved here: the jailed PATH may not hold it
+    out, _, failed = _jailed_run(request, opts, "ncu", opts.ncu_timeout_s, ncu=ncu)
+    if failed:
+        return [], failed
+    if permission_denied(out):
+        return [], "ncu is not permitted to read GPU performance counters (ERR_NVGPUCTRPERM)"
+    kernels = parse_ncu_csv(out)
+    if not kernels:
+        tail = out.strip().splitlines()[-3:]
+        return [], "ncu profiled no candidate kernel" + (f": {' | '.join(tail)}" if tail else "")
+    return kernels, ""
+
+
+def run_torch_profiler(request: dict[str, Any], opts: ProfileOptions) -> tuple[list[dict], list[dict], str]:
+    _, res, failed = _jailed_run(request, opts, "torch", opts.torch_timeout_s)
+    if failed:
+        return [], [], failed
+    return list(res.get("candidate_ops") or ()), list(res.get("reference_ops") or ()), ""
+
+
+def profile_candidate(task: Any, candidate: Any, direction: str = "forward", options: ProfileOptions | None = None,
+                      peaks: Any = None, cache_root: Path | None = None) -> Verdict:
+    """Build (cache hit after an evaluation) and profile a candidate; the `profile` Verdict."""
+    import time
+
+    from engine.harness.build import build_candidate
+    from engine.harness.toolchain import detect as detect_toolchain
+    from engine.pipeline.evaluate import candidate_spec, default_cache_root
+
+    t0 = time.monotonic()
+    opts = options or ProfileOptions()
+    cache_root = cache_root or default_cache_root()
+    toolchain = detect_toolchain()
+    build = build_candidate(candidate, cache_root, toolchain)
+    if not build.ok:
+        return Verdict(STAGE, Status.SKIPPED, f"the candidate does not build: {build.error or 'compilation failed'}")
+    spec = candidate_spec(candidate, build, cache_root, toolchain)
+    config = representative_config(task, opts.config)
+    request = {"task": task.to_json(), "direction": direction, "candidate": dataclasses.asdict(spec),
+               "config": config}
+    kernels, skipped = run_ncu(request, opts)
+    cand_ops, ref_ops, torch_error = run_torch_profiler(request, opts)
+    cost = next(c for c in task.configs if c.name == config).cost.get(direction)
+    summary = summarise(kernels, peaks, config=config, torch_ops=cand_ops, reference_ops=ref_ops,
+                        ncu_skipped=skipped, flops=cost.flops if cost is not None else None)
+    verdict = profile_verdict(summary, torch_error)
+    verdict.data["seconds"] = round(time.monotonic() - t0, 2)
+    return verdict
+
+
+def profile_stage(task: Any, candidate: Any, direction: str, eval_options: Any, peaks_json: dict | None) -> Verdict:
+    """The stage as `evaluate()` runs it after timing: never raises, never blocks (pass or skipped)."""
+    from engine.harness.roofline import Peaks
+
+    try:
+        peaks = Peaks(**{"measured_at": 0.0, **peaks_json}) if peaks_json else None
+        opts = ProfileOptions(gpu=getattr(eval_options, "gpu", None))
+        timing = getattr(eval_options, "timing_configs", None)
+        if timing:
+            opts.config = timing[-1]
+        return profile_candidate(task, candidate, direction, opts, peaks=peaks,
+                                 cache_root=getattr(eval_options, "cache_root", None))
+    except Exception as exc:  # noqa: BLE001 - profiling is feedback; its failure must not fail the candidate
+        return Verdict(STAGE, Status.SKIPPED, f"profiling failed: {type(exc).__name__}: {str(exc)[:300]}")
