@@ -84,10 +84,7 @@ def run_child(module: str, request: dict[str, Any], *, timeout_s: float, gpu: in
     (an engine.jail.JailSpec) the child runs in it, its request folder added to what it may write."""
     with tempfile.TemporaryDirectory(prefix="kbench-eval-", dir=workdir) as tmp:
         tmpdir = Path(tmp)
-        result_path = tmpdir / "result.json"
-        req_path = tmpdir / "request.json"
-        req_path.write_text(json.dumps({**request, "result_path": str(result_path)}))
-        log_path = tmpdir / "output.log"
+        req_path = write_request(tmpdir, request)
         env = scrubbed_env(extra_env, gpu)
         cmd = [sys.executable, "-m", module, str(req_path)]
         if jail is not None:
@@ -98,26 +95,82 @@ def run_child(module: str, request: dict[str, Any], *, timeout_s: float, gpu: in
             cmd = jails.command([sys.executable, "-P", "-m", module, str(req_path)],
                                 dataclasses.replace(jail, write=(*jail.write, tmp)))
         t0 = time.monotonic()
-        with open(log_path, "wb") as log:
+        with open(tmpdir / "output.log", "wb") as log:
             proc = subprocess.Popen(cmd, cwd=tmpdir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            timed_out = False
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                kill_group(proc)
-                reap(proc)
-        seconds = time.monotonic() - t0
-        result: dict[str, Any] = {}
-        if result_path.exists():
-            try:
-                result = json.loads(result_path.read_text())
-            except json.JSONDecodeError:
-                result = {}
-        tail = log_path.read_bytes()[-4000:].decode(errors="replace")
-        return ChildOutcome(result, None if timed_out else proc.returncode, timed_out, seconds, tail)
+        return await_child(proc, tmpdir, timeout_s, t0)
+
+
+def write_request(tmpdir: Path, request: dict[str, Any]) -> Path:
+    req_path = tmpdir / "request.json"
+    req_path.write_text(json.dumps({**request, "result_path": str(tmpdir / "result.json")}))
+    return req_path
+
+
+def await_child(proc: subprocess.Popen, tmpdir: Path, timeout_s: float, t0: float) -> ChildOutcome:
+    """Wait for a child of run_child's layout (result.json, output.log in `tmpdir`); kill its group after."""
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        kill_group(proc)
+        reap(proc)
+    seconds = time.monotonic() - t0
+    result: dict[str, Any] = {}
+    result_path = tmpdir / "result.json"
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text())
+        except json.JSONDecodeError:
+            result = {}
+    tail = (tmpdir / "output.log").read_bytes()[-4000:].decode(errors="replace")
+    return ChildOutcome(result, None if timed_out else proc.returncode, timed_out, seconds, tail)
+
+
+class StandbyChild:
+    """`python -m module --standby ARGS...` started before its request exists (a warm spare): it gets ready,
+    then reads its request's path from stdin (EOF: not needed, it exits). Same folder layout, session and
+    environment rules as run_child; one request per child."""
+
+    def __init__(self, module: str, args: list[str], *, gpu: int | None = None,
+                 extra_env: dict[str, str] | None = None):
+        self._tmp = tempfile.TemporaryDirectory(prefix="kbench-eval-")
+        self.tmpdir = Path(self._tmp.name)
+        with open(self.tmpdir / "output.log", "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", module, "--standby", *args], cwd=self.tmpdir,
+                                         env=scrubbed_env(extra_env, gpu), stdin=subprocess.PIPE, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, request: dict[str, Any], timeout_s: float) -> ChildOutcome:
+        t0 = time.monotonic()
+        try:
+            req_path = write_request(self.tmpdir, request)
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(f"{req_path}\n".encode())
+            self.proc.stdin.close()
+        except OSError:
+            pass   # it died meanwhile: await_child reports how
+        try:
+            return await_child(self.proc, self.tmpdir, timeout_s, t0)
+        finally:
+            self._tmp.cleanup()
+
+    def discard(self) -> None:
+        """Not needed after all: close its stdin (it exits), then make sure of it."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        kill_group(self.proc)
+        reap(self.proc)
+        self._tmp.cleanup()
 
 
 def kill_group(proc: subprocess.Popen) -> None:

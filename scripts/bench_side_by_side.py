@@ -2,10 +2,13 @@
 
     git archive <old commit> | (mkdir -p old_kbench && tar -x -C old_kbench)
     python scripts/bench_side_by_side.py old_kbench . old_kbench [--tasks softmax:forward,gelu_bias:forward]
+        [--rounds 3] [--warm]
 
 Each tree runs in its own child process (its own PYTHONPATH) and evaluates every listed baseline with
 correctness on every config and timing of `bench` against eager (no profile). Trees run in the order given,
-so a tree can be repeated to see run-to-run noise; the first run of the cache builds the kernels.
+so a tree can be repeated to see run-to-run noise; the first run of the cache builds the kernels. `--rounds N`
+evaluates the list N times in one process (an evolution's GPU worker evaluates one candidate after another);
+`--warm` lets trees that have them use warm judges (EvalOptions.warm), as `kbench evolve` does.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 from pathlib import Path
 
 CHILD = r'''
-import json, sys, time
+import dataclasses, json, sys, time
 sys.path.insert(0, sys.argv[1])
 from engine.candidates import load_candidate
 from engine.tasks.loader import load_task
@@ -27,14 +30,19 @@ try:
 except ImportError:          # trees from before the judge
     from engine.harness.evaluate import EvalOptions, evaluate
 out = []
-for name, d in json.loads(sys.argv[2]):
+rounds, warm = int(sys.argv[3]), sys.argv[4] == "1"
+opts = EvalOptions(timing_configs=["bench"], baselines=("eager",), profile=False)
+if warm and "warm" in {f.name for f in dataclasses.fields(EvalOptions)}:
+    opts = dataclasses.replace(opts, warm=True)
+for rnd in range(rounds):
+  for name, d in json.loads(sys.argv[2]):
     t = load_task(name)
     t0 = time.monotonic()
-    rep = evaluate(t, load_candidate(t.baseline_dir(d)), d,
-                   EvalOptions(timing_configs=["bench"], baselines=("eager",), profile=False))
+    rep = evaluate(t, load_candidate(t.baseline_dir(d)), d, opts)
     b = next(r for r in rep.rows if r.name == "bench")
-    out.append({"task": name, "direction": d, "passed": rep.passed, "candidate_ms": b.candidate_ms,
+    out.append({"task": name, "direction": d, "round": rnd, "passed": rep.passed, "candidate_ms": b.candidate_ms,
                 "eager_ms": b.eager_ms, "speedup": b.speedup_eager, "seconds": round(time.monotonic() - t0, 2),
+                "phases": getattr(rep, "phases", {}),
                 "problems": [v.reason[:200] for v in rep.verdicts if v.status.value in ("fail", "suspicious")]})
 print("RESULT " + json.dumps(out))
 '''
@@ -45,24 +53,27 @@ def main() -> int:
     ap.add_argument("trees", nargs="+", help="kbench checkouts, run in this order")
     ap.add_argument("--tasks", default="softmax:forward,softmax:backward,gelu_bias:forward")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--warm", action="store_true")
     args = ap.parse_args()
     tasks = [tuple(t.split(":")) for t in args.tasks.split(",")]
     runs = []
     for tree in args.trees:
         root = str(Path(tree).resolve())
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-        p = subprocess.run([sys.executable, "-c", CHILD, root, json.dumps(tasks)], cwd=root, env=env,
+        p = subprocess.run([sys.executable, "-c", CHILD, root, json.dumps(tasks), str(args.rounds),
+                            "1" if args.warm else "0"], cwd=root, env=env,
                            capture_output=True, text=True, timeout=3600)
         line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if line is None:
             print(f"{tree}: failed\n{p.stderr[-3000:]}")
             return 1
         runs.append((tree, json.loads(line[7:])))
-    print("| tree | baseline | candidate ms | eager ms | speedup | wall s | passed |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    print("| tree | round | baseline | candidate ms | eager ms | speedup | wall s | passed |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |")
     for tree, rows in runs:
         for r in rows:
-            print(f"| {tree} | {r['task']} {r['direction']} | {r['candidate_ms']:.4f} | {r['eager_ms']:.4f} | "
+            print(f"| {tree} | {r['round']} | {r['task']} {r['direction']} | {r['candidate_ms']:.4f} | {r['eager_ms']:.4f} | "
                   f"{r['speedup']:.3f}x | {r['seconds']} | {r['passed']} {'; '.join(r['problems'])} |")
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))

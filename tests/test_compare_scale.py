@@ -154,3 +154,35 @@ def test_normalised_tolerance_by_dtype():
     assert normalised_tolerance(1e-2, torch.float32) == pytest.approx(0.1)
     assert normalised_tolerance(0.2, torch.float32) == 0.5
     assert normalised_tolerance(1e-3, torch.bfloat16) == 0.1
+
+
+@pytest.mark.parametrize("make_bad", [
+    lambda r: r.__setitem__((slice(8, 16),), 0.0),                  # half the rows zero
+    lambda r: r.__setitem__((13, 7), float("nan")),                 # one NaN in a late row
+    lambda r: r.__setitem__((slice(None), slice(0, 5)), 1.0),       # element-wise, every row
+    lambda r: None,                                                 # honest
+])
+def test_sliced_comparison_reads_like_the_whole_one(monkeypatch, softmax_ref, make_bad):
+    """Large outputs are compared a slice of rows at a time (their float64 temporaries would not fit on the
+    GPU otherwise); the verdict, the counts and the rows named do not depend on the slice size."""
+    import engine.harness.compare as cmp
+    _, ref = softmax_ref
+    got = ref.clone() * (1 + 1e-7)
+    make_bad(got)
+    whole = compare_outputs((got,), (ref,), 1e-5, 1e-5)
+    monkeypatch.setattr(cmp, "SLICE", 3 * 16384)          # 3 rows a slice: 6 slices, the last one short
+    sliced = compare_outputs((got,), (ref,), 1e-5, 1e-5)
+    assert (sliced.ok, sliced.reason, sliced.rows) == (whole.ok, whole.reason, whole.rows)
+    assert sliced.max_abs_err == pytest.approx(whole.max_abs_err) and sliced.max_norm_err == pytest.approx(whole.max_norm_err)
+
+
+def test_a_partial_tail_tile_is_judged_too(monkeypatch):
+    """A vector whose length is not a multiple of the tile: a NaN in the tail beyond the last whole tile is
+    found and its tile named."""
+    import engine.harness.compare as cmp
+    monkeypatch.setattr(cmp, "SLICE", 2048)
+    ref = torch.randn(5 * 1024 + 300, generator=torch.Generator().manual_seed(1))
+    got = ref.clone()
+    got[-3] = float("nan")
+    c = compare_outputs((got,), (ref,), 1e-5, 1e-5)
+    assert not c.ok and "1 of 6 tiles of 1024 elements: 5" in c.reason, c.reason

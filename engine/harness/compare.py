@@ -109,8 +109,8 @@ def _rows(t: Any) -> tuple[Any, str]:
     return flat[:n].reshape(-1, TILE), f"tiles of {TILE} elements"
 
 
-def _ranges(idx: list[int], limit: int = 8) -> str:
-    """[0,1,2,5,7,8] -> '0-2, 5, 7-8'."""
+def _ranges(idx: list[int], limit: int = 8, more: bool = False) -> str:
+    """[0,1,2,5,7,8] -> '0-2, 5, 7-8'; `more` says `idx` was cut short."""
     out: list[str] = []
     start = prev = None
     for i in idx:
@@ -123,13 +123,29 @@ def _ranges(idx: list[int], limit: int = 8) -> str:
             start = prev = i
     if start is not None:
         out.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(out[:limit]) + (f", ... ({len(out) - limit} more ranges)" if len(out) > limit else "")
+    if len(out) > limit:
+        return ", ".join(out[:limit]) + (", ..." if more else f", ... ({len(out) - limit} more ranges)")
+    return ", ".join(out) + (", ..." if more else "")
 
 
-def _name_rows(mask: Any, what: str) -> tuple[str, list[int]]:
-    import torch
-    idx = torch.nonzero(mask.reshape(-1)).reshape(-1).tolist()
-    return f"{len(idx)} of {mask.numel()} {what}: {_ranges(idx)}", idx[:64]
+class _RowSet:
+    """Row (or tile) indices gathered slice by slice: an exact count, the first KEEP indices for the reason."""
+    KEEP = 4096
+
+    def __init__(self) -> None:
+        self.count, self.idx = 0, []
+
+    def add(self, mask: Any, offset: int) -> None:
+        import torch
+        k = int(mask.sum())
+        if k:
+            self.count += k
+            if len(self.idx) < self.KEEP:
+                self.idx += [offset + i for i in torch.nonzero(mask).reshape(-1)[: self.KEEP].tolist()]
+
+    def describe(self, total: int, what: str) -> tuple[str, list[int]]:
+        more = self.count > len(self.idx)
+        return f"{self.count} of {total} {what}: {_ranges(self.idx, more=more)}", self.idx[:64]
 
 
 def _row_of(flat_index: int, t: Any) -> str:
@@ -139,9 +155,130 @@ def _row_of(flat_index: int, t: Any) -> str:
 
 
 # -- values ------------------------------------------------------------------------------------------------
+# Outputs are judged slice by slice (about SLICE elements, whole rows each), in float64 within a slice: a
+# task's output can be GBs, and the float64 temporaries of a whole-output comparison would be ten times that.
+SLICE = 1 << 23
+
+
+def _slices(g: Any, w: Any) -> tuple[list[tuple[int, int, Any, Any]], int, str]:
+    """(first row, first flat index, got rows, reference rows) per slice, the number of rows, their name.
+
+    The flattened tail beyond the last whole tile is one short row of its own."""
+    gr, what = _rows(g)
+    wr, _ = _rows(w)
+    width = max(int(gr.shape[1]), 1)
+    step = max(1, SLICE // width)
+    out = [(i, i * width, gr[i:i + step], wr[i:i + step]) for i in range(0, int(gr.shape[0]), step)]
+    covered = int(gr.numel())
+    if covered < g.numel():
+        out.append((int(gr.shape[0]), covered, g.reshape(-1)[covered:].reshape(1, -1),
+                    w.reshape(-1)[covered:].reshape(1, -1)))
+    return out, len(out) and out[-1][0] + int(out[-1][2].shape[0]), what
+
+
+_NONFINITE = (("NaN", "isnan"), ("+Inf", "isposinf"), ("-Inf", "isneginf"))
+
+
+@dataclass
+class _Tally:
+    """Whole-output figures accumulated over the slices."""
+    extra: dict[str, _RowSet] = field(default_factory=lambda: {k: _RowSet() for k, _ in _NONFINITE})
+    missing: dict[str, _RowSet] = field(default_factory=lambda: {k: _RowSet() for k, _ in _NONFINITE})
+    n_extra: dict[str, int] = field(default_factory=lambda: {k: 0 for k, _ in _NONFINITE})
+    n_missing: dict[str, int] = field(default_factory=lambda: {k: 0 for k, _ in _NONFINITE})
+    any_finite: bool = False
+    got_any: bool = False
+    ref_any: bool = False
+    ref_absmax: float = 0.0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    sq_ref: float = 0.0
+    sq_diff: float = 0.0
+    n_bad: int = 0
+    first_bad: tuple[int, float, float] | None = None   # flat index, got, expected
+    bad_rows: _RowSet = field(default_factory=_RowSet)
+    zero_passes: int = 0
+    nonzero: int = 0
+
+
+def _finite_parts(gs: Any, ws: Any) -> tuple[Any, Any, Any]:
+    import torch
+    finite = torch.isfinite(ws)
+    zero = torch.zeros((), dtype=torch.float64, device=ws.device)
+    return finite, torch.where(finite, gs, zero), torch.where(finite, ws, zero)
+
+
+def _tally(slices: list[tuple[int, int, Any, Any]], atol: float, rtol: float) -> _Tally:
+    import torch
+    t = _Tally()
+    for row0, flat0, g_s, w_s in slices:
+        if not w_s.numel():
+            continue
+        gs, ws = g_s.double(), w_s.double()
+        for label, fn in _NONFINITE:
+            tg, tw = getattr(torch, fn)(gs), getattr(torch, fn)(ws)
+            extra, missing = tg & ~tw, tw & ~tg
+            t.n_extra[label] += int(extra.sum())
+            t.n_missing[label] += int(missing.sum())
+            t.extra[label].add(extra.any(dim=1), row0)
+            t.missing[label].add(missing.any(dim=1), row0)
+            del tg, tw, extra, missing
+        finite, gf, wf = _finite_parts(gs, ws)
+        del gs
+        t.any_finite |= bool(finite.any())
+        t.got_any |= bool(gf.any())
+        t.ref_any |= bool(wf.any())
+        aw = wf.abs()
+        t.ref_absmax = max(t.ref_absmax, float(aw.max()))
+        diff = (gf - wf).abs()
+        allowed = atol + rtol * aw
+        bad = (diff > allowed) & finite
+        t.max_abs = max(t.max_abs, float(diff.max()))
+        t.max_rel = max(t.max_rel, float(torch.where(finite, diff / aw.clamp_min(1e-30), 0.0).max()))
+        t.sq_ref += float((wf * wf).sum())
+        t.sq_diff += float((diff * diff).sum())
+        k = int(bad.sum())
+        if k and t.first_bad is None:
+            local = int(torch.nonzero(bad.reshape(-1))[0])
+            t.first_bad = (flat0 + local, float(g_s.reshape(-1)[local]), float(ws.reshape(-1)[local]))
+        t.n_bad += k
+        t.bad_rows.add(bad.any(dim=1), row0)
+        nonzero = finite & (wf != 0)
+        t.nonzero += int(nonzero.sum())
+        t.zero_passes += int(((aw <= allowed) & nonzero).sum())
+    return t
+
+
+def _row_faults(slices: list[tuple[int, int, Any, Any]], atol: float, rtol: float, out_rms: float, tiny: float,
+                tau: float) -> tuple[_RowSet, _RowSet, float]:
+    """Rows entirely zero where the reference's are not; rows wrong under a tolerance that cannot judge them
+    (and the worst normalised error among those)."""
+    import torch
+    zero_rows, wrong_rows, worst = _RowSet(), _RowSet(), 0.0
+    for row0, _, g_s, w_s in slices:
+        if not w_s.numel():
+            continue
+        finite, gf, wf = _finite_parts(g_s.double(), w_s.double())
+        aw = wf.abs()
+        allowed = atol + rtol * aw
+        bad = ((gf - wf).abs() > allowed) & finite
+        ref_max = aw.amax(dim=1)
+        significant = (torch.sqrt((wf * wf).mean(dim=1)) >= SIGNIFICANT_ROW * out_rms) & (ref_max > tiny)
+        zero_rows.add((gf == 0).all(dim=1) & (ref_max > tiny) & (significant | bad.any(dim=1)), row0)
+        nonzero = finite & (wf != 0)
+        row_vacuous = ((aw <= allowed) & nonzero).sum(dim=1) >= VACUOUS_FRACTION * nonzero.sum(dim=1).clamp_min(1)
+        row_err = torch.sqrt(((gf - wf) ** 2).sum(dim=1)) / torch.sqrt((wf * wf).sum(dim=1)).clamp_min(1e-300)
+        wrong = row_vacuous & significant & (row_err > tau) & nonzero.any(dim=1)
+        if bool(wrong.any()):
+            worst = max(worst, float(row_err[wrong].max()))
+        wrong_rows.add(wrong, row0)
+    return zero_rows, wrong_rows, worst
+
 
 def _compare_values(g: Any, w: Any, atol: float, rtol: float, name: str, max_mismatch_fraction: float = 0.0,
                     w64: Any = None, margin: float = REF_ERROR_MARGIN) -> Comparison:
+    import math
+
     import torch
 
     n = max(w.numel(), 1)
@@ -150,101 +287,77 @@ def _compare_values(g: Any, w: Any, atol: float, rtol: float, name: str, max_mis
         n_bad = int(bad.sum())
         if n_bad:
             rows, what = _rows(bad)
-            desc, idx = _name_rows(rows.any(dim=1), what)
+            found = _RowSet()
+            found.add(rows.any(dim=1), 0)
+            desc, idx = found.describe(int(rows.shape[0]), what)
             return Comparison(False, f"{name}: {n_bad} of {w.numel()} integer elements differ, in {desc}",
                               mismatch_fraction=n_bad / n, rows=idx)
         return Comparison(True)
-    g64, w64_ = g.double(), w.double()
+    slices, n_rows, what = _slices(g, w)
+    t = _tally(slices, atol, rtol)
 
     # 1. non-finite values exactly where the reference has them
-    checks = (("NaN", torch.isnan), ("+Inf", lambda t: torch.isposinf(t)), ("-Inf", lambda t: torch.isneginf(t)))
-    for label, test in checks:
-        tg, tw = test(g64), test(w64_)
-        extra, missing = tg & ~tw, tw & ~tg
-        if bool(extra.any()):
-            rows, what = _rows(extra)
-            desc, idx = _name_rows(rows.any(dim=1), what)
-            k = int(extra.sum())
+    for label, _ in _NONFINITE:
+        if t.n_extra[label]:
+            desc, idx = t.extra[label].describe(n_rows, what)
+            k = t.n_extra[label]
             return Comparison(False, f"{name}: {k} {label} value(s) where the reference has none (unwritten or "
                                      f"uninitialised output memory, or overflow), in {desc}",
                               mismatch_fraction=k / n, rows=idx)
-        if bool(missing.any()):
-            rows, what = _rows(missing)
-            desc, idx = _name_rows(rows.any(dim=1), what)
-            k = int(missing.sum())
+        if t.n_missing[label]:
+            desc, idx = t.missing[label].describe(n_rows, what)
+            k = t.n_missing[label]
             return Comparison(False, f"{name}: {k} element(s) where the reference is {label} and the output is "
                                      f"not (a {label} hidden or never computed), in {desc}",
                               mismatch_fraction=k / n, rows=idx)
-    finite = torch.isfinite(w64_)
-    gf = torch.where(finite, g64, torch.zeros((), dtype=g64.dtype, device=g64.device))
-    wf = torch.where(finite, w64_, torch.zeros((), dtype=w64_.dtype, device=w64_.device))
-    if not bool(finite.any()):
+    if not t.any_finite:
         return Comparison(True)   # every value is non-finite, and they all match
 
     # the whole output zero where the reference is not
-    if not bool(gf.any()) and bool(wf.any()):
+    if not t.got_any and t.ref_any:
         return Comparison(False, f"{name}: every element is 0 where the reference is not: unwritten or "
                                  "uninitialised output memory, or a kernel that never ran",
-                          max_abs_err=float(wf.abs().max()), mismatch_fraction=1.0)
+                          max_abs_err=t.ref_absmax, mismatch_fraction=1.0)
 
-    diff = (gf - wf).abs()
-    allowed = atol + rtol * wf.abs()
-    bad = (diff > allowed) & finite
-    max_abs = float(diff.max())
-    max_rel = float((diff / wf.abs().clamp_min(1e-30))[finite].max())
-    ref_norm = float(torch.linalg.vector_norm(wf))
-    norm_err = float(torch.linalg.vector_norm(gf - wf)) / ref_norm if ref_norm > 0 else (0.0 if max_abs == 0 else float("inf"))
+    max_abs, max_rel, n_bad = t.max_abs, t.max_rel, t.n_bad
+    ref_norm = math.sqrt(t.sq_ref)
+    norm_err = math.sqrt(t.sq_diff) / ref_norm if ref_norm > 0 else (0.0 if max_abs == 0 else float("inf"))
+    tau = normalised_tolerance(rtol, w.dtype)
+    zero_rows, wrong_rows, worst_row = _row_faults(slices, atol, rtol, math.sqrt(t.sq_ref / n),
+                                                   torch.finfo(w.dtype).tiny * 1e3, tau)
 
-    # 2. rows: named when entirely zero where the reference's are not, or wrong under a vacuous tolerance
-    rg, what = _rows(gf)
-    rw, _ = _rows(wf)
-    rbad, _ = _rows(bad)
-    rfin, _ = _rows(finite)
-    tiny = torch.finfo(w.dtype).tiny * 1e3
-    row_rms = torch.sqrt((rw * rw).mean(dim=1))
-    out_rms = float(torch.sqrt((wf * wf).mean()))
-    significant = (row_rms >= SIGNIFICANT_ROW * out_rms) & (rw.abs().amax(dim=1) > tiny)
-    zero_rows = (rg == 0).all(dim=1) & (rw.abs().amax(dim=1) > tiny) & (significant | rbad.any(dim=1))
-    if bool(zero_rows.any()):
-        desc, idx = _name_rows(zero_rows, what)
+    # 2. rows: named when entirely zero where the reference's are not
+    if zero_rows.count:
+        desc, idx = zero_rows.describe(n_rows, what)
         return Comparison(False, f"{name}: {desc} are entirely 0 where the reference's are not (unwritten or "
                                  "skipped rows)", max_abs_err=max_abs, max_rel_err=max_rel, max_norm_err=norm_err,
-                          mismatch_fraction=int(bad.sum()) / n, rows=idx)
+                          mismatch_fraction=n_bad / n, rows=idx)
 
     # 3. element-wise, within the task's mismatch budget
-    n_bad = int(bad.sum())
     details: list[str] = []
     if n_bad and n_bad <= max_mismatch_fraction * w.numel():
         details.append(f"{name}: {n_bad} element(s) outside tolerance, within the task's mismatch budget of "
                        f"{max_mismatch_fraction:g}")
     elif n_bad:
-        first = int(torch.nonzero(bad.reshape(-1))[0])
+        assert t.first_bad is not None
+        first, got_v, want_v = t.first_bad
         index = tuple(int(x) for x in torch.unravel_index(torch.tensor(first), w.shape)) if w.dim() else ()
-        desc, idx = _name_rows(rbad.any(dim=1), what)
+        desc, idx = t.bad_rows.describe(n_rows, what)
         return Comparison(
             False,
             f"{name}: {n_bad} of {w.numel()} elements outside atol={atol:g} rtol={rtol:g}; max abs err {max_abs:.3g}, "
-            f"first at {list(index)}: got {float(g64.reshape(-1)[first]):.6g}, expected "
-            f"{float(w64_.reshape(-1)[first]):.6g}; in {desc}",
+            f"first at {list(index)}: got {got_v:.6g}, expected {want_v:.6g}; in {desc}",
             max_abs_err=max_abs, max_rel_err=max_rel, mismatch_fraction=n_bad / n, max_norm_err=norm_err, rows=idx)
 
     # 4. normalised error where the element-wise tolerance cannot judge: zero itself would pass it for most
     # of the reference's nonzero values (exact zeros, as after a ReLU, say nothing about the tolerance)
-    tau = normalised_tolerance(rtol, w.dtype)
-    nonzero = finite & (wf != 0)
-    zero_passes = (wf.abs() <= allowed) & nonzero
-    rzp, _ = _rows(zero_passes)
-    rnz, _ = _rows(nonzero)
-    row_vacuous = rzp.sum(dim=1) >= VACUOUS_FRACTION * rnz.sum(dim=1).clamp_min(1)
-    row_err = torch.sqrt(((rg - rw) ** 2).sum(dim=1)) / torch.sqrt((rw * rw).sum(dim=1)).clamp_min(1e-300)
-    wrong_rows = row_vacuous & significant & (row_err > tau) & rnz.any(dim=1)
-    if bool(wrong_rows.any()):
-        desc, idx = _name_rows(wrong_rows, what)
+    if wrong_rows.count:
+        desc, idx = wrong_rows.describe(n_rows, what)
         return Comparison(False, f"{name}: {desc} have a normalised error above {tau:.3g} (worst "
-                                 f"{float(row_err[wrong_rows].max()):.3g}) under a tolerance that cannot judge them "
+                                 f"{worst_row:.3g}) under a tolerance that cannot judge them "
                                  f"(atol={atol:g} exceeds most of their values)", max_abs_err=max_abs,
                           max_rel_err=max_rel, max_norm_err=norm_err, mismatch_fraction=n_bad / n, rows=idx)
-    vacuous = int(zero_passes.sum()) / max(int(nonzero.sum()), 1)
+    vacuous = t.zero_passes / max(t.nonzero, 1)
     if vacuous >= VACUOUS_FRACTION and ref_norm > 0 and norm_err > tau:
         return Comparison(False, f"{name}: normalised error ||got - ref|| / ||ref|| = {norm_err:.3g} exceeds "
                                  f"{tau:.3g}; atol={atol:g} is larger than {vacuous:.0%} of the reference's values, so "
@@ -258,7 +371,7 @@ def _compare_values(g: Any, w: Any, atol: float, rtol: float, name: str, max_mis
         keep = torch.isfinite(r64)
         den = float(torch.linalg.vector_norm(r64[keep]))
         if den > 0:
-            cand = float(torch.linalg.vector_norm((g64 - r64)[keep])) / den
+            cand = float(torch.linalg.vector_norm((g.double() - r64)[keep])) / den
             allowance = max(margin * e, 8 * torch.finfo(w.dtype).eps)
             if cand > allowance:
                 return Comparison(False, f"{name}: normalised error against the float64 reference {cand:.3g} exceeds "

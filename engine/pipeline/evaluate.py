@@ -50,6 +50,9 @@ class EvalOptions:
     # After timing, for candidates that pass: the `profile` stage (engine/profile), whose summary feeds the
     # mutate and repair prompts. `skipped` with the reason where ncu is missing or not permitted.
     profile: bool = True
+    # Keep a spare judge (its runner jailed, CUDA up) for the next evaluation on this GPU: for long-lived
+    # evaluating threads (an executor's GPU worker); engine/pipeline/warm.py.
+    warm: bool = False
 
 
 @dataclass
@@ -85,6 +88,7 @@ class EvalReport:
     unmeasured: str = ""
     jail: dict[str, Any] = field(default_factory=dict)   # the runner's jail (engine.jail.JailReport.to_json())
     traces: dict[str, str] = field(default_factory=dict)  # the judge's own failures (tracebacks), if any
+    phases: dict[str, float] = field(default_factory=dict)  # seconds by phase: build, judge (start, reference, ...)
 
     @property
     def passed(self) -> bool:
@@ -112,7 +116,7 @@ class EvalReport:
             "configs": [r.__dict__ for r in self.rows], "device": self.device, "build": self.build,
             "geomean_speedup_eager": self.geomean_speedup_eager,
             "geomean_speedup_compile": self.geomean_speedup_compile, "seconds": round(self.seconds, 2),
-            "jail": self.jail, **({"traces": self.traces} if self.traces else {}),
+            "jail": self.jail, "phases": self.phases, **({"traces": self.traces} if self.traces else {}),
         }
 
 
@@ -154,6 +158,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     toolchain = detect_toolchain()
     build = build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
     report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
+    report.phases["build"] = round(build.seconds, 3)
     if not build.ok:
         report.verdicts.append(Verdict("compile", Status.FAIL, build.error or "compilation failed",
                                        {"log": build.log[-8000:]}))
@@ -170,8 +175,16 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
         integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu)
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
-    outcome = run_child("engine.pipeline.judge", request.to_json(), timeout_s=opts.timeout_s + JUDGE_GRACE_S,
-                        gpu=opts.gpu)
+    if opts.warm:
+        from engine.pipeline.warm import POOL
+        outcome = POOL.run(request.to_json(), request.timer, opts.gpu, opts.timeout_s + JUDGE_GRACE_S)
+    else:
+        outcome = run_child("engine.pipeline.judge", request.to_json(), timeout_s=opts.timeout_s + JUDGE_GRACE_S,
+                            gpu=opts.gpu)
+    report.phases["judge"] = round(outcome.seconds, 3)
+    report.phases.update({f"judge.{k}": v for k, v in (outcome.result.get("seconds") or {}).items()})
+    if outcome.result.get("warm"):
+        report.phases["judge.warm"] = 1.0
     if opts.roofline:
         apply_roofline(outcome.result, task, direction, opts.cache_root, opts.gpu, say)
     fill_report(report, task, opts, outcome)
@@ -181,6 +194,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             and tv.status == Status.PASS:
         say("profiling (ncu + torch profiler)")
         from engine.pipeline.profiling import profile_stage
+        t = time.monotonic()
         report.verdicts.append(profile_stage(task, candidate, direction, opts, outcome.result.get("peaks")))
+        report.phases["profile"] = round(time.monotonic() - t, 3)
     report.seconds = time.monotonic() - t0
     return report

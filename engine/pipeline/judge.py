@@ -1,5 +1,9 @@
 """The judge: `python -m engine.pipeline.judge REQUEST.json`. Trusted; never runs candidate code.
 
+Or warm: `python -m engine.pipeline.judge --standby TIMER_SO TIMER_MODULE` starts everything that needs no
+request (torch, the CUDA context, its jailed runner up to the helper's signed hello), then reads one request
+path from stdin and goes on as above (engine/pipeline/warm.py keeps one such spare per GPU).
+
 It builds each config's inputs from seeds with the task's own code, computes the references, starts one
 jailed runner for the candidate, sends it the arguments, and decides from the timing helper's signed records
 alone: outputs are compared with the judge's references, timed iterations it never announced are checked,
@@ -25,12 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from engine.jail.privileges import die_with_parent
 from engine.pipeline import analysis, wire
 from engine.pipeline.runner_process import RunnerGone, RunnerProcess, make_run_dir, stage_candidate, stage_readonly
-from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, JudgeResult
+from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, JudgeResult, TimerSpec
 from engine.tasks.model import Task
 
 SETTLE_MS = 20.0        # the pause before the async-completeness comparison of a checked call
+STANDBY_START_S = 180.0  # how long a standby judge's runner may take to come up before any request
 
 
 class ResultFile:
@@ -202,35 +208,74 @@ def _plan_message(prep: Prepared) -> tuple[dict[str, Any], list[Any]]:
 
 # ---------------------------------------------------------------------------------------------- the judge
 class Judge:
-    def __init__(self, req: JudgeRequest, out: ResultFile):
-        self.req, self.out = req, out
-        self.deadline = time.monotonic() + req.deadline_s
-        self.task = Task.from_json(req.task)
+    """One evaluation. Started cold (request first) or warm (`warm_up` before the request is `attach`ed)."""
+
+    def __init__(self, timer: TimerSpec):
+        self.timer = timer
+        self.req: JudgeRequest = None  # type: ignore[assignment]  # set by attach
+        self.out: ResultFile = None    # type: ignore[assignment]
+        self.task: Task | None = None
+        self.deadline = time.monotonic() + STANDBY_START_S
         self.runner: RunnerProcess | None = None
         self.local: LocalTimer | None = None
         self.job_id = 0
+        self.t0 = time.monotonic()
+        self.device: dict[str, Any] | None = None
+        self.has_gpu = False
+        self.jail_report: dict[str, Any] | None = None
+        self.not_up: str | None = None     # why the runner did not come up, if it did not
+        self._load: dict[str, Any] = {}
+
+    def attach(self, req: JudgeRequest, out: ResultFile) -> None:
+        if req.timer != self.timer:
+            raise RuntimeError(f"this judge runs timer {self.timer}, the request names {req.timer}")
+        self.req, self.out = req, out
+        self.task = Task.from_json(req.task)
+        self.deadline = time.monotonic() + req.deadline_s
+        self.t0 = time.monotonic()
+
+    def spent(self, phase: str, since: float) -> float:
+        """Add the time since `since` to a phase of the result's `seconds` (where an evaluation's time goes)."""
+        now = time.monotonic()
+        sec = self.out.data.seconds
+        sec[phase] = round(sec.get(phase, 0.0) + now - since, 3)
+        return now
 
     # -- runner plumbing -------------------------------------------------------------------------------
     def start_runner(self) -> None:
+        """Spawn the jailed runner (it jails itself, imports torch and starts CUDA while we do the same)."""
         run = make_run_dir()
-        timer = stage_readonly(run.ro, Path(self.req.timer.so_path))
-        self._load = stage_candidate(run, self.req.candidate)
-        if self.req.candidate.format != "kernelbench":
-            self._load["entry"] = self._entry()
+        self._run = run
+        timer = stage_readonly(run.ro, Path(self.timer.so_path))
         self.runner = RunnerProcess.spawn(run)
         self.runner.send({"type": "setup", "jail": run.spec(die_with_parent=True).to_json(),
-                          "timer_so": str(timer), "timer_module": self.req.timer.module_name})
+                          "timer_so": str(timer), "timer_module": self.timer.module_name})
+
+    def warm_up(self) -> None:
+        """Everything that needs no request: torch and its CUDA context here, the runner up to its hello."""
+        import torch
+
+        from engine.harness.device_info import gpu_info
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        self.device = gpu_info()
+        self.has_gpu = torch.cuda.is_available()
+        if self.has_gpu:
+            torch.zeros(1, device="cuda")   # the context, now rather than inside the first measurement
+            self.local = LocalTimer(self.timer.so_path, self.timer.module_name)
+        self.not_up = self.runner_up()
 
     def _entry(self) -> str:
         return "forward" if self.req.direction == "forward" else "backward"
 
-    def runner_ready(self) -> str | None:
-        """Wait for the jail report and the runner's start; None when ready, else why it is not."""
+    def runner_up(self) -> str | None:
+        """Wait for the jail report, the runner's start and its helper's hello; None when up, else why not."""
         assert self.runner is not None
         jailed = self.runner.reply(self.deadline - time.monotonic())
         if jailed.get("type") != "jailed":
             return f"the runner did not start: {jailed.get('message') or jailed}"
-        self.out.data.jail = jailed["report"]
+        self.jail_report = jailed["report"]
         ready = self.runner.reply(self.deadline - time.monotonic())
         if ready.get("type") == "no_gpu":
             return NO_GPU
@@ -242,6 +287,14 @@ class Judge:
             return f"the timing helper's first record is not valid: {exc}"
         if hello.type != wire.HELLO:
             return f"the timing helper's first record is a {hello.name}, not its hello"
+        return None
+
+    def load_candidate(self) -> str | None:
+        """Stage the request's candidate into the runner's read-only folder and have it imported."""
+        assert self.runner is not None
+        self._load = stage_candidate(self._run, self.req.candidate)
+        if self.req.candidate.format != "kernelbench":
+            self._load["entry"] = self._entry()
         self.runner.send(self._load)
         loaded = self.runner.reply(self.deadline - time.monotonic())
         if loaded.get("type") != "loaded":
@@ -284,25 +337,25 @@ class Judge:
 
     # -- the evaluation ----------------------------------------------------------------------------------
     def run(self) -> None:
-        self.start_runner()
+        """The evaluation of the attached request, on a warmed-up judge."""
         import torch
 
-        from engine.harness.device_info import gpu_info
         from engine.harness.runtimes import runtime_for
-
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
-        self.out.data.device = gpu_info()
-        if not torch.cuda.is_available():
+        assert self.task is not None
+        self.out.data.device = self.device
+        self.out.data.jail = self.jail_report
+        if not self.has_gpu:
             self.out.data.error = NO_GPU
-            self.runner_ready()  # still record the jail it would have run in
+            return
+        if self.not_up:
+            self.out.data.error = self.not_up
             return
         device = torch.device("cuda")
         self.out.progress("load")
-        self.local = LocalTimer(self.req.timer.so_path, self.req.timer.module_name)
         runtime = runtime_for(self.task, self.req.direction)
-        why = self.runner_ready()
+        t = self.spent("task_setup", self.t0)
+        why = self.load_candidate()
+        self.spent("candidate_load", t)
         if why:
             self.out.data.error = why
             return
@@ -318,6 +371,7 @@ class Judge:
             t0 = time.monotonic()
             try:
                 prep = prepare(runtime, cfg, self.req.trials, device)
+                t = self.spent("reference", t0)
             except Exception as exc:  # noqa: BLE001 - the task's own code: a task problem, named as such
                 self.out.data.error = (f"the task's reference failed on config {cfg.name}: {type(exc).__name__}: "
                                        f"{str(exc).strip()[:600]}")
@@ -325,6 +379,7 @@ class Judge:
             header, tensors = _plan_message(prep)
             self.runner.send(header, tensors)  # type: ignore[union-attr]
             reply = self.runner.reply(self.deadline - time.monotonic())  # type: ignore[union-attr]
+            t = self.spent("send_inputs", t)
             if reply.get("type") != "configured":
                 res = {"ok": False, "reason": f"the candidate could not be set up: {reply.get('message')}"}
                 self.out.data.correctness[cfg.name] = res
@@ -344,12 +399,12 @@ class Judge:
                                                 f"({type(exc).__name__}: {str(exc).strip()[:400]}); a kbench "
                                                 "failure, not a verdict on the kernel")
                 integ = IntegrityResult(True)
+            self.spent("check", t)
             corr.seconds = round(time.monotonic() - t0, 3)
             self.out.data.correctness[cfg.name] = corr.__dict__
             if self.req.integrity:
                 self.out.data.integrity[cfg.name] = integ.__dict__
             all_ok &= corr.ok and (integ.ok or not self.req.integrity)
-            prepared[cfg.name] = prep
             self.out.write()
             if job.forged:
                 self.out.data.error = f"the result channel was forged during config {cfg.name}: {job.forged}"
@@ -357,16 +412,27 @@ class Judge:
             if done.get("fatal"):
                 self.out.data.error = f"CUDA error after config {cfg.name}: {done.get('message')}"
                 return
+            if self.req.timing and all_ok and self._timed(cfg.name):
+                prepared[cfg.name] = prep
+            else:  # nothing more runs on this config: free its tensors on both sides (a config can take GBs)
+                self.runner.send({"type": "drop", "cid": cfg.name})  # type: ignore[union-attr]
+                self.runner.reply(self.deadline - time.monotonic())  # type: ignore[union-attr]
+            del job, prep, compose
         if not (self.req.timing and all_ok):
             return
         for cfg in configs:
-            if self.req.timing_configs and cfg.name not in self.req.timing_configs:
+            if not self._timed(cfg.name):
                 continue
             self.out.progress("timing", cfg.name)
+            t = time.monotonic()
             self.out.data.timing[cfg.name] = self.time_config(runtime, prepared[cfg.name], tol, decode)
+            self.spent("timing", t)
             self.out.write()
             if self.out.data.error:
                 return
+
+    def _timed(self, name: str) -> bool:
+        return not self.req.timing_configs or name in self.req.timing_configs
 
     def _composer(self, runtime: Any, prep: Prepared) -> Callable[[int, list[Any]], tuple]:
         def compose(v: int, outputs: list[Any]) -> tuple:
@@ -427,11 +493,32 @@ class Judge:
 
 
 def main(argv: list[str]) -> int:
-    req = JudgeRequest.from_json(json.loads(Path(argv[0]).read_text()))
-    out = ResultFile(Path(req.result_path))
-    out.progress("start")
-    judge = Judge(req, out)
+    # killed with the process that asked (a Ctrl-C'd or killed kbench), so no judge holds the GPU's memory
+    # afterwards; the runner already dies with the judge
+    die_with_parent()
+    if argv and argv[0] == "--standby":
+        judge = Judge(TimerSpec(argv[1], argv[2]))
+        warm_error = _warm(judge)
+        line = sys.stdin.readline().strip()   # the request, when one comes; EOF: we were not needed
+        if not line:
+            judge.close()
+            return 0
+        req = JudgeRequest.from_json(json.loads(Path(line).read_text()))
+        out = ResultFile(Path(req.result_path))
+        out.progress("start")
+        judge.attach(req, out)
+        out.data.warm = True
+    else:
+        req = JudgeRequest.from_json(json.loads(Path(argv[0]).read_text()))
+        out = ResultFile(Path(req.result_path))
+        out.progress("start")
+        judge = Judge(req.timer)
+        judge.attach(req, out)
+        warm_error = _warm(judge)
+        judge.spent("judge_start", judge.t0)
     try:
+        if warm_error:
+            raise warm_error
         judge.run()
         judge.note_forgery()
     except RunnerGone as exc:
@@ -455,6 +542,16 @@ def main(argv: list[str]) -> int:
         out.data.progress = None
         out.write()
     return 0
+
+
+def _warm(judge: Judge) -> BaseException | None:
+    """Start the runner and warm up; an exception is kept for the request's result, not raised here."""
+    try:
+        judge.start_runner()
+        judge.warm_up()
+        return None
+    except BaseException as exc:  # noqa: BLE001 - reported in the result of the request that follows
+        return exc
 
 
 if __name__ == "__main__":

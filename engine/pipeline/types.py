@@ -104,6 +104,7 @@ class JudgeResult:
     error: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     traces: dict[str, str] = field(default_factory=dict)   # kbench's own failures, for a bug report
+    warm: bool = False     # a spare judge: started (runner jailed, CUDA up) before this request came
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

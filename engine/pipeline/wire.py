@@ -70,7 +70,9 @@ def tensor_from_bytes(meta: dict[str, Any], data: bytes | bytearray | memoryview
     shape = [int(s) for s in meta["shape"]]
     if len(data) != int(math.prod(shape)) * torch.empty(0, dtype=dtype).element_size():
         raise Forgery(f"{len(data)} bytes for a {dtype} tensor of shape {shape}")
-    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+    # a bytearray we were handed is ours to wrap (no copy: tensors can be GBs); anything else is copied once
+    buf = data if isinstance(data, bytearray) else bytearray(data)
+    flat = torch.frombuffer(buf, dtype=torch.uint8) if len(buf) else torch.empty(0, dtype=torch.uint8)
     t = flat.view(dtype).reshape(shape) if flat.numel() else torch.empty(shape, dtype=dtype)
     return restride(t.to(device), meta.get("strides"), device)
 
@@ -207,6 +209,18 @@ class RecordReader:
             left -= len(b)
         return b"".join(chunks)
 
+    def _exact_into(self, n: int) -> bytearray:
+        """`n` bytes read straight into one buffer (an output's bytes, up to GBs: no joining of chunks)."""
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.stream.readinto(view[got:])  # type: ignore[attr-defined]
+            if not k:
+                raise ChannelClosed("the record stream ended")
+            got += k
+        return buf
+
     def read(self) -> Record:
         head = self._exact(HEADER.size)
         magic, rtype, seq, job, body_len = HEADER.unpack(head)
@@ -228,6 +242,6 @@ class RecordReader:
             n = int(parsed.get("nbytes", 0))
             if n < 0 or n > self.max_payload:
                 raise Forgery(f"record {seq} announces {n} payload bytes")
-            rec.payload = self._exact(n)
+            rec.payload = self._exact_into(n)
         rec.received = time.monotonic()
         return rec
