@@ -1,7 +1,7 @@
 """What of an upstream checkout kbench can load, check and evaluate: the table for BENCHMARKS.md.
 
     python scripts/compat_check.py PATH [--check-task] [--eval] [--device cpu|cuda] [--all] [--only SUBSTR]
-                                        [--json OUT.json]
+                                        [--json OUT.json] [--targets upstream,built-in] [--no-timing] [--jobs N]
 
 PATH is a checkout of SakanaAI/robust-kbench or ScalingIntelligence/KernelBench (or any folder inside one):
 - robust-kbench: every task folder (a folder holding func_forward.py or func_backward.py) under tasks/; its own
@@ -177,41 +177,49 @@ def shapes_row(row: Row) -> None:
         row.shapes = "FAILS on meta: " + "; ".join(f"{k}: {v}" for k, v in bad.items())
 
 
-def evaluate_kernels(checkout: Path) -> list[dict]:
-    """Each published robust-kbench kernel, unmodified, on the upstream task and on kbench's built-in task."""
+def evaluate_kernels(checkout: Path, targets: tuple[str, ...] = ("upstream", "built-in"), timing: bool = True,
+                     jobs: int = 1, only: str = "") -> list[dict]:
+    """Each published robust-kbench kernel, unmodified, on the upstream task and on kbench's built-in task
+    (`jobs` evaluations at a time: each builds in its own jailed compiler and judges in its own process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from engine.candidates import load_candidate
-    from engine.harness.evaluate import EvalOptions, evaluate
+    from engine.pipeline.evaluate import EvalOptions, evaluate
 
     builtin = set(builtin_task_names())
-    out = []
+    work = []
     for kernel in sorted((checkout / "highlighted").glob("*/*/kernel.cu")):
         task_name, direction = kernel.parent.parent.name, kernel.parent.name
-        candidate = load_candidate(kernel)
-        targets = [("upstream", checkout / "tasks" / task_name)]
-        if task_name in builtin:
-            targets.append(("built-in", task_name))
-        for where, ref in targets:
-            entry = {"kernel": f"{task_name}/{direction}", "task": where}
-            try:
-                task = load_task(ref)
-                if direction not in task.directions:
-                    entry["verdict"] = f"the task has no {direction} direction"
-                    out.append(entry)
-                    continue
-                rep = evaluate(task, candidate, direction, EvalOptions(trials=1, profile=False,
-                                                                       baselines=("eager",)))
-            except Exception as exc:  # noqa: BLE001
-                entry["verdict"] = f"error: {type(exc).__name__}: {str(exc)[:300]}"
-                out.append(entry)
-                continue
-            entry["passed"] = rep.passed
-            entry["verdicts"] = {v.stage: f"{v.status.value}: {v.reason}"[:300] for v in rep.verdicts}
-            entry["failed_configs"] = [r.name for r in rep.rows if r.correct is False]
-            entry["speedup_eager"] = rep.geomean_speedup_eager
-            out.append(entry)
-            print(f"  {entry['kernel']:<32} on {where:<9} passed={rep.passed} "
-                  f"speedup={rep.geomean_speedup_eager}", file=sys.stderr, flush=True)
-    return out
+        if only not in str(kernel):
+            continue
+        if "upstream" in targets:
+            work.append((kernel, task_name, direction, "upstream", checkout / "tasks" / task_name))
+        if "built-in" in targets and task_name in builtin:
+            work.append((kernel, task_name, direction, "built-in", task_name))
+
+    def one(item: tuple) -> dict:
+        kernel, task_name, direction, where, ref = item
+        entry: dict = {"kernel": f"{task_name}/{direction}", "task": where}
+        try:
+            task = load_task(ref)
+            if direction not in task.directions:
+                entry["verdict"] = f"the task has no {direction} direction"
+                return entry
+            rep = evaluate(task, load_candidate(kernel), direction,
+                           EvalOptions(trials=1, profile=False, timing=timing, baselines=("eager",)))
+        except Exception as exc:  # noqa: BLE001
+            entry["verdict"] = f"error: {type(exc).__name__}: {str(exc)[:300]}"
+            return entry
+        entry["passed"] = rep.passed
+        entry["verdicts"] = {v.stage: f"{v.status.value}: {v.reason}"[:300] for v in rep.verdicts}
+        entry["failed_configs"] = [r.name for r in rep.rows if r.correct is False]
+        entry["speedup_eager"] = rep.geomean_speedup_eager
+        print(f"  {entry['kernel']:<32} on {where:<9} passed={rep.passed} "
+              f"speedup={rep.geomean_speedup_eager}", file=sys.stderr, flush=True)
+        return entry
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        return list(pool.map(one, work))
 
 
 def print_table(rows: list[Row]) -> None:
@@ -252,6 +260,10 @@ def main() -> int:
     ap.add_argument("--only", default="", help="only tasks whose path contains this text")
     ap.add_argument("--quiet", action="store_true", help="only the summary, not the table")
     ap.add_argument("--json", default=None, help="write the rows (and eval results) as JSON here")
+    ap.add_argument("--targets", default="upstream,built-in",
+                    help="--eval: on the upstream task folders, kbench's built-in tasks, or both")
+    ap.add_argument("--no-timing", action="store_true", help="--eval: correctness and integrity only")
+    ap.add_argument("--jobs", type=int, default=1, help="--eval: evaluations at a time")
     args = ap.parse_args()
     path = args.path.resolve()
     layout = find_layout(path)
@@ -271,7 +283,9 @@ def main() -> int:
         print()
     for line in summarise(rows):
         print(line)
-    evals = evaluate_kernels(path) if args.eval and layout == "robust-kbench" else []
+    evals = evaluate_kernels(path, tuple(args.targets.split(",")), not args.no_timing, args.jobs,
+                             args.only) \
+        if args.eval and layout == "robust-kbench" else []
     if evals:
         print("\n| kernel | on | passed | eager speedup | verdicts |")
         print("| --- | --- | --- | --- | --- |")
