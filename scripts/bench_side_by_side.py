@@ -8,7 +8,8 @@ Each tree runs in its own child process (its own PYTHONPATH) and evaluates every
 correctness on every config and timing of `bench` against eager (no profile). Trees run in the order given,
 so a tree can be repeated to see run-to-run noise; the first run of the cache builds the kernels. `--rounds N`
 evaluates the list N times in one process (an evolution's GPU worker evaluates one candidate after another);
-`--warm` lets trees that have them use warm judges (EvalOptions.warm), as `kbench evolve` does.
+`--warm` lets trees that have them use warm judges and the session's baselines (EvalOptions.warm,
+reuse_baselines), as `kbench evolve` does.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ except ImportError:          # trees from before the judge
 out = []
 rounds, warm = int(sys.argv[3]), sys.argv[4] == "1"
 opts = EvalOptions(timing_configs=["bench"], baselines=("eager",), profile=False)
-if warm and "warm" in {f.name for f in dataclasses.fields(EvalOptions)}:
-    opts = dataclasses.replace(opts, warm=True)
+fields = {f.name for f in dataclasses.fields(EvalOptions)}
+if warm and "warm" in fields:   # what an evolution's GPU worker does (engine/evolve/executor.py)
+    opts = dataclasses.replace(opts, warm=True, **({"reuse_baselines": True} if "reuse_baselines" in fields else {}))
 for rnd in range(rounds):
   for name, d in json.loads(sys.argv[2]):
     t = load_task(name)

@@ -53,6 +53,9 @@ class EvalOptions:
     # Keep a spare judge (its runner jailed, CUDA up) for the next evaluation on this GPU: for long-lived
     # evaluating threads (an executor's GPU worker); engine/pipeline/warm.py.
     warm: bool = False
+    # Reuse this session's eager / torch.compile / null-loop timings of a config (engine/pipeline/baselines.py)
+    # after a quick re-timing agrees, instead of measuring them for every candidate.
+    reuse_baselines: bool = False
 
 
 @dataclass
@@ -70,6 +73,7 @@ class ConfigRow:
     hidden_work: bool = False
     floor_ms: float | None = None          # physical floor from the cost model and measured peaks
     roofline_fraction: float | None = None
+    baselines: str = ""                    # "measured" by this evaluation, or reused from the "session"
 
 
 @dataclass
@@ -174,6 +178,12 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         configs=opts.configs, timing_configs=opts.timing_configs, trials=opts.trials, timing=opts.timing,
         baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
         integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu)
+    if opts.reuse_baselines and opts.timing:
+        from dataclasses import replace as _replace
+
+        from engine.pipeline.baselines import SESSION, key_for
+        bkey = key_for(request.task, direction, opts.gpu, request.baselines, request.to_json()["timing_params"])
+        request = _replace(request, session_baselines=SESSION.for_request(bkey))
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
     if opts.warm:
         from engine.pipeline.warm import POOL
@@ -182,6 +192,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         outcome = run_child("engine.pipeline.judge", request.to_json(), timeout_s=opts.timeout_s + JUDGE_GRACE_S,
                             gpu=opts.gpu)
     report.phases["judge"] = round(outcome.seconds, 3)
+    if opts.reuse_baselines and opts.timing:
+        SESSION.update(bkey, outcome.result)
     report.phases.update({f"judge.{k}": v for k, v in (outcome.result.get("seconds") or {}).items()})
     if outcome.result.get("warm"):
         report.phases["judge.warm"] = 1.0

@@ -20,6 +20,7 @@ the runner write into the judge's memory; bytes it cannot reach back through are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -36,6 +37,8 @@ from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, Ju
 from engine.tasks.model import Task
 
 SETTLE_MS = 20.0        # the pause before the async-completeness comparison of a checked call
+BASELINE_DRIFT = 0.10    # a session's baseline is re-measured when a quick re-timing moved more than this
+RECHECK_ITERS = 20       # the quick re-timing's iterations
 STANDBY_START_S = 180.0  # how long a standby judge's runner may take to come up before any request
 
 
@@ -445,17 +448,22 @@ class Judge:
         import torch
         p = self.req.timing_params
         assert self.local is not None
-        # The protocol's own cost on this GPU, with the candidate's argument sizes: a loop calling nothing.
-        live = [t.clone() for t in prep.tensors[: len(prep.tensors) // max(len(prep.variants), 1)]]
-        variants = [prep.tensors[i * len(live):(i + 1) * len(live)] for i in range(len(prep.variants))]
-        null = self.local.time(lambda: None, live, variants if live else [], p)
-        null_stats = analysis.summarise([c.ms_all for c in null.timed()], [c.ms_all for c in null.timed()], 0.0)
-        null_gap = analysis.median_gap_ms(null.timed())
+        known = self._session_baselines(runtime, prep)
+        if known is not None:
+            null_ms, null_gap = float(known["null_ms"]), known.get("null_gap_ms")
+        else:
+            # The protocol's own cost on this GPU, with the candidate's argument sizes: a loop calling nothing.
+            live = [t.clone() for t in prep.tensors[: len(prep.tensors) // max(len(prep.variants), 1)]]
+            variants = [prep.tensors[i * len(live):(i + 1) * len(live)] for i in range(len(prep.variants))]
+            null = self.local.time(lambda: None, live, variants if live else [], p)
+            null_ms = analysis.summarise([c.ms_all for c in null.timed()], [c.ms_all for c in null.timed()],
+                                         0.0).median_ms
+            null_gap = analysis.median_gap_ms(null.timed())
         job, done = self.run_job(prep.name, {"mode": "time", "warmup": p.warmup, "min_iters": p.min_iters,
                                              "max_iters": p.max_iters, "budget_s": p.budget_s,
                                              "checks": p.checks, "flush": p.flush_l2}, decode)
         res = analysis.judge_timing(job, [v.ref for v in prep.variants], self._composer(runtime, prep), tol,
-                                    null_stats.median_ms, null_gap)
+                                    null_ms, null_gap)
         if self.req.integrity:
             self.out.data.integrity[f"{prep.name}@timing"] = res.integrity.__dict__
         if job.forged:
@@ -465,7 +473,19 @@ class Judge:
         if res.stats is None:
             return {"error": res.error or "no timed iterations"}
         row: dict[str, Any] = {"candidate": res.stats.to_json(), "hidden_work": res.hidden_work,
-                               "witness": res.witness, "checked": job.end.get("checked", [])}
+                               "witness": res.witness, "checked": job.end.get("checked", []),
+                               "null": {"median_ms": null_ms, "gap_ms": null_gap}}
+        if known is not None:
+            row["baselines"] = {"from": "session", "recheck": known["recheck"]}
+            for b in ("eager", "compile"):
+                if b in known:
+                    row[b] = known[b]
+                    row[f"speedup_{b}"] = known[b]["median_ms"] / res.stats.median_ms
+            if "compile_error" in known:
+                row["compile_error"] = known["compile_error"]
+            return row
+        row["baselines"] = {"from": "measured"}
+        null_stats = analysis.TimingStats(null_ms, 0.0, null_ms, null_ms, 0, null_ms)
         runtime.restore_state(prep.variants[0].state)
         if "eager" in self.req.baselines:
             eager = self.local.time(runtime.eager_callable(), [], [], p)
@@ -486,6 +506,32 @@ class Judge:
                 row["compile_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
         torch.cuda.synchronize()
         return row
+
+    def _session_baselines(self, runtime: Any, prep: Prepared) -> dict[str, Any] | None:
+        """This config's baselines as measured earlier in the session (the request carries them), if a quick
+        re-timing of one of them still agrees: then they are reused as they are, else all are measured anew."""
+        known = (self.req.session_baselines or {}).get(prep.name)
+        if not known or "null_ms" not in known:
+            return None
+        which = next((b for b in ("eager", "compile") if b in self.req.baselines), None)
+        if which is None or which not in known:
+            return None if any(b in self.req.baselines for b in ("eager", "compile")) else {**known, "recheck": {}}
+        runtime.restore_state(prep.variants[0].state)
+        fn = runtime.eager_callable() if which == "eager" else runtime.compiled_callable()
+        if fn is None:
+            return None
+        p = self.req.timing_params
+        quick = dataclasses.replace(p, warmup=3, min_iters=RECHECK_ITERS, max_iters=RECHECK_ITERS, budget_s=0.0)
+        assert self.local is not None
+        job = self.local.time(fn, [], [], quick)
+        now = analysis.summarise([c.ms for c in job.timed()], [c.ms_all for c in job.timed()],
+                                 float(known["null_ms"])).median_ms
+        then = float(known[which]["median_ms"])
+        recheck = {"baseline": which, "now_ms": round(now, 5), "session_ms": round(then, 5)}
+        if then <= 0 or abs(now / then - 1.0) > BASELINE_DRIFT:
+            self.out.data.baseline_drift[prep.name] = recheck
+            return None
+        return {**known, "recheck": recheck}
 
     def close(self) -> None:
         if self.runner is not None:

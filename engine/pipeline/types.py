@@ -58,6 +58,9 @@ class JudgeRequest:
     timing_params: TimingParams = TimingParams()
     integrity: bool = True
     deadline_s: float = 600.0    # the judge's own budget; the parent kills its group a little later
+    # per config, its baselines as measured earlier in this session on this GPU (engine/pipeline/baselines.py):
+    # reused after a quick re-timing agrees, instead of timing eager, torch.compile and the null loop again
+    session_baselines: dict[str, dict[str, Any]] | None = None
     gpu: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -105,6 +108,7 @@ class JudgeResult:
     seconds: dict[str, float] = field(default_factory=dict)
     traces: dict[str, str] = field(default_factory=dict)   # kbench's own failures, for a bug report
     warm: bool = False     # a spare judge: started (runner jailed, CUDA up) before this request came
+    baseline_drift: dict[str, dict[str, Any]] = field(default_factory=dict)  # session baselines that moved
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

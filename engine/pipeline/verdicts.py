@@ -66,6 +66,7 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
             row.compile_ms = (t.get("compile") or {}).get("median_ms")
             row.speedup_eager, row.speedup_compile = t.get("speedup_eager"), t.get("speedup_compile")
             row.hidden_work = bool(t.get("hidden_work"))
+            row.baselines = (t.get("baselines") or {}).get("from", "")
             row.floor_ms, row.roofline_fraction = t.get("floor_ms"), t.get("roofline_fraction")
         report.rows.append(row)
 

@@ -1,0 +1,63 @@
+"""Baselines measured once per session (engine/pipeline/baselines.py): what a request may reuse, what a
+judge's result adds, and when everything is measured again. The judge's side (a quick re-timing that must
+agree within 10 %) runs on a GPU: BENCHMARKS.md, "Warm judges"."""
+
+from __future__ import annotations
+
+from engine.pipeline.baselines import SessionBaselines, key_for
+from engine.pipeline.types import CandidateSpec, JudgeRequest, TimerSpec
+
+DEV = {"gpu": "H100", "driver": "580", "torch": "2.11", "cuda": "13.0"}
+
+
+def _result(rows: dict, device=DEV, drift=None) -> dict:
+    return {"device": device, "timing": rows, "baseline_drift": drift or {}}
+
+
+def _measured(eager_ms: float) -> dict:
+    return {"candidate": {"median_ms": 1.0}, "baselines": {"from": "measured"},
+            "null": {"median_ms": 0.01, "gap_ms": 0.02}, "eager": {"median_ms": eager_ms},
+            "compile_error": "no inductor here"}
+
+
+def test_the_first_request_measures_then_later_ones_reuse_until_the_periodic_recheck():
+    s = SessionBaselines(recheck_every=3)
+    k = key_for({"name": "t"}, "forward", 0, ("eager", "compile"), {})
+    assert s.for_request(k) is None                         # 1st: nothing known yet
+    s.update(k, _result({"bench": _measured(0.2)}))
+    got = s.for_request(k)                                  # 2nd
+    assert got == {"bench": {"null_ms": 0.01, "null_gap_ms": 0.02, "eager": {"median_ms": 0.2},
+                             "compile_error": "no inductor here"}}
+    assert s.for_request(k) is not None                     # 3rd
+    assert s.for_request(k) is None                         # 4th: every 3rd after the first measures in full
+
+
+def test_reused_rows_add_nothing_drift_forgets_a_config_and_another_device_forgets_all():
+    s = SessionBaselines()
+    k = key_for({"name": "t"}, "forward", 0, ("eager",), {})
+    s.for_request(k)
+    s.update(k, _result({"a": _measured(0.2), "b": _measured(0.3)}))
+    reused = {**_measured(9.9), "baselines": {"from": "session"}}
+    s.update(k, _result({"a": reused}))
+    assert s.for_request(k)["a"]["eager"]["median_ms"] == 0.2
+    s.update(k, _result({}, drift={"a": {"now_ms": 0.3, "session_ms": 0.2}}))
+    assert set(s.for_request(k)) == {"b"}
+    s.update(k, _result({}, device={**DEV, "driver": "590"}))
+    assert s.for_request(k) is None
+
+
+def test_keys_separate_tasks_directions_gpus_and_protocols():
+    base = key_for({"name": "t", "configs": [1]}, "forward", 0, ("eager",), {"budget_s": 0.4})
+    others = [key_for({"name": "t", "configs": [2]}, "forward", 0, ("eager",), {"budget_s": 0.4}),
+              key_for({"name": "t", "configs": [1]}, "backward", 0, ("eager",), {"budget_s": 0.4}),
+              key_for({"name": "t", "configs": [1]}, "forward", 1, ("eager",), {"budget_s": 0.4}),
+              key_for({"name": "t", "configs": [1]}, "forward", 0, ("eager", "compile"), {"budget_s": 0.4}),
+              key_for({"name": "t", "configs": [1]}, "forward", 0, ("eager",), {"budget_s": 0.2})]
+    assert len({base, *others}) == 6
+
+
+def test_a_request_carries_the_session_baselines_to_the_judge():
+    req = JudgeRequest(task={"name": "t"}, direction="forward", candidate=CandidateSpec("native", "m", so_path="x"),
+                       timer=TimerSpec("t.so", "t"), result_path="r", session_baselines={"bench": {"null_ms": 0.1}})
+    back = JudgeRequest.from_json(req.to_json())
+    assert back.session_baselines == {"bench": {"null_ms": 0.1}} and back == req
