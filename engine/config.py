@@ -72,6 +72,7 @@ DEFAULT_PRICES: dict[str, Price] = {
 }
 
 PROVIDERS = ("anthropic", "openai-compatible")
+PROFILE_MODES = ("best", "all", "off")
 _SNAPSHOT = re.compile(r"-(\d{8})$")
 
 
@@ -143,7 +144,10 @@ class EvalConfig:
     timeout_s: float = 600.0              # one evaluation's sandbox is killed after this long
     compile_baseline: bool = True         # also time torch.compile (slow to warm up: off for quick sessions)
     timing_configs: list[str] | None = None  # time only these configs (correctness still covers all)
-    profile: bool = True                  # the profile stage (ncu + torch profiler) for candidates that pass
+    # The profile stage (ncu + torch profiler, seconds to a minute per candidate): "best" profiles a candidate
+    # when it becomes the session's new best (and on demand: `kbench profile`, the app's re-evaluate), "all"
+    # every candidate that passes, "off" none. The older booleans still read: true is "all", false "off".
+    profile: str = "best"
     # Vendor libraries and ATen: "pure" (not allowed) or "engineering" (allowed, tagged); None: the task's
     # `library_policy`, else "pure" (engine.integrity.policy; README "Library policy").
     library_policy: str | None = None
@@ -281,6 +285,8 @@ def _convert(cls: type, data: dict[str, Any], where: str, *, partial: bool) -> A
     for key, raw in data.items():
         if cls is LLMConfig and key == "prices":
             values[key] = _prices(raw, where)
+        elif cls is EvalConfig and key == "profile":
+            values[key] = profile_mode(raw, f"{where} profile")
         else:
             values[key] = _coerce(raw, hints[key], f"{where} {key}")
     if partial:
@@ -289,6 +295,16 @@ def _convert(cls: type, data: dict[str, Any], where: str, *, partial: bool) -> A
         # Configured prices add to (and override) the defaults rather than replacing the whole table.
         values["prices"] = {**DEFAULT_PRICES, **values["prices"]}
     return cls(**values)
+
+
+def profile_mode(value: Any, where: str = "[eval] profile") -> str:
+    """"best", "all" or "off"; the older booleans of `[eval] profile` map to "all" (true) and "off" (false)."""
+    if isinstance(value, bool):
+        return "all" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in PROFILE_MODES:
+        return value.strip().lower()
+    raise ConfigError(f"{where}: expected \"best\" (profile each new best), \"all\" (every candidate that passes) "
+                      f"or \"off\" (the older true / false mean \"all\" / \"off\"), got {value!r}.")
 
 
 def _prices(raw: Any, where: str) -> dict[str, Price]:

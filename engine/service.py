@@ -117,6 +117,7 @@ class Reevaluated:
     before: float | None                  # the speedup before this evaluation
     status: Any                           # the candidate's CandidateStatus after its notes
     outcome: Any                          # EvalOutcome
+    profile: Any = None                   # the `profile` Verdict of a profile run after it ([eval] profile = "best")
 
 
 def default_evaluator_factory(task: Any, direction: str, config: Config, *, sequential: bool = False) -> Any:
@@ -129,7 +130,7 @@ def fake_evaluator_factory(delay_s: float = 0.0) -> EvaluatorFactory:
     """The engine's FakeEvaluator (no compiler, no GPU): tests and demos."""
     def factory(task: Any, direction: str, config: Config) -> Any:
         from engine.evolve.executor import FakeEvaluator
-        return FakeEvaluator(task, delay_s=delay_s)
+        return FakeEvaluator(task, delay_s=delay_s, profile=config.eval.profile == "all")
     return factory
 
 
@@ -297,7 +298,7 @@ class SessionService:
                             wall_s=plan.wall_s, proposals_in_flight=plan.proposals_in_flight),
             policy=policy, ledger=ledger, verifier=verifier, use_baseline=plan.use_baseline, hints=plan.hints,
             seed=plan.seed, model=plan.model, session_config=plan.session_config, on_unavailable=on_unavailable,
-            checks=session_checks(self.config.eval.library_policy))
+            checks=session_checks(self.config.eval.library_policy), profile=self.config.eval.profile)
         running = RunningSession(es, evaluator, plan, ledger, claim)
         if on_event is not None:
             es.subscribe(on_event)
@@ -390,20 +391,34 @@ class SessionService:
     def reevaluate(self, target: str, *, all_: bool = False, by: str = "reevaluate",
                    evaluator: Any = None, take_over: bool = False) -> Iterator[Reevaluated]:
         """Evaluate again and append the verdicts, the measurement and a `reevaluated` event (nothing is
-        rewritten), as the session's one writer. Yields one Reevaluated per candidate as it finishes."""
+        rewritten), as the session's one writer. Yields one Reevaluated per candidate as it finishes.
+
+        With `[eval] profile = "best"` the evaluations leave the profile stage out; it then runs on its own
+        for a candidate asked for by id (on demand), and for one that becomes the session's new best when a
+        whole session is re-evaluated ("all": inside every evaluation; "off": never)."""
         info, views = self.reevaluation_targets(target, all_)
         if not views:
             return
         task = self.task_of(info.name)
         claim = self.ws.claim(info.name, "kbench reevaluate", take_over=take_over)
         own = evaluator is None
+        by_id = target != info.name
         try:
             if own:
                 evaluator = self.make_evaluator(task, info.direction)
-            futs = [(v, evaluator.submit(self.ws.files(v.id))) for v in views]
+            best = self.ws.best(info.name)
+            best_id = best.id if best is not None else None
+            files = {v.id: self.ws.files(v.id) for v in views}
+            futs = [(v, evaluator.submit(files[v.id])) for v in views]
             for v, fut in futs:
                 out = fut.result()
-                yield self.record_reevaluation(v, out, by)
+                r = self.record_reevaluation(v, out, by)
+                if self.config.eval.profile == "best":
+                    now = self.ws.best(info.name)
+                    if by_id or (now is not None and now.id == v.id and now.id != best_id):
+                        r = self.profile_reevaluated(r, evaluator, files[v.id], by)
+                    best_id = now.id if now is not None else None
+                yield r
         finally:
             try:
                 if own and evaluator is not None:
@@ -415,4 +430,15 @@ class SessionService:
         notes = outcome.reevaluation_notes(by=by)
         status = self.ws.record(view.id, notes) if notes else self.ws.status(view.id)
         return Reevaluated(view.id, view.status.speedup, status, outcome)
+
+    def profile_reevaluated(self, r: Reevaluated, evaluator: Any, candidate: Any, by: str) -> Reevaluated:
+        """The profile stage on its own for a candidate just re-evaluated (where it passed and its evaluation
+        did not profile it), its verdict appended to the note."""
+        from dataclasses import replace
+
+        from engine.evolve.executor import profile_now
+        verdict = profile_now(evaluator, candidate, r.outcome)
+        if verdict is None:
+            return r
+        return replace(r, status=self.ws.record_verdict(r.id, verdict, by=by), profile=verdict)
 

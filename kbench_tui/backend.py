@@ -137,7 +137,8 @@ def default_evaluator_factory(task: Any, direction: str, config: Any = None) -> 
     """The configured executor ([eval] and [executor] in the config files: local by default, or Ray)."""
     if os.environ.get("KBENCH_TUI_FAKE_EVALUATOR"):
         from engine.evolve.executor import FakeEvaluator
-        return FakeEvaluator(task, delay_s=float(os.environ.get("KBENCH_TUI_FAKE_DELAY", "0.3") or 0))
+        return FakeEvaluator(task, delay_s=float(os.environ.get("KBENCH_TUI_FAKE_DELAY", "0.3") or 0),
+                             profile=getattr(getattr(config, "eval", None), "profile", None) == "all")
     from engine.config import Config
     from engine.evolve.factory import make_evaluator
     return make_evaluator(task, direction, config if config is not None else Config())
@@ -411,9 +412,19 @@ class Backend:
                 ev = self._evaluators.get(key)
                 if ev is None:
                     ev = self._evaluators[key] = self._make_evaluator(task, direction)
-                out = ev.submit(self.ws.files(cid), on_stage).result()
+                cand = self.ws.files(cid)
+                out = ev.submit(cand, on_stage).result()
                 notes = out.reevaluation_notes(by="tui")
                 status = self.ws.record(cid, notes) if notes else self.ws.status(cid)
+                if getattr(self.config.eval, "profile", "best") == "best":
+                    # on demand: the one candidate a person re-evaluates is profiled too (its evaluation
+                    # leaves the profile stage out with [eval] profile = "best")
+                    from engine.evolve.executor import profile_now
+                    prof = profile_now(ev, cand, out)
+                    if prof is not None:
+                        if on_stage is not None:
+                            on_stage(prof)
+                        status = self.ws.record_verdict(cid, prof, by="tui")
                 if out.not_judged:
                     return Reevaluation(status, out.not_judged)
                 meas = out.measurement()

@@ -123,7 +123,7 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
     smi = SmiSampler([g for g in ex.gpus if g is not None] or None)
     s = EvolutionSession(ws, f"bench-{mode}", task, TunerProposer(), ex, direction=direction,
                          budgets=Budgets(generations=gens, population=args.population, wall_s=args.max_wall),
-                         seed=args.seed)
+                         seed=args.seed, profile="all" if args.profile else "off")
     s.subscribe(lambda e: print(f"[{mode}] {e.line()}", flush=True) if args.verbose or e.kind in (
         "CandidateEvaluated", "GenerationFinished", "Stopped", "BudgetExhausted") else None)
     t0 = time.monotonic()

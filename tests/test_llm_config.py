@@ -152,8 +152,11 @@ def test_eval_and_executor_sections_and_their_flags(tmp_path):
     cfg = load_config(user_file=path, env={})
     assert cfg.executor.kind == "ray" and cfg.executor.ray_address == "auto" and cfg.executor.retries == 3
     opts = eval_options(cfg)
-    assert opts.baselines == ("eager",) and opts.timing_configs == ["bench"] and opts.trials == 2 and opts.profile
+    assert opts.baselines == ("eager",) and opts.timing_configs == ["bench"] and opts.trials == 2
+    assert cfg.eval.profile == "best" and not opts.profile    # new bests are profiled on their own, not inline
     cfg = load_config(user_file=path, env={}, flags={"executor.kind": "local", "eval.trials": 3, "eval.profile": False})
-    assert cfg.executor.kind == "local" and eval_options(cfg).trials == 3 and not eval_options(cfg).profile
+    assert cfg.executor.kind == "local" and eval_options(cfg).trials == 3 and cfg.eval.profile == "off"
+    assert not eval_options(cfg).profile
+    assert eval_options(load_config(user_file=path, env={}, flags={"eval.profile": "all"})).profile
     defaults = load_config(user_file=tmp_path / "none.toml", env={})
     assert defaults.executor.kind == "local" and defaults.eval.compile_baseline and defaults.eval.timeout_s == 600

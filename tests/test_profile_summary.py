@@ -225,9 +225,12 @@ def test_profile_stage_is_on_by_default_and_configurable():
     from engine.evolve.factory import eval_options
     from engine.pipeline.evaluate import EvalOptions
     assert EvalOptions().profile is True and EvalOptions(profile=False).profile is False
-    assert eval_options(load_config(None, env={}, user_file="/nonexistent")).profile is True
+    # sessions: "best" by default, so their evaluations leave the stage out (each new best is profiled alone)
+    default = load_config(None, env={}, user_file="/nonexistent")
+    assert default.eval.profile == "best" and eval_options(default).profile is False
+    assert eval_options(load_config(None, {"eval.profile": "all"}, env={}, user_file="/nonexistent")).profile is True
     off = load_config(None, {"eval.profile": False}, env={}, user_file="/nonexistent")
-    assert eval_options(off).profile is False
+    assert off.eval.profile == "off" and eval_options(off).profile is False
 
 
 def test_ncu_that_cannot_start_is_skipped(tmp_path):

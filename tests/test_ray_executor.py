@@ -101,6 +101,40 @@ def test_same_outcomes_as_the_local_pipeline(local_ray, task):
     assert stages.count("compile") == 3 and "timing" in stages          # progress flows back per stage
 
 
+def test_profile_runs_alone_as_a_gpu_task(local_ray, task, tmp_path):
+    """`profile()` (a session's new best, [eval] profile = "best"): the profile stage as its own GPU task, its
+    verdict back in the future; a task lost on every attempt is a skipped verdict, not an infrastructure failure."""
+    from engine.evolve.executor import fake_profile_stage
+
+    ex = ray_executor(task, profile_fn=fake_profile_stage, retries=0)
+    try:
+        cand = variant(task, "FAKE_SPEEDUP=1.3 profiled")
+        out = ex.submit(cand).result(60)
+        v = ex.profile(cand, device=out.device).result(60)
+        assert v.stage == "profile" and v.status.value == "pass" and v.data["device"] == out.device
+        pidfile = tmp_path / "pids"
+        lost = variant(task, f"FAKE_PIDFILE={pidfile}")
+        stop = threading.Event()
+        k = killer(pidfile, kills=1, stop=stop)
+        ex.profile_fn = _pid_then_sleep       # writes its pid for the killer, then holds the "GPU"
+        v = ex.profile(lost).result(60)
+        stop.set()
+        k.join(5)
+        assert v.status.value == "skipped" and "lost on all 1 attempt" in v.reason, v.reason
+        stats = ex.stats()
+        assert stats["profiled"] == 2 and stats["completed"] == 1 and stats["infrastructure_failures"] == 0
+    finally:
+        ex.close()
+
+
+def _pid_then_sleep(task, candidate, direction, options, device=None):
+    import re
+    path = re.search(r"FAKE_PIDFILE=(\S+)", "".join(candidate.files.values())).group(1)
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()} -\n")
+    time.sleep(30)
+
+
 def evaluate_while_killing(task, cand, pidfile: Path, kills: int, retries: int):
     """Submit `cand` to a Ray executor while the first `kills` workers that start on it are SIGKILLed."""
     stop = threading.Event()

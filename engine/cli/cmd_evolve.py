@@ -87,7 +87,11 @@ def _evaluation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-compile-baseline", action="store_true", help="time against eager only (faster)")
     p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
                    help="time only this config (repeatable; correctness still runs on every config)")
-    p.add_argument("--no-profile", action="store_true", help="skip the profile stage (ncu + torch profiler)")
+    p.add_argument("--profile", choices=["best", "all", "off"], default=None, dest="profile",
+                   help="the profile stage (ncu + torch profiler): best (each new best of the session), all (every "
+                        "candidate that passes) or off; default: [eval] profile, else best")
+    p.add_argument("--no-profile", action="store_const", const="off", dest="profile",
+                   help="skip the profile stage (the same as --profile off)")
     p.add_argument("--library-policy", choices=["pure", "engineering"], default=None,
                    help="vendor libraries and ATen: pure (not allowed) or engineering (allowed, tagged on each "
                         "candidate); default: [eval] library_policy, else the task's, else pure")
@@ -97,12 +101,10 @@ def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
     flags: dict[str, Any] = {"executor.kind": args.executor, "executor.ray_address": args.ray_address,
                              "executor.gpus": args.gpus, "executor.build_workers": getattr(args, "build_workers", None),
                              "eval.trials": args.trials, "eval.timeout_s": args.timeout,
-                             "eval.timing_configs": args.timing_configs,
+                             "eval.timing_configs": args.timing_configs, "eval.profile": getattr(args, "profile", None),
                              "eval.library_policy": getattr(args, "library_policy", None)}
     if args.no_compile_baseline:
         flags["eval.compile_baseline"] = False
-    if args.no_profile:
-        flags["eval.profile"] = False
     if args.ray_address and not args.executor:
         flags["executor.kind"] = "ray"
     if getattr(args, "model", None):
@@ -212,6 +214,8 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         was = f"{r.before:.3f}x" if r.before else "-"
         now = f"{r.status.speedup:.3f}x" if meas is not None and r.status.speedup else f"failed at {out.failed_stage}"
         print(f"{r.id}: {was} -> {now} on {(out.device or {}).get('gpu') or 'no GPU'}", flush=True)
+        if r.profile is not None:
+            print(f"{r.id}: profile {r.profile.status.value}: {r.profile.reason}", flush=True)
         if out.failed_stage:
             code = 1
     best = ws.best(info.name)

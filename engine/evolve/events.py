@@ -105,6 +105,18 @@ class CandidateEvaluated(EvolveEvent):
 
 
 @dataclass(frozen=True)
+class CandidateProfiled(EvolveEvent):
+    """The profile stage of an evaluated candidate (a new best, with `[eval] profile = "best"`) was recorded."""
+
+    candidate: str
+    status: str              # pass / skipped (ncu missing or not permitted: the reason says)
+    reason: str = ""
+
+    def line(self) -> str:
+        return f"[{self.session}] profiled {self.candidate}: {self.status} {self.reason}".rstrip()
+
+
+@dataclass(frozen=True)
 class GenerationFinished(EvolveEvent):
     generation: int
     candidates: int
@@ -192,4 +204,4 @@ class Log(EvolveEvent):
 
 
 EVENT_TYPES = (SessionStarted, CandidateProposed, CandidateCommitted, StageFinished, CandidateEvaluated,
-               GenerationFinished, BestImproved, DirectivesUpdated, BudgetExhausted, Paused, Resumed, Stopped, Log)
+               CandidateProfiled, GenerationFinished, BestImproved, DirectivesUpdated, BudgetExhausted, Paused, Resumed, Stopped, Log)

@@ -1,7 +1,9 @@
 """Evaluators: where committed candidates go to be compiled, checked and timed.
 
 The loop needs only the narrow `Evaluator` protocol: `submit(candidate, on_stage) -> Future[EvalOutcome]`,
-`cancel_pending()`, `close()`, `stats()`. Two implementations run real evaluations: `LocalPipelineExecutor`
+`cancel_pending()`, `close()`, `stats()`; and, where an evaluator can, `profile(candidate, device=) ->
+Future[Verdict]`: the `profile` stage (ncu + torch profiler) alone for a candidate already evaluated, on the
+evaluator's GPU, which a session asks for when a candidate becomes its new best (`[eval] profile = "best"`). Two implementations run real evaluations: `LocalPipelineExecutor`
 (this machine's worker processes, the default) and `engine.evolve.ray_executor.RayExecutor` (a Ray
 cluster); `engine.evolve.factory.make_evaluator` picks one from the config.
 
@@ -172,8 +174,62 @@ class Evaluator(Protocol):
 
     def stats(self) -> dict[str, Any]: ...
 
+    # Optional (the loop checks with getattr):
+    # def profile(self, candidate: Candidate, *, device: dict | None = None) -> Future[Verdict]:
+    #     """The profile stage of an evaluated candidate, on a GPU; `device`: its outcome's device (the GPU model
+    #     names the cached roofline peaks). The verdict is `skipped` with the reason where it cannot run."""
+
 
 # ------------------------------------------------------------------------------------------- helpers
+
+
+PROFILE_STAGE = "profile"
+
+
+def needs_profile(out: EvalOutcome) -> bool:
+    """The candidate was judged, passed and timed, and its evaluation did not profile it (the profile stage runs
+    only for such candidates, as evaluate() runs it with `EvalOptions.profile`)."""
+    return (not out.infra_error and out.failed_stage is None and out.timed
+            and any(v.stage == "timing" and v.status == Status.PASS for v in out.verdicts)
+            and not any(v.stage == PROFILE_STAGE for v in out.verdicts))
+
+
+def profile_now(evaluator: Any, candidate: Candidate, out: EvalOutcome, timeout_s: float | None = None) -> Verdict | None:
+    """Profile an evaluated candidate on the evaluator's GPU and wait for the verdict (on demand: a person's
+    re-evaluation). None where the evaluator cannot profile or the outcome does not call for it."""
+    fn = getattr(evaluator, "profile", None)
+    if fn is None or not needs_profile(out):
+        return None
+    try:
+        return fn(candidate, device=out.device).result(timeout_s)
+    except Exception as exc:  # noqa: BLE001 - profiling is feedback: its failure is a skipped verdict
+        return Verdict(PROFILE_STAGE, Status.SKIPPED, f"profiling failed: {type(exc).__name__}: {str(exc)[:300]}")
+
+
+def cached_peaks(cache_root: Any, device: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The roofline peaks of the evaluation's GPU model, as the judge's result carries them (measured and cached
+    by that evaluation), or None."""
+    name = (device or {}).get("gpu")
+    if not name:
+        return None
+    import dataclasses
+
+    from engine.harness.roofline import load_peaks
+    peaks = load_peaks(Path(cache_root), str(name))
+    return dataclasses.asdict(peaks) if peaks is not None else None
+
+
+def default_profile(task: Task, candidate: Candidate, direction: str, options: Any,
+                    device: dict[str, Any] | None = None) -> Verdict:
+    """The profile stage alone (engine.pipeline.profiling.profile_stage) for a candidate evaluated before: its
+    build is a cache hit, the peaks those its evaluation cached. Never raises."""
+    from engine.pipeline.profiling import profile_stage
+
+    try:
+        peaks = cached_peaks(options.cache_root, device)
+    except Exception:  # noqa: BLE001 - no peaks: the summary goes without fractions of peak
+        peaks = None
+    return profile_stage(task, candidate, direction, options, peaks)
 
 
 def visible_gpus() -> list[int]:
@@ -223,7 +279,9 @@ def default_gpu(task: Task, candidate: Candidate, direction: str, options: Any) 
     from engine.pipeline.evaluate import evaluate
 
     if hasattr(options, "override_static"):
-        options = replace(options, override_static=True)
+        # the GPU worker is a long-lived thread: it keeps a spare judge warm for its next candidate
+        # and reuses the session's baselines of each config (re-checked, re-measured on drift)
+        options = replace(options, override_static=True, warm=True, reuse_baselines=True)
     out = EvalOutcome.from_report(evaluate(task, candidate, direction, options))
     out.verdicts = [v for v in out.verdicts if v.stage != "static"]
     return out
@@ -262,6 +320,8 @@ class Submission:
 class _Job(Submission):
     build: dict[str, Any] | None = None
     build_future: Future | None = None
+    kind: str = "evaluate"               # evaluate | profile (the profile stage alone, its future a Verdict)
+    device: dict[str, Any] | None = None
 
 
 class LocalPipelineExecutor:
@@ -270,7 +330,7 @@ class LocalPipelineExecutor:
     def __init__(self, task: Task, direction: str, options: Any = None, *, gpus: list[int | None] | None = None,
                  build_workers: int | None = None, build_fn: Callable[..., dict[str, Any]] | None = None,
                  gpu_fn: Callable[..., Any] | None = None, pipelined: bool = True, processes: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, profile_fn: Callable[..., Verdict] | None = None):
         from engine.pipeline.evaluate import EvalOptions
 
         self.task, self.direction = task, direction
@@ -280,6 +340,7 @@ class LocalPipelineExecutor:
         self.pipelined = pipelined
         self.build_fn = build_fn or default_build
         self.gpu_fn = gpu_fn or default_gpu
+        self.profile_fn = profile_fn or default_profile
         self.clock = clock
         n_build = build_workers or max(1, min(8, (os.cpu_count() or 2) - len(self.gpus)))
         self._pool: Executor | None = None
@@ -300,6 +361,7 @@ class LocalPipelineExecutor:
         self._last: float | None = None
         self._done = 0
         self._unmeasured = 0
+        self._profiled = 0
         self._closed = False
         self._threads = [threading.Thread(target=self._gpu_worker, args=(g,), daemon=True,
                                           name=f"kbench-gpu-{g}") for g in self.gpus]
@@ -330,6 +392,17 @@ class LocalPipelineExecutor:
         bf.add_done_callback(lambda f, job=job: self._built(job, f))
         return job.future
 
+    def profile(self, candidate: Candidate, *, device: dict[str, Any] | None = None) -> Future[Verdict]:
+        """The profile stage alone for a candidate evaluated before, on the next free GPU worker (queued behind
+        the evaluations already built). The future's result is the `profile` Verdict."""
+        if self._closed:
+            raise RuntimeError("executor is closed")
+        job = _Job(candidate, None, Future(), self.clock(), kind="profile", device=dict(device or {}))
+        with self._lock:
+            self._jobs.append(job)
+        self._q.put(job)
+        return job.future
+
     def cancel_pending(self) -> int:
         n = 0
         with self._lock:
@@ -356,18 +429,21 @@ class LocalPipelineExecutor:
         if wait:
             for t in self._threads:
                 t.join()
+        from engine.pipeline.warm import POOL
+        POOL.close()   # the spare judges' CUDA contexts hold GPU memory: let them go with the session
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             first, last = self._first, self._last
             busy = {str(g): sum(b - a for a, b in iv) for g, iv in self._busy.items()}
             build_busy = sum(b - a for a, b in self._build_busy)
-            done, unmeasured = self._done, self._unmeasured
+            done, unmeasured, profiled = self._done, self._unmeasured, self._profiled
         wall = (last - first) if first is not None and last is not None else 0.0
         total_busy = sum(busy.values())
         return {"completed": done, "wall_s": wall, "gpu_busy_s": busy, "build_s": build_busy,
                 "gpus": len(self.gpus), "build_workers": self.build_workers, "pipelined": self.pipelined,
                 "unmeasured": unmeasured,   # evaluations whose sandbox found no GPU: their busy time is no GPU's
+                "profiled": profiled,       # profile stages run alone (new bests): their GPU time is in gpu_busy_s
                 "gpu_busy_fraction": (total_busy / (wall * len(self.gpus))) if wall > 0 else None,
                 "candidates_per_hour": (done * 3600.0 / wall) if wall > 0 else None,
                 "intervals": {str(g): list(iv) for g, iv in self._busy.items()}}
@@ -403,6 +479,9 @@ class LocalPipelineExecutor:
             if job is None:
                 return
             if job.future.done() or not job.future.set_running_or_notify_cancel():
+                continue
+            if job.kind == "profile":
+                self._profile_on(job, gpu)
                 continue
             try:
                 if not self.pipelined:
@@ -440,6 +519,21 @@ class LocalPipelineExecutor:
                             {"traceback": traceback.format_exc()[-4000:]})
                 job.notify(v)
                 self._finish(job, EvalOutcome([compile_verdict(job.build or {"ok": True}), v]))
+
+    def _profile_on(self, job: _Job, gpu: int | None) -> None:
+        opts = replace(self.options, gpu=gpu) if hasattr(self.options, "__dataclass_fields__") else self.options
+        t0 = self.clock()
+        try:
+            v = self.profile_fn(self.task, job.candidate, self.direction, opts, job.device)
+        except Exception as exc:  # noqa: BLE001 - profiling is feedback: its failure is a skipped verdict
+            v = Verdict(PROFILE_STAGE, Status.SKIPPED, f"profiling failed: {type(exc).__name__}: {str(exc)[:300]}")
+        t1 = self.clock()
+        with self._lock:
+            self._busy[gpu].append((t0, t1))
+            self._profiled += 1
+            if job in self._jobs:
+                self._jobs.remove(job)
+        job.future.set_result(v)
 
     def _finish(self, job: _Job, out: EvalOutcome) -> None:
         out.seconds = out.seconds or (self.clock() - job.submitted)
@@ -558,18 +652,36 @@ def fake_gpu(task: Task, candidate: Candidate, direction: str, options: Any, sle
     return fake_result(task, candidate)
 
 
+def fake_profile(candidate: Candidate) -> Verdict:
+    """A `profile` verdict stand-in: what profile_feedback() reads back into a mutate prompt."""
+    return Verdict(PROFILE_STAGE, Status.PASS, "memory-bound",
+                   {"text": f"fake profile of {candidate.name}: memory-bound", "seconds": 0.0})
+
+
+def fake_profile_stage(task: Task, candidate: Candidate, direction: str, options: Any,
+                       device: dict[str, Any] | None = None) -> Verdict:
+    """The executors' `profile_fn` stand-in (module level: picklable for Ray); says which GPU it was given."""
+    v = fake_profile(candidate)
+    v.data.update(gpu_index=getattr(options, "gpu", None), device=dict(device or {}))
+    return v
+
+
 class FakeEvaluator:
     """Synchronous-enough fake for tests: evaluates in a small thread pool, records every candidate it saw.
 
     `no_gpu` (default: $KBENCH_FAKE_NO_GPU): compile, then report that no GPU is visible, as the real
     evaluator does on a machine without one. `hold_after` (default: $KBENCH_FAKE_EVAL_HOLD_AFTER): evaluations
     after the first `hold_after` wait until the evaluator is closed, so a test can interrupt a run that is
-    certainly still going, however loaded the machine is."""
+    certainly still going, however loaded the machine is. `profile`: every passing candidate's evaluation
+    carries a fake `profile` verdict (as `[eval] profile = "all"` does); `profile()` profiles one on its own
+    (a new best). `profiled`: the source hashes of the candidates profiled, either way, in order."""
 
     def __init__(self, task: Task | None = None, *, delay_s: float = 0.0, workers: int = 1,
-                 no_gpu: bool | None = None, hold_after: int | None = None):
+                 no_gpu: bool | None = None, hold_after: int | None = None, profile: bool = False):
         self.task = task
         self.delay_s = delay_s
+        self.profile_inline = profile
+        self.profiled: list[str] = []        # source hashes, in the order they were profiled
         self.no_gpu = bool(os.environ.get("KBENCH_FAKE_NO_GPU")) if no_gpu is None else no_gpu
         self.hold_after = int(os.environ.get("KBENCH_FAKE_EVAL_HOLD_AFTER") or 0) if hold_after is None else hold_after
         self.seen: list[str] = []            # source hashes, in submission order
@@ -600,6 +712,8 @@ class FakeEvaluator:
                 out = EvalOutcome([Verdict("compile", Status.PASS, "compiled")], infra_error=NO_GPU)
             else:
                 out = fake_result(self.task, candidate)
+                if self.profile_inline and needs_profile(out):
+                    out.verdicts.append(self._profiled(candidate))
             for v in out.verdicts:
                 if on_stage:
                     on_stage(v)
@@ -610,6 +724,22 @@ class FakeEvaluator:
             self._futures.append(f)
         return f
 
+    def profile(self, candidate: Candidate, *, device: dict[str, Any] | None = None) -> Future[Verdict]:
+        def run() -> Verdict:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            return self._profiled(candidate)
+
+        f = self._pool.submit(run)
+        with self._lock:
+            self._futures.append(f)
+        return f
+
+    def _profiled(self, candidate: Candidate) -> Verdict:
+        with self._lock:
+            self.profiled.append(candidate.source_hash)
+        return fake_profile(candidate)
+
     def cancel_pending(self) -> int:
         with self._lock:
             return sum(1 for f in self._futures if f.cancel())
@@ -619,4 +749,5 @@ class FakeEvaluator:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
 
     def stats(self) -> dict[str, Any]:
-        return {"completed": len(self.seen), "unmeasured": len(self.seen) if self.no_gpu else 0}
+        return {"completed": len(self.seen), "unmeasured": len(self.seen) if self.no_gpu else 0,
+                "profiled": len(self.profiled)}

@@ -9,11 +9,14 @@ from engine.errors import KbenchError
 
 
 def eval_options(config: Any, **overrides: Any) -> Any:
-    """EvalOptions from `[eval]`; keyword overrides win where they are not None."""
+    """EvalOptions from `[eval]`; keyword overrides win where they are not None.
+
+    Only `[eval] profile = "all"` profiles inside every evaluation; with "best" the evaluations leave it out
+    and the session asks the evaluator to profile each new best on its own (`Evaluator.profile`)."""
     from engine.pipeline.evaluate import EvalOptions
 
     e = config.eval
-    kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile,
+    kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile == "all",
                           "timing_configs": list(e.timing_configs) if e.timing_configs else None,
                           "baselines": ("eager", "compile") if e.compile_baseline else ("eager",),
                           "library_policy": e.library_policy}

@@ -5,6 +5,7 @@
                                ─▶ static / LLM checks (a rejection never reaches the GPU)
                                ─▶ evaluator (compile on CPU, check + time on GPU, pipelined)
                                ─▶ verdict notes + measurement + `evaluated` event ─▶ best moves the branch
+                               ─▶ a new best: its `profile` stage on the evaluator's GPU ─▶ its verdict note
 
 All workspace writes happen on the loop's own thread; the evaluator's threads only hand results back
 through a queue. Controls (`pause`, `resume`, `step`, `stop`) are thread-safe flags, so a UI can drive the
@@ -15,6 +16,12 @@ all submitted at once (so compiles overlap GPU work), and g+1 starts when every 
 Within a generation up to `Budgets.proposals_in_flight` proposals (and the LLM verifiers of committed
 candidates) run on a small thread pool while the evaluator measures earlier slots, so neither the LLM nor
 the GPU waits on the other more than the generation barrier requires.
+
+Profiling (`profile`): "best" (the default) asks the evaluator to profile a candidate when it becomes the
+session's new best, and writes the `profile` verdict to its note (the mutate prompt reads it back as the
+parent's feedback); a generation waits for those profiles as for its evaluations. "all" profiles every
+candidate that passes: the evaluator's options do that inside each evaluation (engine.evolve.factory), and
+the loop asks for any passing one whose outcome came back without it. "off" asks for none.
 
 LLM failures end honestly: a proposer's `stop` (the API refused the request, the key, the budget) stops the
 run with its reason; an API outage that outlasts `[llm] outage_minutes` (`unavailable`) pauses it as "API
@@ -38,7 +45,7 @@ from typing import Any
 
 from engine.candidates import Candidate, load_candidate
 from engine.evolve import events as ev
-from engine.evolve.executor import BLOCKING, EvalOutcome, Evaluator
+from engine.evolve.executor import BLOCKING, PROFILE_STAGE, EvalOutcome, Evaluator, needs_profile
 from engine.evolve.operators import (
     OperatorPolicy,
     default_policy,
@@ -138,7 +145,9 @@ class EvolutionSession:
                  verifier: Callable[[Candidate], Any] | None = None,
                  use_baseline: bool = True, hints: str = "", seed: int = 0, model: str | None = None,
                  clock: Callable[[], float] = time.monotonic, poll_s: float = 0.05,
-                 session_config: dict[str, Any] | None = None, on_unavailable: str = "stop"):
+                 session_config: dict[str, Any] | None = None, on_unavailable: str = "stop",
+                 profile: str = "best"):
+        from engine.config import profile_mode
         self.ws = workspace
         self.session = session
         self.task = task
@@ -160,6 +169,7 @@ class EvolutionSession:
         self.clock = clock
         self.poll_s = poll_s
         self.session_config = session_config or {}
+        self.profile = profile_mode(profile, "profile")   # best | all | off (engine.config; booleans: all | off)
         self.population = Population()
         self.directives = ""
         self.generation = 0
@@ -168,6 +178,7 @@ class EvolutionSession:
         self._subs: list[Callable[[ev.EvolveEvent], None]] = []
         self._inbox: queue.Queue[tuple[str, str, Any]] = queue.Queue()
         self._in_flight: dict[str, Any] = {}
+        self._profiling: dict[str, Any] = {}       # candidate id -> Future[Verdict] of its profile stage
         self._recorded: dict[str, set[str]] = {}
         self._files: dict[str, Candidate] = {}
         self._attempts: dict[int, int] = {}
@@ -488,8 +499,8 @@ class EvolutionSession:
         return ev.Stopped(self.session, reason=reason, completed=completed, paused=self._stop_paused)
 
     def _busy(self) -> bool:
-        """Work under way that will report back: evaluations, proposals, LLM reviews."""
-        return bool(self._in_flight or self._proposing or self._verifying)
+        """Work under way that will report back: evaluations, profiles, proposals, LLM reviews."""
+        return bool(self._in_flight or self._profiling or self._proposing or self._verifying)
 
     def _shutdown(self) -> None:
         try:
@@ -922,6 +933,16 @@ class EvolutionSession:
             if self._reviewed(m, static, ver) is None and not self._flags.stop.is_set():
                 self._submit(m)
             return
+        if kind == "profiled":
+            self._profiling.pop(cid, None)
+            if payload.cancelled() or self._flags.abandon.is_set():
+                return
+            try:
+                verdict: Verdict = payload.result()
+            except Exception as exc:  # noqa: BLE001 - an evaluator bug: profiling is feedback, never a failure
+                verdict = Verdict(PROFILE_STAGE, Status.SKIPPED, f"profiling failed: {exc!r}")
+            self._record_profile(cid, verdict)
+            return
         m = self.population.get(cid)
         if kind == "notice":
             self._notice(cid)
@@ -1022,10 +1043,38 @@ class EvolutionSession:
         self._emit(ev.CandidateEvaluated(self.session, candidate=m.id, generation=m.generation, speedup=m.speedup,
                                          eligible=m.eligible, failed_stage=m.failed_stage, reason=m.reason))
         after = self.population.best()
+        new_best = after is not None and after.id == m.id and (before is None or before.id != m.id)
         if after is not None and (before is None or after.id != before.id):
             self._emit(ev.BestImproved(self.session, candidate=after.id, speedup=after.speedup or 0.0,
                                        previous=before.id if before else None,
                                        previous_speedup=before.speedup if before else None))
+        self._profile_if_due(m, out, new_best)
+
+    def _profile_if_due(self, m: Member, out: EvalOutcome, new_best: bool) -> None:
+        """Ask the evaluator for the candidate's profile stage, where the mode calls for it and its evaluation
+        did not run it: "best" for a new best, "all" for any that passed. The verdict comes back through the
+        inbox (`_record_profile`)."""
+        if self.profile == "off" or (self.profile == "best" and not new_best) or not needs_profile(out):
+            return
+        fn = getattr(self.evaluator, "profile", None)
+        if fn is None or m.id in self._profiling or self._flags.abandon.is_set():
+            return
+        try:
+            fut = fn(self._candidate(m.id), device=dict(out.device or {}))
+        except Exception as exc:  # noqa: BLE001 - no profile is no feedback, never a failed session
+            self._emit(ev.Log(self.session, level="warning", message=f"{m.id}: could not profile it: {exc}"))
+            return
+        self._profiling[m.id] = fut
+        why = "new best" if new_best else "passed"
+        self._emit(ev.Log(self.session, message=f"{m.id}: {why}, profiling it (ncu + torch profiler)"))
+        fut.add_done_callback(lambda f, cid=m.id: (self._inbox.put(("profiled", cid, f)), self._flags.wake.set()))
+
+    def _record_profile(self, cid: str, verdict: Verdict) -> None:
+        """The profile verdict goes to the candidate's note like every verdict (`kbench report`, the app and the
+        mutate prompt's feedback read it there)."""
+        self.ws.record(cid, [VerdictNote(verdict, now_iso())])
+        self._emit(ev.CandidateProfiled(self.session, candidate=cid, status=verdict.status.value,
+                                        reason=verdict.reason))
 
     def _unrecorded_verdicts(self, m: Member, out: EvalOutcome) -> list[Any]:
         """Notes for the outcome's verdicts that were not already written as their stages finished."""

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.candidates import Candidate
-from engine.evolve.executor import EvalOutcome, StageCallback, Submission, compile_verdict
+from engine.evolve.executor import PROFILE_STAGE, EvalOutcome, StageCallback, Submission, compile_verdict
 from engine.tasks.model import Task
 from engine.tasks.portable import pack_task, unpack_task
-from engine.verdict import Status
+from engine.verdict import Status, Verdict
 
 try:
     import ray
@@ -102,22 +102,29 @@ def build_job(candidate_json: dict[str, Any], cache_root: str | None, timeout_s:
             "where": _where(), "start": t0, "end": time.time()}
 
 
+def _worker_inputs(packed_task: dict[str, Any], candidate_json: dict[str, Any],
+                   options_json: dict[str, Any]) -> tuple[Any, Task, Candidate]:
+    """(EvalOptions, task, candidate) on a worker, from what the driver shipped."""
+    import tempfile
+
+    from engine.pipeline.evaluate import EvalOptions
+
+    known = {f.name for f in fields(EvalOptions)}
+    opts = EvalOptions(**{k: v for k, v in options_json.items() if k in known},
+                       cache_root=_worker_cache(options_json.get("cache_root")))
+    task = unpack_task(packed_task, Path(tempfile.gettempdir()) / "kbench-ray-tasks")
+    return opts, task, Candidate.from_json(candidate_json)
+
+
 def gpu_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], direction: str,
             options_json: dict[str, Any], built: dict[str, Any] | None,
             gpu_fn: Callable[..., Any] | None) -> dict[str, Any]:
     """Install the shipped build, then check and time the candidate on this task's GPU. The outcome as JSON,
     with where it ran and when."""
-    import tempfile
-
     from engine.evolve.executor import default_gpu
-    from engine.pipeline.evaluate import EvalOptions
 
     t0 = time.time()
-    known = {f.name for f in fields(EvalOptions)}
-    opts = EvalOptions(**{k: v for k, v in options_json.items() if k in known},
-                       cache_root=_worker_cache(options_json.get("cache_root")))
-    task = unpack_task(packed_task, Path(tempfile.gettempdir()) / "kbench-ray-tasks")
-    cand = Candidate.from_json(candidate_json)
+    opts, task, cand = _worker_inputs(packed_task, candidate_json, options_json)
     note = ""
     if built and built.get("archive"):
         from engine.harness.build_archive import unpack_entry
@@ -133,18 +140,32 @@ def gpu_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], directi
     return {"outcome": out.to_json(), "where": _where(), "start": t0, "end": time.time()}
 
 
+def profile_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], direction: str,
+                options_json: dict[str, Any], device: dict[str, Any] | None,
+                profile_fn: Callable[..., Any] | None) -> dict[str, Any]:
+    """The profile stage alone for a candidate evaluated before (a new best), on this task's GPU: the build
+    comes from this node's cache, or is compiled here. The verdict as JSON, with where it ran and when."""
+    from engine.evolve.executor import default_profile
+
+    t0 = time.time()
+    opts, task, cand = _worker_inputs(packed_task, candidate_json, options_json)
+    v = (profile_fn or default_profile)(task, cand, direction, opts, device)
+    return {"verdict": v.to_json(), "where": _where(), "start": t0, "end": time.time()}
+
+
 # ---------------------------------------------------------------------------------- the driver
 
 
 @dataclass
 class _Job(Submission):
-    phase: str = "build"                 # build -> gpu
+    phase: str = "build"                 # build -> gpu; or profile (alone: its future's result is a Verdict)
     built: dict[str, Any] | None = None
     ref: Any = None
     attempts: list[dict[str, Any]] = field(default_factory=list)   # failed attempts: where and why
     build_s: float | None = None
     cancelled: bool = False
     settled: bool = False                # counted out of RayExecutor._outstanding
+    device: dict[str, Any] | None = None     # profile: the evaluation's device (its GPU model's peaks)
 
 
 _OPTION_FIELDS_NOT_SHIPPED = ("cache_root", "gpu")
@@ -157,14 +178,15 @@ class RayExecutor:
                  retries: int = 2, compile_on_cluster: bool = True, build_cpus: float = 1.0,
                  gpu_resources: dict[str, Any] | None = None, ship_code: bool | None = None,
                  build_fn: Callable[..., dict[str, Any]] | None = None, gpu_fn: Callable[..., Any] | None = None,
-                 init_kwargs: dict[str, Any] | None = None, poll_s: float = 0.1):
+                 init_kwargs: dict[str, Any] | None = None, poll_s: float = 0.1,
+                 profile_fn: Callable[..., Any] | None = None):
         from engine.pipeline.evaluate import EvalOptions
 
         self.task, self.direction = task, direction
         self.options = options or EvalOptions()
         self.retries = max(0, int(retries))
         self.compile_on_cluster = compile_on_cluster
-        self.build_fn, self.gpu_fn = build_fn, gpu_fn
+        self.build_fn, self.gpu_fn, self.profile_fn = build_fn, gpu_fn, profile_fn
         self.gpu_resources = dict(gpu_resources or {"num_gpus": 1})
         self.poll_s = poll_s
         self._owns_ray = False
@@ -199,6 +221,7 @@ class RayExecutor:
         self.archs = ""
         self._remote_build = ray.remote(build_job).options(num_cpus=build_cpus, max_retries=0)
         self._remote_gpu = ray.remote(gpu_job).options(max_retries=0, **self.gpu_resources)
+        self._remote_profile = ray.remote(profile_job).options(max_retries=0, **self.gpu_resources)
         if self.build_fn is None and self.gpu_fn is None:
             self._probe()
         self._options_json["archs"] = self.archs or None
@@ -213,6 +236,7 @@ class RayExecutor:
         self._outstanding = 0                     # submitted and not finished (in Ray or between phases)
         self._infra = 0
         self._retried = 0
+        self._profiled = 0
         self._closed = False
         self._abandon = False                     # close(wait=False): no more retries
         self._wake = threading.Event()
@@ -247,6 +271,17 @@ class RayExecutor:
             self._outstanding += 1
             if self._first is None:
                 self._first = job.submitted
+        self._launch(job)
+        return job.future
+
+    def profile(self, candidate: Candidate, *, device: dict[str, Any] | None = None) -> Future[Verdict]:
+        """The profile stage alone for a candidate evaluated before, as one GPU task; its future's result is the
+        `profile` Verdict (`skipped` with the reason when the task was lost on every attempt)."""
+        if self._closed:
+            raise RuntimeError("executor is closed")
+        job = _Job(candidate, None, Future(), time.time(), phase="profile", device=dict(device or {}))
+        with self._lock:
+            self._outstanding += 1
         self._launch(job)
         return job.future
 
@@ -299,10 +334,10 @@ class RayExecutor:
             busy = {k: sum(b - a for a, b in iv) for k, iv in self._busy.items()}
             intervals = {k: list(iv) for k, iv in self._busy.items()}
             build_busy = sum(b - a for a, b in self._build_busy)
-            done, infra, retried = self._done, self._infra, self._retried
+            done, infra, retried, profiled = self._done, self._infra, self._retried, self._profiled
         wall = (last - first) if first is not None and last is not None else 0.0
         return {"completed": done, "wall_s": wall, "gpu_busy_s": busy, "build_s": build_busy, "gpus": self.gpus,
-                "executor": "ray", "infrastructure_failures": infra, "retries": retried,
+                "executor": "ray", "infrastructure_failures": infra, "retries": retried, "profiled": profiled,
                 "gpu_busy_fraction": (sum(busy.values()) / (wall * self.gpus)) if wall > 0 and self.gpus else None,
                 "candidates_per_hour": (done * 3600.0 / wall) if wall > 0 else None, "intervals": intervals}
 
@@ -310,7 +345,10 @@ class RayExecutor:
 
     def _launch(self, job: _Job) -> None:
         cj = job.candidate.to_json()
-        if job.phase == "build" and self.compile_on_cluster:
+        if job.phase == "profile":
+            ref = self._remote_profile.remote(self._packed_task, cj, self.direction, self._options_json, job.device,
+                                              self.profile_fn)
+        elif job.phase == "build" and self.compile_on_cluster:
             ref = self._remote_build.remote(cj, None, float(getattr(self.options, "build_timeout_s", 600.0)),
                                             self.archs or None, self.build_fn)
         else:
@@ -351,6 +389,13 @@ class RayExecutor:
                     self._attempt_failed(job, exc)
 
     def _landed(self, job: _Job, result: dict[str, Any]) -> None:
+        if job.phase == "profile":
+            where = result["where"]
+            with self._lock:
+                self._busy.setdefault(f"{where.get('host')}:{where.get('cuda_visible_devices')}", []).append(
+                    (float(result["start"]), float(result["end"])))
+            self._finish_profile(job, Verdict.from_json(result["verdict"]))
+            return
         if job.phase == "build":
             with self._lock:
                 self._build_busy.append((float(result["start"]), float(result["end"])))
@@ -397,6 +442,10 @@ class RayExecutor:
                 job.phase = "build"
             self._launch(job)
             return
+        if job.phase == "profile":      # feedback, not a judgement: a skipped verdict says what happened
+            self._finish_profile(job, Verdict(PROFILE_STAGE, Status.SKIPPED, (
+                f"the profile task was lost on all {len(job.attempts)} attempt(s); last: {reason}")))
+            return
         with self._lock:
             self._infra += 1
         why = (f"{job.phase} task lost on all {len(job.attempts)} attempt(s); last: {reason}")
@@ -408,8 +457,11 @@ class RayExecutor:
         with self._lock:
             jobs = list(self._jobs.values())
             self._jobs.clear()
-            self._infra += len(jobs)
+            self._infra += sum(1 for j in jobs if j.phase != "profile")
         for job in jobs:
+            if job.phase == "profile":
+                self._finish_profile(job, Verdict(PROFILE_STAGE, Status.SKIPPED, reason))
+                continue
             self._finish(job, EvalOutcome([], build_s=job.build_s, infra_error=reason, attempts=len(job.attempts) + 1))
 
     def _settle(self, job: _Job) -> None:
@@ -417,6 +469,13 @@ class RayExecutor:
             if not job.settled:
                 job.settled = True
                 self._outstanding -= 1
+
+    def _finish_profile(self, job: _Job, verdict: Verdict) -> None:
+        with self._lock:
+            self._profiled += 1
+        self._settle(job)
+        if not job.future.done():
+            job.future.set_result(verdict)
 
     def _finish(self, job: _Job, out: EvalOutcome) -> None:
         out.seconds = out.seconds or (time.time() - job.submitted)

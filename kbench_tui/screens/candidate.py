@@ -42,7 +42,10 @@ def profile_text(view, gpu_notice: str) -> str:
             lines.append(f"roofline: {roof}")
     if not lines:
         lines.append("No profile or measurement recorded for this candidate. " + (gpu_notice or
-                     "Re-evaluate it (e) to measure it."))
+                     "Re-evaluate it (e) to measure and profile it."))
+    elif prof is None:
+        lines.append("No profile recorded: a session profiles each new best ([eval] profile = \"best\"); "
+                     "re-evaluate it (e) to profile it, or run `kbench profile TASK ID`.")
     return "\n".join(lines)
 
 

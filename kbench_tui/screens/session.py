@@ -17,7 +17,8 @@ from kbench_tui.widgets.lineage_table import LineageTable, short
 from kbench_tui.widgets.log_view import LogView
 from kbench_tui.workers import ThreadedMixin
 
-RELOAD_ON = {"SessionStarted", "CandidateCommitted", "CandidateEvaluated", "GenerationFinished", "Stopped", "BestImproved"}
+RELOAD_ON = {"SessionStarted", "CandidateCommitted", "CandidateEvaluated", "GenerationFinished", "Stopped", "BestImproved",
+             "CandidateProfiled"}
 
 
 class SessionScreen(CandidateActions, ThreadedMixin, Screen):
