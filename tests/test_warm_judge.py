@@ -47,6 +47,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _spare(pool: JudgePool, timeout: float = 30.0):
+    """The pool's one spare, once its thread has started it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with pool._lock:
+            if pool._spares:
+                return next(iter(pool._spares.values()))[0]
+        time.sleep(0.05)
+    raise AssertionError("no spare was started")
+
+
 def _jailed_children(pid: int) -> list[int]:
     out = []
     for kid in process_tree().get(pid, []):
@@ -66,7 +77,7 @@ def test_a_spare_is_jailed_before_its_request_and_serves_exactly_one(tmp_path, n
         assert not cold.crashed, cold.describe_crash()
         assert cold.result["error"] == NO_GPU and not cold.result["warm"]
         assert "judge_start" in cold.result["seconds"]
-        spare = next(iter(pool._spares.values()))
+        spare = _spare(pool)
         # the spare gets ready on its own: its runner runs under seccomp before any request exists
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _jailed_children(spare.proc.pid):
@@ -79,7 +90,7 @@ def test_a_spare_is_jailed_before_its_request_and_serves_exactly_one(tmp_path, n
         assert "judge_start" not in warm.result["seconds"]
         assert not spare.alive()                      # one request per spare: it exited after serving it
         assert (pool.started, pool.used) == (2, 1)
-        nxt = next(iter(pool._spares.values()))
+        nxt = _spare(pool)
         assert nxt is not spare and nxt.alive()       # its replacement started while it worked
     finally:
         pool.close()
@@ -87,12 +98,33 @@ def test_a_spare_is_jailed_before_its_request_and_serves_exactly_one(tmp_path, n
     assert not _alive(nxt.proc.pid)
 
 
+def test_a_spare_outlives_the_thread_that_asked_and_goes_when_idle(tmp_path, no_gpu):
+    """The app evaluates from short-lived worker threads: the spare is the pool's, not the thread's, and one
+    left unused is let go after the idle limit (its CUDA contexts hold GPU memory)."""
+    import threading
+    request, timer = _request(tmp_path)
+    pool = JudgePool(idle_s=4.0)
+    try:
+        t = threading.Thread(target=pool.run, args=(request, timer, None, 200))
+        t.start()
+        t.join()
+        spare = _spare(pool)
+        time.sleep(1.0)
+        assert spare.alive(), "the spare died with the thread that asked for it"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and spare.alive():
+            time.sleep(0.2)
+        assert not spare.alive() and not pool._spares
+    finally:
+        pool.close()
+
+
 def test_a_dead_spare_is_replaced_by_a_cold_start(tmp_path, no_gpu):
     request, timer = _request(tmp_path)
     pool = JudgePool()
     try:
         pool.run(request, timer, None, 200)
-        spare = next(iter(pool._spares.values()))
+        spare = _spare(pool)
         spare.proc.kill()
         spare.proc.wait()
         out = pool.run(request, timer, None, 200)

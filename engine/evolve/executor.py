@@ -279,8 +279,8 @@ def default_gpu(task: Task, candidate: Candidate, direction: str, options: Any) 
     from engine.pipeline.evaluate import evaluate
 
     if hasattr(options, "override_static"):
-        # the GPU worker is a long-lived thread: it keeps a spare judge warm for its next candidate
-        # and reuses the session's baselines of each config (re-checked, re-measured on drift)
+        # a spare judge waits for the worker's next candidate (engine/pipeline/warm.py), and the session's
+        # baselines of each config are reused (re-checked, re-measured on drift: engine/pipeline/baselines.py)
         options = replace(options, override_static=True, warm=True, reuse_baselines=True)
     out = EvalOutcome.from_report(evaluate(task, candidate, direction, options))
     out.verdicts = [v for v in out.verdicts if v.stage != "static"]
@@ -429,8 +429,6 @@ class LocalPipelineExecutor:
         if wait:
             for t in self._threads:
                 t.join()
-        from engine.pipeline.warm import POOL
-        POOL.close()   # the spare judges' CUDA contexts hold GPU memory: let them go with the session
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
