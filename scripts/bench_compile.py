@@ -6,6 +6,8 @@ Run on the GPU machine (archs come from the visible GPU unless TORCH_CUDA_ARCH_L
 
 Rows (each a median over --repeats fresh builds; every build gets unique source so nothing is cached):
 - split (cold, PCH built): kernel.cu via nvcc || binding.cpp via g++ with the precompiled torch header, link.
+- kernel.cu changed, binding.o reused: a new kernel.cu with the binding of the last split build, so binding.o
+  comes from the object cache (engine/harness/object_cache.py): an nvcc run and a link.
 - cache hit: build_candidate on an already built candidate.
 - load_inline (torch headers in .cu): the same kernel and glue as one .cu, built by
   torch.utils.cpp_extension.load_inline in a fresh build directory (what KernelBench candidates do).
@@ -70,6 +72,21 @@ def bench_split(native: Candidate, cache: Path, tc, repeats: int) -> tuple[list[
         steps.append(res.steps)
         last = cand
     return times, steps, last
+
+
+def bench_kernel_only(last: Candidate, cache: Path, tc, repeats: int) -> list[float]:
+    """A new kernel.cu each time with the binding (and headers) of `last`: binding.o comes from the object cache."""
+    times = []
+    for i in range(repeats):
+        files = dict(last.files)
+        files["kernel.cu"] += f"\n// bench nonce kernel-{i}-{uuid.uuid4().hex}\n"
+        res = build_candidate(Candidate("native", files, last.name), cache, tc)
+        if not res.ok:
+            raise SystemExit(f"kernel-only build failed: {res.error}\n{res.log}")
+        if "cxx (cached object)" not in res.steps:
+            print(f"warning: kernel-only build {i} compiled binding.cpp again ({res.steps})", file=sys.stderr)
+        times.append(res.seconds)
+    return times
 
 
 def bench_hits(cand: Candidate, cache: Path, tc, repeats: int) -> list[float]:
@@ -176,6 +193,8 @@ def main() -> None:
     split_times, split_steps, last = bench_split(native, cache, tc, args.repeats)
     rows.append(_row("split kernel.cu + binding.cpp (cold, PCH built)", split_times))
     extra["split_steps"] = split_steps
+    rows.append(_row("kernel.cu changed, binding.o from the object cache", bench_kernel_only(last, cache, tc,
+                                                                                            args.repeats)))
     rows.append(_row("cache hit", bench_hits(last, cache, tc, args.repeats)))
     source = single_cu_source(native)
     if not args.skip_load_inline:

@@ -45,3 +45,11 @@ def layernorm_task(tmp_path):
     for name in ("task.toml", "reference.py"):
         shutil.copy(Path(__file__).resolve().parents[1] / "tasks" / "layernorm_lastdim" / name, folder / name)
     return load_task(folder)
+
+
+@pytest.fixture(scope="session")
+def native_cache_root(tmp_path_factory):
+    """One build cache for the real-compile tests of tests/test_build.py and tests/test_object_cache.py, so the
+    precompiled torch header (40 s on 2 cores) is built once per session. Each module builds sources of its own
+    (test_object_cache's differ from the fixture in launch.h), so neither finds the other's builds or objects."""
+    return tmp_path_factory.mktemp("kbench-cache")

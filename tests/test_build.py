@@ -249,8 +249,8 @@ def test_unresolved_ignores_python_api() -> None:
 
 # ---------------------------------------------------------------------------- real compiles (slow)
 @pytest.fixture(scope="module")
-def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("kbench-cache")
+def cache_root(native_cache_root: Path) -> Path:
+    return native_cache_root  # shared with tests/test_object_cache.py: one precompiled header per session
 
 
 @pytest.fixture(scope="module")
@@ -361,7 +361,7 @@ def test_missing_launcher_is_a_clear_link_error(built: BuildResult, toolchain: T
                     reason="nvcc with torch headers takes minutes on a small box; set KBENCH_TEST_SINGLE_CU=1")
 def test_single_cu_builds(toolchain: Toolchain, cache_root: Path) -> None:
     src = FIXTURE / "kernel.cu"
-    text = ("#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n"
+    text = ("#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
             + src.read_text().replace('#include "launch.h"', "")
             + (FIXTURE / "binding.cpp").read_text().split('#include "launch.h"', 1)[1])
     res = build_candidate(Candidate("robust-kbench", {"forward.cu": text}), cache_root, toolchain)

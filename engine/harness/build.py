@@ -13,6 +13,11 @@ Paths by format:
 Cache: cache_root/builds/<toolchain key>/<source hash>/ holds result.json, build.log, src/ and the .so. An
 entry is built in a temp dir and renamed into place, so a killed build never leaves half an entry.
 Deterministic failures (compile and link errors) are cached too; timeouts and machine trouble are not.
+Below it, the native build keeps kernel.o and binding.o by content and flags (engine/harness/object_cache.py):
+a candidate whose binding.cpp (and headers) match an earlier one's reuses that binding.o and costs an nvcc run
+and a link. So that binding.o does not depend on the candidate's module name, binding.cpp is compiled with
+TORCH_EXTENSION_NAME=kbench_binding and the link adds PyInit_kb_<source hash> as an alias of its PyInit: each
+candidate still imports as its own module, kb_<source hash>, from its own file, kb_<source hash>.so.
 Compilers run jailed (engine/jail: they read the toolchain and the candidate, write only the build folder).
 `load_module` runs inside the runner.
 """
@@ -34,12 +39,16 @@ from types import ModuleType
 from typing import Any, Literal
 
 from engine.candidates import Candidate
+from engine.harness import object_cache
 from engine.harness.toolchain import PCH_HEADERS, Toolchain
 from engine.jail import JailSpec
 from engine.jail import command as jailed
 from engine.procs import file_lock, kill_group
 
 DEFAULT_TIMEOUT_S = 300.0
+# TORCH_EXTENSION_NAME for every binding.cpp, so that binding.o is the same whatever candidate it is linked into
+# (and can come from the object cache); the link aliases PyInit_<module name> to PyInit_<this>.
+BINDING_MODULE = "kbench_binding"
 PCH_TIMEOUT_S = 900.0      # the PCH is built once per toolchain; a candidate's timeout does not apply to it
 LOG_LIMIT = 12_000         # characters of compiler output kept in BuildResult.log (head-heavy: errors come first)
 STALE_TMP_S = 6 * 3600     # leftovers of killed builds older than this are removed on the next miss
@@ -68,8 +77,10 @@ class BuildResult:
     error: str | None = None                                # one paragraph: file:line and cause
     failure: FailureKind | None = None
     note: str | None = None
-    steps: dict[str, float] = field(default_factory=dict)   # seconds per step of the build that made it
-    pch_used: bool | None = None                            # native only: did g++ accept the PCH
+    steps: dict[str, float] = field(default_factory=dict)   # seconds per step of the build that made it;
+                                                            # "nvcc/cxx (cached object)": 0.0 for a reused object
+    pch_used: bool | None = None                            # native only: did g++ accept the PCH (None: no
+                                                            # PCH, or binding.o came from the object cache)
     toolchain_key: str = ""
     entry_dir: Path | None = None                           # the cache entry (src/, build.log), if stored
 
@@ -260,6 +271,12 @@ def _module_name(source: str, default: str) -> str:
     return m.group(1) if m and m.group(1) != "TORCH_EXTENSION_NAME" else default
 
 
+def _declares_extension_name(binding: str) -> bool:
+    """Whether the binding names its module TORCH_EXTENSION_NAME (the norm), rather than a name of its own."""
+    m = _MODULE_DECL.search(_strip_comments(binding))
+    return bool(m) and m.group(1) == "TORCH_EXTENSION_NAME"
+
+
 def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain,
                     timeout_s: float = DEFAULT_TIMEOUT_S, force: bool = False) -> BuildResult:
     """Build (or fetch from the cache) the candidate's extension. Never raises for a bad candidate:
@@ -280,30 +297,29 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
     work = parent / f".tmp-{h}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     src = work / "src"
     module_name = f"kb_{h}"
-    so_name = f"{module_name}.so"
+    so_name: str | None = f"kb_{h}.so"
     steps: list[StepResult] = []
     timings: dict[str, float] = {}
     pch_used: bool | None = None
     try:
         _check_paths(candidate)
         candidate.write_to(src)
+        # The .so is named after the source hash whatever the module is called: the runner stages it next to
+        # the timing helper's .so by file name, so a module name of the helper's must not overwrite its file.
         if candidate.format == "native":
             module_name = _module_name(candidate.files["binding.cpp"], module_name)
-            so_name = f"{module_name}.so"
             pch_used = _build_native(candidate, cache_root, toolchain, work, src, so_name, module_name,
-                                     start + timeout_s, steps, timings)
+                                     start + timeout_s, steps, timings, reuse_objects=not force)
         elif candidate.format == "robust-kbench":
             main = candidate.main_file
             module_name = _module_name(candidate.files[main], module_name)
-            so_name = f"{module_name}.so"
             _build_single_cu(main, toolchain, work, src, so_name, module_name, start + timeout_s, steps, timings)
+            _check_export(work / so_name, module_name, steps, timings)
         elif candidate.format == "kernelbench":
             module_name, so_name = None, None
             _build_kernelbench(candidate, cache_root, toolchain, src, start + timeout_s, steps, timings)
         else:
             raise _Failed("invalid", f"unknown candidate format {candidate.format!r}")
-        if so_name is not None:
-            _check_export(work / so_name, module_name, steps, timings)
         failure, error = None, None
     except _Failed as f:
         failure, error = f.kind, f.error
@@ -341,56 +357,163 @@ def _check_paths(candidate: Candidate) -> None:
             raise _Failed("invalid", f"candidate file name {rel!r} must be a relative path inside the candidate")
 
 
+@dataclass
+class _Object:
+    """One object of the split build: how it is compiled, what keys it in the object cache, how this build got it."""
+    name: str                         # "kernel.o"
+    path: Path                        # in the build folder
+    step_name: str                    # "nvcc kernel.cu": also what _diagnose names in an error
+    timing: str                       # key in BuildResult.steps: "nvcc" / "cxx"
+    keyed: dict[str, bytes]           # the candidate files its key covers (object_cache.keyed_files)
+    cmd: list[str] = field(default_factory=list)
+    key: str | None = None            # None: not cacheable in this build
+    extra_s: float = 0.0              # time granted beyond the deadline (the shared PCH build)
+    step: StepResult | None = None
+    cached: Path | None = None        # the cache file it was copied from, on a hit
+
+    @property
+    def depfile(self) -> Path:
+        return self.path.with_suffix(".d")
+
+
 def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: Path, src: Path, so_name: str,
-                  module_name: str, deadline: float, steps: list[StepResult], timings: dict[str, float]) -> bool | None:
-    """nvcc kernel.cu || (PCH, then g++ binding.cpp), then link. Returns whether g++ used the PCH."""
-    kernel_o, binding_o = work / "kernel.o", work / "binding.o"
-
+                  module_name: str, deadline: float, steps: list[StepResult], timings: dict[str, float],
+                  reuse_objects: bool = True) -> bool | None:
+    """nvcc kernel.cu || (PCH, then g++ binding.cpp), then link. Either object may come from the object cache
+    (engine/harness/object_cache.py) instead; a fresh object is published there once its compile succeeded.
+    A link that fails with a cached object compiles that object fresh and links once more before it counts as
+    the candidate's failure. Returns whether g++ used the PCH (None: no PCH, or g++ did not run)."""
+    tc_key = tc.key()
     jail = compile_jail(work, [pch_dir(cache_root, tc)], tc)
+    data = {rel: (src / rel).read_bytes() for rel in candidate.files}
+    kernel = _Object("kernel.o", work / "kernel.o", "nvcc kernel.cu", "nvcc",
+                     object_cache.keyed_files(data, "kernel.cu"))
+    binding = _Object("binding.o", work / "binding.o", "g++ binding.cpp", "cxx",
+                      object_cache.keyed_files(data, "binding.cpp"))
+    # -MMD lists the files each compile read: the proof, before publishing, that the key covers them all
+    kernel.cmd = [tc.nvcc, "-c", "kernel.cu", "-o", str(kernel.path), *tc.nvcc_kernel_flags(),
+                  "-MMD", "-MF", str(kernel.depfile)]
+    kernel.key = object_cache.object_key("kernel.cu", kernel.keyed, object_cache.key_flags(kernel.cmd), tc_key)
 
-    def compile_kernel() -> StepResult:
-        cmd = [tc.nvcc, "-c", "kernel.cu", "-o", str(kernel_o), *tc.nvcc_kernel_flags()]
-        return run_tool(cmd, src, deadline - time.monotonic(), "nvcc kernel.cu", jail)
+    def obtain(obj: _Object, lookup: bool) -> _Object:
+        hit = object_cache.fetch(cache_root, tc_key, obj.key, obj.path) if lookup and obj.key else None
+        if hit is not None:
+            obj.cached = hit
+            obj.step = StepResult(f"{obj.step_name} (cached object)", (), 0,
+                                  f"reused objects/{tc_key}/{hit.name}: {obj.name} compiled earlier from the same "
+                                  "sources, flags and toolchain", 0.0)
+        else:
+            obj.cached = None
+            obj.step = run_tool(obj.cmd, src, deadline + obj.extra_s - time.monotonic(), obj.step_name, jail)
+        return obj
 
-    def compile_binding() -> tuple[StepResult, PchInfo]:
+    def prepare_binding() -> tuple[_Object, PchInfo]:
         pch = ensure_pch(cache_root, tc)
-        cmd = [tc.cxx, "-c", "binding.cpp", "-o", str(binding_o), *tc.host_flags(module_name)]
+        binding.cmd = [tc.cxx, "-c", "binding.cpp", "-o", str(binding.path), *tc.host_flags(BINDING_MODULE)]
         if pch.header is not None:
             # -H lists the headers g++ opens: "! x.gch" = PCH used, "x x.gch" = found but rejected.
-            cmd += ["-include", str(pch.header), "-Winvalid-pch", "-H"]
+            binding.cmd += ["-include", str(pch.header), "-Winvalid-pch", "-H"]
+        binding.cmd += ["-MMD", "-MF", str(binding.depfile)]
+        try:
+            binding.key = object_cache.object_key("binding.cpp", binding.keyed,
+                                                  object_cache.key_flags(binding.cmd), tc_key,
+                                                  object_cache.pch_identity(pch.header))
+        except OSError:  # the .gch vanished under us: compile, cache nothing
+            binding.key = None
         # the PCH is shared work, not this candidate's: its time does not eat the candidate's budget
-        return run_tool(cmd, src, deadline + pch.seconds - time.monotonic(), "g++ binding.cpp", jail), pch
+        binding.extra_s = pch.seconds
+        return obtain(binding, reuse_objects), pch
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        fk = pool.submit(compile_kernel)
-        fb = pool.submit(compile_binding)
-        k_step = fk.result()
-        b_step, pch = fb.result()
+        fk = pool.submit(obtain, kernel, reuse_objects)
+        fb = pool.submit(prepare_binding)
+        fk.result()
+        _, pch = fb.result()
     if pch.seconds > 0.05 or pch.built:
         timings["pch"] = round(pch.seconds, 3)
-    timings["nvcc"] = round(k_step.seconds, 3)
-    timings["cxx"] = round(b_step.seconds, 3)
-    steps += [k_step, b_step]
-    pch_used = None if pch.header is None else _pch_used(b_step.output)
+    _record(kernel, steps, timings)
+    _record(binding, steps, timings)
+    pch_used = None if pch.header is None or binding.cached else _pch_used(binding.step.output)
     if pch.error:
         steps.append(StepResult("pch", (), 0, pch.error, pch.seconds))
         pch_used = False
+    _store_objects((kernel, binding), cache_root, tc_key, src, work, steps)
+    _raise_compile_failures((kernel, binding), src, candidate.files)
 
-    failures = [s for s in (k_step, b_step) if not s.ok]
+    link_cmd = [tc.cxx, "kernel.o", "binding.o", "-o", so_name, *tc.link_flags()]
+    if module_name != BINDING_MODULE and _declares_extension_name(candidate.files["binding.cpp"]):
+        # Python calls PyInit_<the name it imports>: the candidate's own name, an alias of binding.o's entry point.
+        # With pybind11's multi-phase init the module takes that name too (its spec's), as it did when the name
+        # was compiled in; two candidates sharing a binding.o stay two modules.
+        link_cmd.append(f"-Wl,--defsym=PyInit_{module_name}=PyInit_{BINDING_MODULE}")
+
+    def link_and_check() -> None:
+        link = run_tool(link_cmd, work, max(deadline - time.monotonic(), 30.0), "link", jail)
+        steps.append(link)
+        timings["link"] = round(timings.get("link", 0.0) + link.seconds, 3)
+        _check_link(link, work, candidate.files, objects={"kernel.o": kernel.path})
+        _check_export(work / so_name, module_name, steps, timings)
+
+    try:
+        link_and_check()
+        return pch_used
+    except _Failed:
+        reused = [o for o in (kernel, binding) if o.cached is not None]
+        if not reused:
+            raise
+    # The link failed with an object from the cache, which may be the cause (a damaged file): drop it from the
+    # cache, compile it fresh and link once more. What fails now fails as it would have without the cache.
+    for o in reused:
+        object_cache.discard(cache_root, tc_key, o.key)
+    (work / so_name).unlink(missing_ok=True)
+    names = " and ".join(o.name for o in reused)
+    steps.append(StepResult("object cache", (), 0, f"the link failed with cached {names}: removed from the object "
+                                                   "cache, compiling again and linking once more", 0.0))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda o: obtain(o, False), reused))
+    for o in reused:
+        _record(o, steps, timings)
+    if binding in reused and pch.header is not None:
+        pch_used = _pch_used(binding.step.output)
+    _store_objects(reused, cache_root, tc_key, src, work, steps)
+    _raise_compile_failures(reused, src, candidate.files)
+    link_and_check()
+    return pch_used
+
+
+def _record(obj: _Object, steps: list[StepResult], timings: dict[str, float]) -> None:
+    steps.append(obj.step)
+    if obj.cached is not None:
+        timings[f"{obj.timing} (cached object)"] = 0.0
+    else:
+        timings[obj.timing] = round(obj.step.seconds, 3)
+
+
+def _store_objects(objs: tuple[_Object, ...] | list[_Object], cache_root: Path, tc_key: str, src: Path, work: Path,
+                   steps: list[StepResult]) -> None:
+    """Publish each object this build compiled successfully, from this (trusted) process, once its dependency
+    list shows that it read no file of the build folder that its key leaves out. Failed compiles never."""
+    for o in objs:
+        if o.cached is not None or o.key is None or o.step is None or not o.step.ok:
+            continue
+        unkeyed = object_cache.unkeyed_inputs(o.depfile, src, work, o.keyed)
+        if unkeyed is None:
+            continue  # no dependency list (a compiler without -MMD): nothing proved, nothing stored
+        if unkeyed:
+            steps.append(StepResult("object cache", (), 0, f"{o.name} not stored in the object cache: it reads "
+                                    f"{', '.join(unkeyed[:4])}, which its key leaves out", 0.0))
+            continue
+        object_cache.publish(cache_root, tc_key, o.key, o.path)
+
+
+def _raise_compile_failures(objs: tuple[_Object, ...] | list[_Object], src: Path, files: dict[str, str]) -> None:
+    failures = [o.step for o in objs if o.step is not None and not o.step.ok]
     if failures:
-        first = failures[0]
-        kind, msg = _diagnose(first, src, candidate.files)
+        kind, msg = _diagnose(failures[0], src, files)
         if len(failures) > 1:
-            _, other = _diagnose(failures[1], src, candidate.files)
+            _, other = _diagnose(failures[1], src, files)
             msg += f" Also: {other}"
         raise _Failed(kind, msg)
-
-    link = run_tool([tc.cxx, "kernel.o", "binding.o", "-o", so_name, *tc.link_flags()],
-                    work, max(deadline - time.monotonic(), 30.0), "link", jail)
-    steps.append(link)
-    timings["link"] = round(link.seconds, 3)
-    _check_link(link, work, candidate.files, objects={"kernel.o": kernel_o})
-    return pch_used
 
 
 def _build_single_cu(main: str, tc: Toolchain, work: Path, src: Path, so_name: str, module_name: str,
@@ -472,8 +595,8 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
 def _publish(result: BuildResult, work: Path, entry: Path, steps: list[StepResult], force: bool) -> None:
     """Write result.json + build.log into the temp dir, then rename it to the entry (atomic on one fs)."""
     result.entry_dir = entry
-    for obj in work.glob("*.o"):
-        obj.unlink()  # the .so is all we keep; objects only cost disk
+    for obj in [*work.glob("*.o"), *work.glob("*.d")]:
+        obj.unlink()  # the .so is all we keep; objects (in the object cache, if cacheable) only cost disk
     (work / "result.json").write_text(json.dumps(result.to_json(), indent=1))
     (work / "build.log").write_text(_full_log(steps))
     old = None
@@ -725,8 +848,12 @@ def _render_log(steps: list[StepResult], work: Path) -> str:
 
 
 def _full_log(steps: list[StepResult]) -> str:
-    return "\n\n".join(f"$ {' '.join(s.cmd)}\n# {s.name}: rc {s.rc}, {s.seconds:.2f} s"
-                       f"{', timed out' if s.timed_out else ''}\n{s.output}" for s in steps)
+    parts = []
+    for s in steps:
+        head = f"$ {' '.join(s.cmd)}\n" if s.cmd else ""  # a step that ran no command (a cached object, a note)
+        parts.append(f"{head}# {s.name}: rc {s.rc}, {s.seconds:.2f} s{', timed out' if s.timed_out else ''}\n"
+                     f"{s.output}")
+    return "\n\n".join(parts)
 
 
 # ---------------------------------------------------------------------------- loading (sandbox child)
