@@ -350,6 +350,14 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
     return final
 
 
+def _vendor_link(files: dict[str, str], tc: Toolchain) -> list[str]:
+    """The vendor libraries the sources include (engine/harness/vendor_libs.py), as files to link; a library
+    that cannot be found is left out, and the link then names its unresolved symbols."""
+    from engine.harness.vendor_libs import library_files, libraries_used, search_dirs
+    names = libraries_used(files)
+    return library_files(names, search_dirs(list(tc.library_dirs)))[0] if names else []
+
+
 def _check_paths(candidate: Candidate) -> None:
     for rel in candidate.files:
         p = Path(rel)
@@ -440,7 +448,7 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
     _store_objects((kernel, binding), cache_root, tc_key, src, work, steps)
     _raise_compile_failures((kernel, binding), src, candidate.files)
 
-    link_cmd = [tc.cxx, "kernel.o", "binding.o", "-o", so_name, *tc.link_flags()]
+    link_cmd = [tc.cxx, "kernel.o", "binding.o", "-o", so_name, *tc.link_flags(), *_vendor_link(candidate.files, tc)]
     if module_name != BINDING_MODULE and _declares_extension_name(candidate.files["binding.cpp"]):
         # Python calls PyInit_<the name it imports>: the candidate's own name, an alias of binding.o's entry point.
         # With pybind11's multi-phase init the module takes that name too (its spec's), as it did when the name
@@ -526,7 +534,7 @@ def _build_single_cu(main: str, tc: Toolchain, work: Path, src: Path, so_name: s
     timings["nvcc"] = round(step.seconds, 3)
     if not step.ok:
         raise _Failed(*_diagnose(step, src, {main: ""}))
-    link = run_tool([tc.cxx, "main.o", "-o", so_name, *tc.link_flags()], work,
+    link = run_tool([tc.cxx, "main.o", "-o", so_name, *tc.link_flags(), *_vendor_link({main: (src / main).read_text(errors="replace")}, tc)], work,
                     max(deadline - time.monotonic(), 30.0), "link", jail)
     steps.append(link)
     timings["link"] = round(link.seconds, 3)

@@ -63,6 +63,9 @@ class Toolchain:
     # (g++ on binding.cpp dominates the split build), -O0 would leave inline tensor accessors as calls.
     host_opt: str = "-O1"
     kernel_std: str = "c++17"     # kernel.cu sees no torch headers
+    # the pip nvidia-* header folders (cuBLAS, cuSPARSE, ...) beside torch, searched after the toolkit's own
+    # by kernel.cu too, so an engineering-policy kernel that includes <cublas_v2.h> builds on a minimal toolkit
+    vendor_include_dirs: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ identity
     def key(self) -> str:
@@ -107,8 +110,11 @@ class Toolchain:
 
     def nvcc_kernel_flags(self) -> list[str]:
         """nvcc flags for a native kernel.cu: CUDA only, no torch headers, so no torch defines either."""
-        return ["-O3", f"-std={self.kernel_std}", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr",
-                "-lineinfo", "-ccbin", self.cxx, *self._abi_define(), *self.gencode_flags()]
+        flags = ["-O3", f"-std={self.kernel_std}", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr",
+                 "-lineinfo", "-ccbin", self.cxx, *self._abi_define(), *self.gencode_flags()]
+        for inc in self.vendor_include_dirs:
+            flags += ["-isystem", inc]
+        return flags
 
     def nvcc_torch_flags(self, module_name: str) -> list[str]:
         """nvcc flags for a single .cu that includes torch headers (robust-kbench): the slow path."""
@@ -245,9 +251,11 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
     # A minimal toolkit may lack cuBLAS/cuSPARSE headers that ATen/cuda/CUDAContext.h includes; the pip
     # nvidia-* wheels torch depends on carry them. Searched after the toolkit, so the toolkit wins.
     site = Path(torch.__file__).resolve().parent.parent / "nvidia"
+    vendor_include_dirs: list[str] = []
     if site.is_dir():
-        include_dirs += sorted(str(p) for p in site.glob("*/include")
-                               if any((p / h).is_file() for h in _CUDA_LIB_HEADERS))
+        vendor_include_dirs = sorted(str(p) for p in site.glob("*/include")
+                                     if any((p / h).is_file() for h in _CUDA_LIB_HEADERS))
+        include_dirs += vendor_include_dirs
     include_dirs = [d for d in dict.fromkeys(include_dirs) if d != "/usr/include"]  # gcc dislikes it
     library_dirs = [d for d in dict.fromkeys([*torch_lib, cuda_lib]) if d not in ("/usr/lib", "/usr/local/lib")]
 
@@ -271,6 +279,7 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
         ext_suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so",
         include_dirs=tuple(include_dirs), library_dirs=tuple(library_dirs), defines=tuple(defines),
         cxx_std=_torch_cxx_std(Path(torch_inc[0])), archs=arch_tuple, arch_source=source,
+        vendor_include_dirs=tuple(d for d in dict.fromkeys(vendor_include_dirs) if d != "/usr/include"),
     )
 
 

@@ -1,0 +1,62 @@
+"""The vendor libraries a candidate's sources include, and the files to link them from.
+
+Under the `engineering` library policy a candidate may call cuBLAS, cuBLASLt, cuDNN, cuFFT, cuRAND,
+cuSPARSE or cuSOLVER (engine/integrity/policy.py tags every use); under `pure` the static stage fails it
+before any build. The link names the library file itself (`libcublas.so.13`, say): the pip wheels torch
+depends on ship only versioned names, and a minimal toolkit may ship none. At import the library is the one
+torch already loaded (same soname), so the candidate and torch share one cuBLAS.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# header (as included) -> library name
+HEADERS = {
+    "cublas.h": "cublas", "cublas_v2.h": "cublas", "cublas_api.h": "cublas", "cublasXt.h": "cublas",
+    "cublasLt.h": "cublasLt", "cudnn.h": "cudnn", "cufft.h": "cufft", "cufftXt.h": "cufft",
+    "curand.h": "curand", "cusparse.h": "cusparse", "cusparse_v2.h": "cusparse", "cusolverDn.h": "cusolver",
+    "cusolverSp.h": "cusolver", "cusolver_common.h": "cusolver",
+}
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+
+
+def libraries_used(files: dict[str, str]) -> list[str]:
+    """Library names whose headers a candidate's sources include, in a stable order."""
+    found = {HEADERS[Path(h).name] for text in files.values() for h in _INCLUDE.findall(text)
+             if Path(h).name in HEADERS}
+    return sorted(found)
+
+
+def library_files(names: list[str], search: list[str]) -> tuple[list[str], list[str]]:
+    """(files to link, names not found): for each name, `lib<name>.so` or the highest `lib<name>.so.N` in
+    the first folder of `search` that has one."""
+    files, missing = [], []
+    for name in names:
+        for d in search:
+            folder = Path(d)
+            exact = folder / f"lib{name}.so"
+            if exact.is_file():
+                files.append(str(exact))
+                break
+            versioned = sorted(folder.glob(f"lib{name}.so.*"),
+                               key=lambda p: [int(x) if x.isdigit() else -1 for x in p.name.split(".so.")[1].split(".")])
+            if versioned:
+                files.append(str(versioned[-1]))
+                break
+        else:
+            missing.append(name)
+    return files, missing
+
+
+def search_dirs(library_dirs: list[str]) -> list[str]:
+    """The toolchain's library folders, then those of the nvidia-* wheels beside torch."""
+    out = list(library_dirs)
+    try:
+        import torch
+        site = Path(torch.__file__).resolve().parent.parent / "nvidia"
+        out += sorted(str(p) for p in site.glob("*/lib") if p.is_dir())
+    except ImportError:
+        pass
+    return out
