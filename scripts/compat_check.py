@@ -214,8 +214,10 @@ def evaluate_kernels(checkout: Path, targets: tuple[str, ...] = ("upstream", "bu
         entry["verdicts"] = {v.stage: f"{v.status.value}: {v.reason}"[:300] for v in rep.verdicts}
         entry["failed_configs"] = [r.name for r in rep.rows if r.correct is False]
         entry["speedup_eager"] = rep.geomean_speedup_eager
+        bad = "; ".join(f"{v.stage} {v.status.value}: {v.reason[:160]}" for v in rep.verdicts
+                        if v.status.value not in ("pass", "skipped"))
         print(f"  {entry['kernel']:<32} on {where:<9} passed={rep.passed} "
-              f"speedup={rep.geomean_speedup_eager}", file=sys.stderr, flush=True)
+              f"speedup={rep.geomean_speedup_eager} {bad}", file=sys.stderr, flush=True)
         return entry
 
     with ThreadPoolExecutor(max(1, jobs)) as pool:
