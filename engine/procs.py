@@ -146,6 +146,13 @@ class StandbyChild:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def state(self, name: str) -> dict[str, Any] | None:
+        """What the child wrote to `name` in its folder (its own readiness report), if anything yet."""
+        try:
+            return json.loads((self.tmpdir / name).read_text())
+        except (OSError, ValueError):
+            return None
+
     def run(self, request: dict[str, Any], timeout_s: float) -> ChildOutcome:
         t0 = time.monotonic()
         try:
@@ -161,11 +168,11 @@ class StandbyChild:
             self._tmp.cleanup()
 
     def discard(self) -> None:
-        """Not needed after all: close its stdin (it exits), then make sure of it."""
+        """Not needed after all: close its stdin (it cleans up and exits), then make sure of it."""
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=20)
         except (OSError, subprocess.TimeoutExpired):
             pass
         kill_group(self.proc)

@@ -4,14 +4,17 @@ agree within 10 %) runs on a GPU: BENCHMARKS.md, "Warm judges"."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine.pipeline.baselines import SessionBaselines, key_for
 from engine.pipeline.types import CandidateSpec, JudgeRequest, TimerSpec
 
 DEV = {"gpu": "H100", "driver": "580", "torch": "2.11", "cuda": "13.0"}
 
 
-def _result(rows: dict, device=DEV, drift=None) -> dict:
-    return {"device": device, "timing": rows, "baseline_drift": drift or {}}
+def _result(rows: dict, device=DEV, drift=None, **extra) -> dict:
+    return {"device": device, "timing": rows, "baseline_drift": drift or {}, "finished": True,
+            "correctness": {n: {"ok": True} for n in rows}, "integrity": {n: {"ok": True} for n in rows}, **extra}
 
 
 def _measured(eager_ms: float) -> dict:
@@ -20,16 +23,39 @@ def _measured(eager_ms: float) -> dict:
             "compile_error": "no inductor here"}
 
 
+def _reused() -> dict:
+    return {"candidate": {"median_ms": 1.0}, "baselines": {"from": "session"}, "eager": {"median_ms": 0.2}}
+
+
 def test_the_first_request_measures_then_later_ones_reuse_until_the_periodic_recheck():
     s = SessionBaselines(recheck_every=3)
     k = key_for({"name": "t"}, "forward", 0, ("eager", "compile"), {})
-    assert s.for_request(k) is None                         # 1st: nothing known yet
+    assert s.for_request(k) is None                         # nothing known yet: measure
     s.update(k, _result({"bench": _measured(0.2)}))
-    got = s.for_request(k)                                  # 2nd
-    assert got == {"bench": {"null_ms": 0.01, "null_gap_ms": 0.02, "eager": {"median_ms": 0.2},
-                             "compile_error": "no inductor here"}}
-    assert s.for_request(k) is not None                     # 3rd
-    assert s.for_request(k) is None                         # 4th: every 3rd after the first measures in full
+    got = s.for_request(k)
+    assert got == {"bench": {"eager": {"median_ms": 0.2}, "compile_error": "no inductor here"}}
+    assert s.for_request(k) is not None                     # asking is not using: no evaluation came back yet
+    s.update(k, _result({"bench": _reused()}))
+    assert s.for_request(k) is not None                     # one reuse so far
+    s.update(k, _result({"bench": _reused()}))
+    assert s.for_request(k) is None                         # two reuses: the third evaluation measures in full
+    s.update(k, _result({"bench": _measured(0.25)}))
+    assert s.for_request(k)["bench"]["eager"]["median_ms"] == 0.25
+
+
+@pytest.mark.parametrize("taint", [
+    {"error": "CUDA error while timing bench"},
+    {"integrity": {"bench@timing": {"ok": False, "hack": "timer-forgery"}}},
+    {"correctness": {"bench": {"ok": False}}},
+    {"finished": False},
+])
+def test_a_tainted_evaluation_leaves_no_baselines_for_later_candidates(taint):
+    s = SessionBaselines()
+    k = key_for({"name": "t"}, "forward", 0, ("eager",), {})
+    s.update(k, _result({"bench": _measured(9.0)}, **taint))
+    assert s.for_request(k) is None
+    s.update(k, _result({"bench": {**_measured(9.0), "hidden_work": True}}))
+    assert s.for_request(k) is None
 
 
 def test_reused_rows_add_nothing_drift_forgets_a_config_and_another_device_forgets_all():
@@ -37,7 +63,7 @@ def test_reused_rows_add_nothing_drift_forgets_a_config_and_another_device_forge
     k = key_for({"name": "t"}, "forward", 0, ("eager",), {})
     s.for_request(k)
     s.update(k, _result({"a": _measured(0.2), "b": _measured(0.3)}))
-    reused = {**_measured(9.9), "baselines": {"from": "session"}}
+    reused = {**_measured(9.9), "baselines": {"from": "session"}}  # reused rows are never stored
     s.update(k, _result({"a": reused}))
     assert s.for_request(k)["a"]["eager"]["median_ms"] == 0.2
     s.update(k, _result({}, drift={"a": {"now_ms": 0.3, "session_ms": 0.2}}))

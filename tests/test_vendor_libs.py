@@ -47,3 +47,17 @@ def test_a_cublas_candidate_links_cublas_and_imports(native_cache_root):
     assert "libcublas.so" in needed, needed
     mod = load_module(res)
     assert hasattr(mod, "forward")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc (set CUDA_HOME)")
+def test_kernel_cu_finds_every_allowed_librarys_headers(tmp_path):
+    """cuDNN's headers live in their own wheel beside torch: kernel.cu sees them as it sees cuBLAS's."""
+    tc = detect()
+    if not any(Path(d, "cudnn.h").is_file() for d in tc.vendor_include_dirs) and \
+            not Path(tc.cuda_home, "include", "cudnn.h").is_file():
+        pytest.skip("no cuDNN headers on this machine")
+    (tmp_path / "k.cu").write_text("#include <cudnn.h>\n#include <cublas_v2.h>\nint f() { return CUDNN_MAJOR; }\n")
+    r = subprocess.run([tc.nvcc, "-c", "k.cu", "-o", "k.o", *tc.nvcc_kernel_flags()], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -58,6 +58,15 @@ def _spare(pool: JudgePool, timeout: float = 30.0):
     raise AssertionError("no spare was started")
 
 
+def _wait_up(spare, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (state := spare.state("standby.json")) is not None:
+            return state
+        time.sleep(0.1)
+    raise AssertionError("the spare never said whether it came up")
+
+
 def _jailed_children(pid: int) -> list[int]:
     out = []
     for kid in process_tree().get(pid, []):
@@ -83,6 +92,7 @@ def test_a_spare_is_jailed_before_its_request_and_serves_exactly_one(tmp_path, n
         while time.monotonic() < deadline and not _jailed_children(spare.proc.pid):
             time.sleep(0.2)
         assert spare.alive() and _jailed_children(spare.proc.pid)
+        _wait_up(spare)
         warm = pool.run(request, timer, None, 200)
         assert not warm.crashed, warm.describe_crash()
         assert warm.result["warm"] and warm.result["error"] == NO_GPU
@@ -109,12 +119,32 @@ def test_a_spare_outlives_the_thread_that_asked_and_goes_when_idle(tmp_path, no_
         t.start()
         t.join()
         spare = _spare(pool)
-        time.sleep(1.0)
+        _wait_up(spare)
         assert spare.alive(), "the spare died with the thread that asked for it"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and spare.alive():
             time.sleep(0.2)
         assert not spare.alive() and not pool._spares
+    finally:
+        pool.close()
+
+
+def test_a_spare_that_failed_to_come_up_never_judges_a_candidate(tmp_path, no_gpu):
+    """A spare that warmed up during a fault (here: the timing helper's file was missing) says so, and the
+    next request starts cold instead of inheriting the fault as a verdict."""
+    request, timer = _request(tmp_path)
+    helper = Path(timer.so_path)
+    content = helper.read_bytes()
+    helper.unlink()
+    pool = JudgePool()
+    try:
+        first = pool.run(request, timer, None, 200)
+        assert first.result.get("error") and "FileNotFoundError" in first.result["error"]
+        state = _wait_up(_spare(pool))
+        assert state["ok"] is False and "FileNotFoundError" in state["why"]
+        helper.write_bytes(content)            # the fault is over
+        second = pool.run(request, timer, None, 200)
+        assert second.result["error"] == NO_GPU and not second.result["warm"] and pool.used == 0
     finally:
         pool.close()
 

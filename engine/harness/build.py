@@ -398,9 +398,10 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
                      object_cache.keyed_files(data, "kernel.cu"))
     binding = _Object("binding.o", work / "binding.o", "g++ binding.cpp", "cxx",
                       object_cache.keyed_files(data, "binding.cpp"))
-    # -MMD lists the files each compile read: the proof, before publishing, that the key covers them all
+    # -MD lists every file each compile read (-MMD would leave out files reached through a header marked
+    # `#pragma GCC system_header`): the proof, before publishing, that the key covers them all
     kernel.cmd = [tc.nvcc, "-c", "kernel.cu", "-o", str(kernel.path), *tc.nvcc_kernel_flags(),
-                  "-MMD", "-MF", str(kernel.depfile)]
+                  "-MD", "-MF", str(kernel.depfile)]
     kernel.key = object_cache.object_key("kernel.cu", kernel.keyed, object_cache.key_flags(kernel.cmd), tc_key)
 
     def obtain(obj: _Object, lookup: bool) -> _Object:
@@ -421,7 +422,7 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
         if pch.header is not None:
             # -H lists the headers g++ opens: "! x.gch" = PCH used, "x x.gch" = found but rejected.
             binding.cmd += ["-include", str(pch.header), "-Winvalid-pch", "-H"]
-        binding.cmd += ["-MMD", "-MF", str(binding.depfile)]
+        binding.cmd += ["-MD", "-MF", str(binding.depfile)]
         try:
             binding.key = object_cache.object_key("binding.cpp", binding.keyed,
                                                   object_cache.key_flags(binding.cmd), tc_key,
@@ -506,7 +507,7 @@ def _store_objects(objs: tuple[_Object, ...] | list[_Object], cache_root: Path, 
             continue
         unkeyed = object_cache.unkeyed_inputs(o.depfile, src, work, o.keyed)
         if unkeyed is None:
-            continue  # no dependency list (a compiler without -MMD): nothing proved, nothing stored
+            continue  # no dependency list (a compiler without -MD): nothing proved, nothing stored
         if unkeyed:
             steps.append(StepResult("object cache", (), 0, f"{o.name} not stored in the object cache: it reads "
                                     f"{', '.join(unkeyed[:4])}, which its key leaves out", 0.0))

@@ -163,17 +163,21 @@ SLICE = 1 << 23
 def _slices(g: Any, w: Any) -> tuple[list[tuple[int, int, Any, Any]], int, str]:
     """(first row, first flat index, got rows, reference rows) per slice, the number of rows, their name.
 
-    The flattened tail beyond the last whole tile is one short row of its own."""
+    The flattened tail beyond a vector's last whole tile is judged with that tile (one longer row): a few
+    elements on their own would make a row too short for the row rules to mean anything."""
     gr, what = _rows(g)
     wr, _ = _rows(w)
     width = max(int(gr.shape[1]), 1)
-    step = max(1, SLICE // width)
-    out = [(i, i * width, gr[i:i + step], wr[i:i + step]) for i in range(0, int(gr.shape[0]), step)]
+    rows = int(gr.shape[0])
     covered = int(gr.numel())
-    if covered < g.numel():
-        out.append((int(gr.shape[0]), covered, g.reshape(-1)[covered:].reshape(1, -1),
-                    w.reshape(-1)[covered:].reshape(1, -1)))
-    return out, len(out) and out[-1][0] + int(out[-1][2].shape[0]), what
+    tail = covered < g.numel()   # a vector's elements beyond its last whole tile: they join that tile
+    whole = rows - 1 if tail else rows
+    step = max(1, SLICE // width)
+    out = [(i, i * width, gr[i:min(i + step, whole)], wr[i:min(i + step, whole)]) for i in range(0, whole, step)]
+    if tail:
+        start = whole * width
+        out.append((whole, start, g.reshape(-1)[start:].reshape(1, -1), w.reshape(-1)[start:].reshape(1, -1)))
+    return out, rows, what
 
 
 _NONFINITE = (("NaN", "isnan"), ("+Inf", "isposinf"), ("-Inf", "isneginf"))

@@ -16,7 +16,8 @@ def gpu_info() -> dict[str, Any]:
     props = torch.cuda.get_device_properties(idx)
     info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
                 memory_gb=round(props.total_memory / 2**30, 1),
-                l2_mb=round(getattr(props, "L2_cache_size", 0) / 2**20, 1), driver=_driver_version())
+                l2_mb=round(getattr(props, "L2_cache_size", 0) / 2**20, 1), driver=_driver_version(),
+                uuid=str(getattr(props, "uuid", "")) or None)   # tells two GPUs of one model apart
     return info
 
 

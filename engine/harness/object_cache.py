@@ -8,7 +8,7 @@ binding.cpp leaves out kernel.cu), the exact compiler command without its output
 toolchain key, and for binding.o the identity of the precompiled header (its bytes).
 
 Leaving the other primary source out is what lets binding.o outlive a kernel change, so it is proved per object,
-not assumed: each compile writes a dependency list (-MMD -MF) and an object is published only when every file it
+not assumed: each compile writes a dependency list (-MD -MF) and an object is published only when every file it
 read inside the build folder is one its key covers (`unkeyed_inputs`). A binding.cpp that #includes kernel.cu
 still builds, it just is not cached.
 
@@ -123,7 +123,7 @@ _DEP_TOKEN = re.compile(r"(?:\\.|[^\s\\])+")
 
 
 def dep_paths(text: str) -> list[str]:
-    """The prerequisites of a make rule as g++ / nvcc -MMD write it ("obj.o : a.cu b.h \\\n c.h")."""
+    """The prerequisites of a make rule as g++ / nvcc -MD write it ("obj.o : a.cu b.h \\\n c.h")."""
     text = text.replace("\\\n", " ")
     _, sep, rest = text.partition(": ")
     if not sep:
@@ -135,7 +135,7 @@ def dep_paths(text: str) -> list[str]:
 
 
 def unkeyed_inputs(depfile: Path, src: Path, work: Path, keyed: Collection[str]) -> list[str] | None:
-    """Files inside the build folder `work` that the compile read (its -MMD list, paths relative to `src`, the
+    """Files inside the build folder `work` that the compile read (its -MD list, paths relative to `src`, the
     compile's cwd) and the object's key does not cover; [] when the key covers every one. None when there is no
     readable dependency list (then nothing is proved and the object is not published)."""
     try:

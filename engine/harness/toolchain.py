@@ -253,9 +253,12 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
     site = Path(torch.__file__).resolve().parent.parent / "nvidia"
     vendor_include_dirs: list[str] = []
     if site.is_dir():
+        from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
+        include_dirs += sorted(str(p) for p in site.glob("*/include")
+                               if any((p / h).is_file() for h in _CUDA_LIB_HEADERS))
+        # kernel.cu may include any library the engineering policy allows (cuDNN, cuFFT, cuRAND, ...)
         vendor_include_dirs = sorted(str(p) for p in site.glob("*/include")
-                                     if any((p / h).is_file() for h in _CUDA_LIB_HEADERS))
-        include_dirs += vendor_include_dirs
+                                     if any((p / h).is_file() for h in (*_CUDA_LIB_HEADERS, *VENDOR_HEADERS)))
     include_dirs = [d for d in dict.fromkeys(include_dirs) if d != "/usr/include"]  # gcc dislikes it
     library_dirs = [d for d in dict.fromkeys([*torch_lib, cuda_lib]) if d not in ("/usr/lib", "/usr/local/lib")]
 

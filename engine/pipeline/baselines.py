@@ -5,8 +5,12 @@ torch.compile again for each is most of an evaluation's timing phase, and compil
 torch.compile each time costs more still. The judge returns what it measured; the next request on the same
 GPU carries it back (`JudgeRequest.session_baselines`), and the judge reuses it after a quick re-timing of
 one baseline agrees within 10 % (else it measures all anew, and says so in the result's `baseline_drift`).
-Every RECHECK_EVERY-th evaluation of a key measures in full regardless. The speedup is still a ratio taken
-on the same GPU in the same session; nothing is kept on disk.
+After RECHECK_EVERY evaluations that reused them, a key's baselines are measured in full again. The speedup
+is still a ratio taken on the same GPU in the same session; nothing is kept on disk.
+
+The judge times baselines only after the candidate's runner (and anything it left running) is stopped, and
+only an evaluation without an error, with every integrity check passed and no hidden work, is kept: no
+candidate can leave slowed-down baselines behind for the ones after it.
 """
 
 from __future__ import annotations
@@ -32,37 +36,52 @@ class SessionBaselines:
         self.recheck_every = recheck_every
         self._known: dict[Key, dict[str, dict[str, Any]]] = {}
         self._device: dict[Key, Any] = {}
-        self._uses: dict[Key, int] = {}
+        self._reused: dict[Key, int] = {}     # evaluations that reused the key's baselines since a full one
         self._lock = threading.Lock()
 
     def for_request(self, key: Key) -> dict[str, dict[str, Any]] | None:
         """What the next request under `key` may reuse; None when it must measure everything."""
         with self._lock:
-            n = self._uses.get(key, 0)
-            self._uses[key] = n + 1
-            if n % self.recheck_every == 0:
-                return None
             known = self._known.get(key)
-            return {k: dict(v) for k, v in known.items()} if known else None
+            if not known or self._reused.get(key, 0) >= self.recheck_every - 1:
+                return None
+            return {k: dict(v) for k, v in known.items()}
 
     def update(self, key: Key, result: dict[str, Any]) -> None:
-        """Keep what a judge measured (not what it reused); forget everything if the device changed."""
+        """Keep what a judge measured (not what it reused) in a clean evaluation; forget everything if the
+        device changed."""
         device = _identity(result.get("device"))
+        timing = result.get("timing") or {}
+        froms = {(row.get("baselines") or {}).get("from") for row in timing.values()}
         with self._lock:
             if key in self._device and self._device[key] != device:
                 self._known.pop(key, None)
+                self._reused.pop(key, None)
             self._device[key] = device
             known = self._known.setdefault(key, {})
             for name in result.get("baseline_drift") or {}:
                 known.pop(name, None)
-            for name, row in (result.get("timing") or {}).items():
-                if (row.get("baselines") or {}).get("from") != "measured" or "null" not in row:
+            if "session" in froms:
+                self._reused[key] = self._reused.get(key, 0) + 1
+            elif "measured" in froms:
+                self._reused[key] = 0
+            if not _clean(result):
+                return
+            for name, row in timing.items():
+                if (row.get("baselines") or {}).get("from") != "measured" or row.get("hidden_work"):
                     continue
-                entry: dict[str, Any] = {"null_ms": row["null"]["median_ms"], "null_gap_ms": row["null"]["gap_ms"]}
-                for b in ("eager", "compile", "compile_error"):
-                    if b in row:
-                        entry[b] = row[b]
-                known[name] = entry
+                entry: dict[str, Any] = {b: row[b] for b in ("eager", "compile", "compile_error") if b in row}
+                if entry:
+                    known[name] = entry
+
+
+def _clean(result: dict[str, Any]) -> bool:
+    """An evaluation whose measurements may serve later candidates: no error, every check passed."""
+    if result.get("error") or not result.get("finished", True):
+        return False
+    if any(not c.get("ok") for c in (result.get("correctness") or {}).values()):
+        return False
+    return all(i.get("ok") for i in (result.get("integrity") or {}).values())
 
 
 def _identity(device: Any) -> Any:

@@ -39,7 +39,8 @@ from engine.tasks.model import Task
 SETTLE_MS = 20.0        # the pause before the async-completeness comparison of a checked call
 BASELINE_DRIFT = 0.10    # a session's baseline is re-measured when a quick re-timing moved more than this
 RECHECK_ITERS = 20       # the quick re-timing's iterations
-STANDBY_START_S = 180.0  # how long a standby judge's runner may take to come up before any request
+STANDBY_START_S = 180.0
+STANDBY_STATE = "standby.json"   # written by a standby judge in its folder once warm: {"ok", "why"}  # how long a standby judge's runner may take to come up before any request
 
 
 class ResultFile:
@@ -228,6 +229,7 @@ class Judge:
         self.jail_report: dict[str, Any] | None = None
         self.not_up: str | None = None     # why the runner did not come up, if it did not
         self._load: dict[str, Any] = {}
+        self._runner_closed = False
 
     def attach(self, req: JudgeRequest, out: ResultFile) -> None:
         if req.timer != self.timer:
@@ -418,21 +420,45 @@ class Judge:
             if self.req.timing and all_ok and self._timed(cfg.name):
                 prepared[cfg.name] = prep
             else:  # nothing more runs on this config: free its tensors on both sides (a config can take GBs)
-                self.runner.send({"type": "drop", "cid": cfg.name})  # type: ignore[union-attr]
-                self.runner.reply(self.deadline - time.monotonic())  # type: ignore[union-attr]
-            del job, prep, compose
+                if not all_ok:   # nor on any kept for timing: nothing will be timed now
+                    for name in [*prepared, cfg.name]:
+                        self.runner.send({"type": "drop", "cid": name})  # type: ignore[union-attr]
+                        self.runner.reply(self.deadline - time.monotonic())  # type: ignore[union-attr]
+                    prepared.clear()
+                else:
+                    self.runner.send({"type": "drop", "cid": cfg.name})  # type: ignore[union-attr]
+                    self.runner.reply(self.deadline - time.monotonic())  # type: ignore[union-attr]
+            del job, prep, compose, header, tensors
         if not (self.req.timing and all_ok):
             return
+        # The candidate first, on every timed config; then its runner is stopped (with anything it left
+        # running) before the judge times the null loop and the baselines, so no candidate code shares the
+        # GPU with a baseline (and none can slow one down for this or, through the session, later candidates).
+        jobs: dict[str, tuple[analysis.Job, dict[str, Any]]] = {}
         for cfg in configs:
             if not self._timed(cfg.name):
                 continue
             self.out.progress("timing", cfg.name)
             t = time.monotonic()
-            self.out.data.timing[cfg.name] = self.time_config(runtime, prepared[cfg.name], tol, decode)
+            p = self.req.timing_params
+            jobs[cfg.name] = self.run_job(cfg.name, {"mode": "time", "warmup": p.warmup, "min_iters": p.min_iters,
+                                                     "max_iters": p.max_iters, "budget_s": p.budget_s,
+                                                     "checks": p.checks, "flush": p.flush_l2}, decode)
             self.spent("timing", t)
-            self.out.write()
+            job, done = jobs[cfg.name]
+            if job.forged:
+                self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
+            elif done.get("fatal"):
+                self.out.data.error = f"CUDA error while timing {cfg.name}: {done.get('message')}"
             if self.out.data.error:
-                return
+                break
+        self.close()
+        t = time.monotonic()
+        for name, (job, _) in jobs.items():
+            self.out.progress("baselines", name)
+            self.out.data.timing[name] = self.time_config(runtime, prepared[name], tol, job)
+            self.out.write()
+        self.spent("baselines", t)
 
     def _timed(self, name: str) -> bool:
         return not self.req.timing_configs or name in self.req.timing_configs
@@ -443,33 +469,25 @@ class Judge:
             return runtime.compose(runtime.inputs(), outputs)
         return compose
 
-    def time_config(self, runtime: Any, prep: Prepared, tol: analysis.Tolerance,
-                    decode: Callable[[wire.Record, int], Any]) -> dict[str, Any]:
+    def time_config(self, runtime: Any, prep: Prepared, tol: analysis.Tolerance, job: analysis.Job) -> dict[str, Any]:
+        """The verdict on a timing job of the candidate's (its runner already stopped), with the null loop and
+        the baselines timed now by the judge alone, or the session's baselines where a re-timing agrees."""
         import torch
         p = self.req.timing_params
         assert self.local is not None
         known = self._session_baselines(runtime, prep)
-        if known is not None:
-            null_ms, null_gap = float(known["null_ms"]), known.get("null_gap_ms")
-        else:
-            # The protocol's own cost on this GPU, with the candidate's argument sizes: a loop calling nothing.
-            live = [t.clone() for t in prep.tensors[: len(prep.tensors) // max(len(prep.variants), 1)]]
-            variants = [prep.tensors[i * len(live):(i + 1) * len(live)] for i in range(len(prep.variants))]
-            null = self.local.time(lambda: None, live, variants if live else [], p)
-            null_ms = analysis.summarise([c.ms_all for c in null.timed()], [c.ms_all for c in null.timed()],
-                                         0.0).median_ms
-            null_gap = analysis.median_gap_ms(null.timed())
-        job, done = self.run_job(prep.name, {"mode": "time", "warmup": p.warmup, "min_iters": p.min_iters,
-                                             "max_iters": p.max_iters, "budget_s": p.budget_s,
-                                             "checks": p.checks, "flush": p.flush_l2}, decode)
+        # The protocol's own cost on this GPU, with the candidate's argument sizes: a loop calling nothing.
+        # Never taken from the session: it is cheap, and it anchors the checks of this candidate's clock.
+        live = [t.clone() for t in prep.tensors[: len(prep.tensors) // max(len(prep.variants), 1)]]
+        variants = [prep.tensors[i * len(live):(i + 1) * len(live)] for i in range(len(prep.variants))]
+        null = self.local.time(lambda: None, live, variants if live else [], self._quick() if known else p)
+        null_ms = analysis.summarise([c.ms_all for c in null.timed()], [c.ms_all for c in null.timed()],
+                                     0.0).median_ms
+        null_gap = analysis.median_gap_ms(null.timed())
         res = analysis.judge_timing(job, [v.ref for v in prep.variants], self._composer(runtime, prep), tol,
                                     null_ms, null_gap)
         if self.req.integrity:
             self.out.data.integrity[f"{prep.name}@timing"] = res.integrity.__dict__
-        if job.forged:
-            self.out.data.error = f"the result channel was forged while timing {prep.name}: {job.forged}"
-        elif done.get("fatal"):
-            self.out.data.error = f"CUDA error while timing {prep.name}: {done.get('message')}"
         if res.stats is None:
             return {"error": res.error or "no timed iterations"}
         row: dict[str, Any] = {"candidate": res.stats.to_json(), "hidden_work": res.hidden_work,
@@ -511,21 +529,21 @@ class Judge:
         """This config's baselines as measured earlier in the session (the request carries them), if a quick
         re-timing of one of them still agrees: then they are reused as they are, else all are measured anew."""
         known = (self.req.session_baselines or {}).get(prep.name)
-        if not known or "null_ms" not in known:
+        wanted = [b for b in ("eager", "compile") if b in self.req.baselines]
+        # eager is re-timed (torch.compile would be compiled again to re-time it: the cost this saves); both
+        # are the task's reference on the same GPU, so eager agreeing says the GPU's state has not moved
+        if not known or "eager" not in wanted or "eager" not in known or \
+                any(b not in known and f"{b}_error" not in known for b in wanted):
             return None
-        which = next((b for b in ("eager", "compile") if b in self.req.baselines), None)
-        if which is None or which not in known:
-            return None if any(b in self.req.baselines for b in ("eager", "compile")) else {**known, "recheck": {}}
-        runtime.restore_state(prep.variants[0].state)
-        fn = runtime.eager_callable() if which == "eager" else runtime.compiled_callable()
-        if fn is None:
+        which = "eager"
+        try:
+            runtime.restore_state(prep.variants[0].state)
+            fn = runtime.eager_callable()
+            assert self.local is not None
+            job = self.local.time(fn, [], [], self._quick())
+            now = analysis.summarise([c.ms for c in job.timed()], [c.ms_all for c in job.timed()], 0.0).median_ms
+        except Exception:  # noqa: BLE001 - measure everything anew rather than fail the candidate
             return None
-        p = self.req.timing_params
-        quick = dataclasses.replace(p, warmup=3, min_iters=RECHECK_ITERS, max_iters=RECHECK_ITERS, budget_s=0.0)
-        assert self.local is not None
-        job = self.local.time(fn, [], [], quick)
-        now = analysis.summarise([c.ms for c in job.timed()], [c.ms_all for c in job.timed()],
-                                 float(known["null_ms"])).median_ms
         then = float(known[which]["median_ms"])
         recheck = {"baseline": which, "now_ms": round(now, 5), "session_ms": round(then, 5)}
         if then <= 0 or abs(now / then - 1.0) > BASELINE_DRIFT:
@@ -533,8 +551,14 @@ class Judge:
             return None
         return {**known, "recheck": recheck}
 
+    def _quick(self) -> Any:
+        return dataclasses.replace(self.req.timing_params, warmup=3, min_iters=RECHECK_ITERS,
+                                   max_iters=RECHECK_ITERS, budget_s=0.0)
+
     def close(self) -> None:
-        if self.runner is not None:
+        """Stop the runner (once): after the candidate's last job, and whatever happens."""
+        if self.runner is not None and not self._runner_closed:
+            self._runner_closed = True
             self.runner.close()
 
 
@@ -545,6 +569,11 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "--standby":
         judge = Judge(TimerSpec(argv[1], argv[2]))
         warm_error = _warm(judge)
+        # tell the pool whether this spare came up (cwd is its request folder): a spare that did not is never
+        # handed a request, so its trouble cannot become the next candidate's verdict
+        not_up = judge.not_up if judge.not_up != NO_GPU else None
+        why = f"{type(warm_error).__name__}: {warm_error}" if warm_error else not_up
+        Path(STANDBY_STATE).write_text(json.dumps({"ok": why is None, "why": why}))
         line = sys.stdin.readline().strip()   # the request, when one comes; EOF: we were not needed
         if not line:
             judge.close()

@@ -8,7 +8,9 @@ candidate still gets a fresh judge and a fresh runner, jailed before the candida
 Spares are started by the pool's own thread, so they outlive the (possibly short-lived) thread that asked
 for an evaluation: a judge dies with the thread that started it (its parent-death signal). A spare left
 unused for IDLE_S is let go (its CUDA contexts hold GPU memory a person may want back), so do all spares
-when the process exits; a spare found dead or not yet up is replaced by a cold start.
+when the process exits. A request goes only to a spare that reported itself up (`standby.json`); one still
+warming up stays for the next request while this one starts cold, one that failed to come up is let go,
+and a warm evaluation that died before any config was judged is run again cold.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from engine.pipeline.judge import STANDBY_STATE
 from engine.pipeline.types import TimerSpec
 from engine.procs import ChildOutcome, StandbyChild, run_child
 
@@ -43,18 +46,25 @@ class JudgePool:
     def run(self, request: dict[str, Any], timer: TimerSpec, gpu: int | None, timeout_s: float) -> ChildOutcome:
         """Evaluate `request` on a spare if one is up (else cold), asking for the next spare meanwhile."""
         key = self._key(timer, gpu)
+        spare, drop = None, None
         with self._lock:
-            spare = self._spares.pop(key, (None, 0.0))[0]
-            if spare is not None and not spare.alive():
-                spare.discard()
-                spare = None
-            if spare is not None:
-                self.used += 1
+            held = self._spares.get(key)
+            if held is not None:
+                state = held[0].state(STANDBY_STATE)
+                if not held[0].alive() or (state is not None and not state.get("ok")):
+                    drop = self._spares.pop(key)[0]
+                elif state is not None:
+                    spare = self._spares.pop(key)[0]
+                    self.used += 1
             self._ensure_thread()
+        if drop is not None:
+            drop.discard()
         self._wanted.put((key, timer, gpu))
-        if spare is None:
-            return run_child(JUDGE, request, timeout_s=timeout_s, gpu=gpu)
-        return spare.run(request, timeout_s)
+        if spare is not None:
+            outcome = spare.run(request, timeout_s)
+            if not (outcome.crashed and not outcome.result.get("correctness")):
+                return outcome
+        return run_child(JUDGE, request, timeout_s=timeout_s, gpu=gpu)
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -62,42 +72,57 @@ class JudgePool:
             self._thread.start()
 
     def _serve(self) -> None:
-        """Start the spares asked for; let go of the ones unused for idle_s."""
+        """Start the spares asked for; let go of the ones unused for idle_s. Never dies of an error: the spares
+        it started die with it (their parent-death signal), the one serving a request included."""
         while True:
             try:
-                item = self._wanted.get(timeout=min(self.idle_s, 30.0))
-            except queue.Empty:
-                item = ()
-            if item is None:
-                return
-            if item:
-                key, timer, gpu = item
-                with self._lock:
-                    have = key in self._spares
-                if not have:
-                    child = StandbyChild(JUDGE, [timer.so_path, timer.module_name], gpu=gpu)
-                    with self._lock:
-                        old = self._spares.get(key)
-                        self._spares[key] = (child, time.monotonic())
-                        self.started += 1
-                    if old is not None:
-                        old[0].discard()
-            now = time.monotonic()
+                if not self._serve_one():
+                    return
+            except Exception:  # noqa: BLE001 - e.g. no process or file could be created: no spare this time
+                time.sleep(1.0)
+
+    def _serve_one(self) -> bool:
+        """One request for a spare (or none in 30 s), then the idle sweep; False once closed."""
+        try:
+            item = self._wanted.get(timeout=min(self.idle_s, 30.0))
+        except queue.Empty:
+            item = ()
+        if item is None:
+            return False
+        if item:
+            key, timer, gpu = item
             with self._lock:
-                stale = [k for k, (_, t) in self._spares.items() if now - t > self.idle_s]
-                gone = [self._spares.pop(k)[0] for k in stale]
-            for s in gone:
-                s.discard()
+                have = key in self._spares
+            if not have:
+                child = StandbyChild(JUDGE, [timer.so_path, timer.module_name], gpu=gpu)
+                with self._lock:
+                    old = self._spares.get(key)
+                    self._spares[key] = (child, time.monotonic())
+                    self.started += 1
+                if old is not None:
+                    old[0].discard()
+        now = time.monotonic()
+        with self._lock:
+            stale = [k for k, (_, t) in self._spares.items() if now - t > self.idle_s]
+            gone = [self._spares.pop(k)[0] for k in stale]
+        for s in gone:
+            s.discard()
+        return True
 
     def close(self) -> None:
-        """Let every spare go (they exit on EOF) and stop starting new ones."""
+        """Let every spare go, then stop starting new ones. Spares first: they exit on EOF and clean up their
+        run folders, which they cannot do once killed by their parent thread's end."""
+        with self._lock:
+            spares, self._spares = [s for s, _ in self._spares.values()], {}
+        for s in spares:
+            s.discard()
         if self._thread is not None and self._thread.is_alive():
             self._wanted.put(None)
             self._thread.join(timeout=10)
         self._thread = None
         with self._lock:
-            spares, self._spares = [s for s, _ in self._spares.values()], {}
-        for s in spares:
+            late, self._spares = [s for s, _ in self._spares.values()], {}
+        for s in late:
             s.discard()
 
 
