@@ -126,7 +126,61 @@ class _Outage:
     retry_after: str | None
 
 
-class StubMessagesAPI:
+class StubServer:
+    """What both loopback stubs (this one and engine/llm/stub_openai.py) share: the queue of recorded answers,
+    simulated outages, the server's start and end. A subclass sets _queue, _outage, _lock, _server, _thread."""
+
+    OUTAGE_STATUS = 529
+    URL_PATH = ""
+    _queue: list[StubResponse]
+    _outage: _Outage | None
+    _lock: threading.Lock
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]  # type: ignore[attr-defined]
+        return f"http://{host}:{port}{self.URL_PATH}"
+
+    def queue(self, *responses: StubResponse) -> None:
+        with self._lock:
+            self._queue.extend(responses)
+
+    def outage(self, status: int | None = None, count: int | None = None, retry_after: str | None = "0") -> None:
+        with self._lock:
+            self._outage = _Outage(status or self.OUTAGE_STATUS, count, retry_after)
+
+    def end_outage(self) -> None:
+        with self._lock:
+            self._outage = None
+
+    def _take_outage(self) -> tuple[_Outage, dict[str, str]] | None:
+        """The outage this request runs into (counting it down), with its retry-after header; else None.
+        Call with the lock held."""
+        o = self._outage
+        if o is None:
+            return None
+        if o.left is not None:
+            o.left -= 1
+            if o.left <= 0:
+                self._outage = None
+        return o, ({"retry-after": o.retry_after} if o.retry_after is not None else {})
+
+    def start(self) -> "StubServer":
+        self._thread.start()  # type: ignore[attr-defined]
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()  # type: ignore[attr-defined]
+        self._server.server_close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class StubMessagesAPI(StubServer):
     def __init__(self, host: str = "127.0.0.1", *, enforce: bool = True, models: dict[str, StubModel] | None = None):
         self._queue: list[StubResponse] = []
         self.requests: list[RecordedRequest] = []
@@ -217,15 +271,10 @@ class StubMessagesAPI:
             return StubResponse(400, error_body("invalid_request_error", "the request body is not JSON")), False
         stream = bool(isinstance(body, dict) and body.get("stream"))
         with self._lock:
-            if self._outage is not None:
-                o = self._outage
-                if o.left is not None:
-                    o.left -= 1
-                    if o.left <= 0:
-                        self._outage = None
+            if (hit := self._take_outage()) is not None:
+                o, headers = hit
                 kind = "rate_limit_error" if o.status == 429 else "overloaded_error"
                 msg = "Number of requests has exceeded your rate limit" if o.status == 429 else "Overloaded"
-                headers = {"retry-after": o.retry_after} if o.retry_after is not None else {}
                 return StubResponse(o.status, error_body(kind, msg), headers), False
         if self.enforce and rec.path.rstrip("/").endswith("/v1/messages"):
             problem = self.check(body)
@@ -317,24 +366,7 @@ class StubMessagesAPI:
             return 404, error_body("not_found_error", f"model: {model_id}")
         return 200, model_info(model_id, model)
 
-    # -- controls ----------------------------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def queue(self, *responses: StubResponse) -> None:
-        with self._lock:
-            self._queue.extend(responses)
-
-    def outage(self, status: int = 529, count: int | None = None, retry_after: str | None = "0") -> None:
-        with self._lock:
-            self._outage = _Outage(status, count, retry_after)
-
-    def end_outage(self) -> None:
-        with self._lock:
-            self._outage = None
-
+    # -- controls (and StubServer's) -------------------------------------------------------------------------
     @property
     def pending(self) -> int:
         with self._lock:
@@ -345,20 +377,9 @@ class StubMessagesAPI:
         with self._lock:
             return [r for r in self.requests if r.method == "POST"]
 
-    def start(self) -> "StubMessagesAPI":
-        self._thread.start()
-        return self
-
     def close(self) -> None:
         self._closing.set()
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> "StubMessagesAPI":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        super().close()
 
 
 # -- realistic bodies ----------------------------------------------------------------------------------

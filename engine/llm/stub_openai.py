@@ -17,25 +17,20 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from engine.llm.stub import RecordedRequest, StubResponse
+from engine.llm.stub import RecordedRequest, StubResponse, StubServer, _Outage
 
 
 def oai_error(message: str, kind: str = "BadRequestError", code: int | str = 400) -> dict[str, Any]:
     return {"object": "error", "message": message, "type": kind, "param": None, "code": code}
 
 
-@dataclass
-class _Outage:
-    status: int
-    left: int | None
-    retry_after: str | None
+class StubOpenAIAPI(StubServer):
+    OUTAGE_STATUS = 503
+    URL_PATH = "/v1"
 
-
-class StubOpenAIAPI:
     def __init__(self, host: str = "127.0.0.1", *, model: str = "qwen3-coder-30b", max_model_len: int = 65536):
         self.model = model
         self.max_model_len = max_model_len
@@ -87,13 +82,8 @@ class StubOpenAIAPI:
 
     def _answer(self, rec: RecordedRequest) -> StubResponse:
         with self._lock:
-            if self._outage is not None:
-                o = self._outage
-                if o.left is not None:
-                    o.left -= 1
-                    if o.left <= 0:
-                        self._outage = None
-                headers = {"retry-after": o.retry_after} if o.retry_after is not None else {}
+            if (hit := self._take_outage()) is not None:
+                o, headers = hit
                 return StubResponse(o.status, oai_error("the server is overloaded, try again later",
                                                         "ServiceUnavailableError", o.status), headers)
         if not rec.path.rstrip("/").endswith("/v1/chat/completions"):
@@ -139,37 +129,6 @@ class StubOpenAIAPI:
         elif choice not in (None, "auto", "none", "required"):
             return f"tool_choice: unknown value {choice!r}"
         return None
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def queue(self, *responses: StubResponse) -> None:
-        with self._lock:
-            self._queue.extend(responses)
-
-    def outage(self, status: int = 503, count: int | None = None, retry_after: str | None = "0") -> None:
-        with self._lock:
-            self._outage = _Outage(status, count, retry_after)
-
-    def end_outage(self) -> None:
-        with self._lock:
-            self._outage = None
-
-    def start(self) -> "StubOpenAIAPI":
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> "StubOpenAIAPI":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def tool_call_completion(name: str, arguments: dict[str, Any] | str, *, model: str = "qwen3-coder-30b",
