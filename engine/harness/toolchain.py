@@ -250,15 +250,13 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
     include_dirs = [*torch_inc, os.path.join(cuda_home, "include")]
     # A minimal toolkit may lack cuBLAS/cuSPARSE headers that ATen/cuda/CUDAContext.h includes; the pip
     # nvidia-* wheels torch depends on carry them. Searched after the toolkit, so the toolkit wins.
-    site = Path(torch.__file__).resolve().parent.parent / "nvidia"
-    vendor_include_dirs: list[str] = []
-    if site.is_dir():
-        from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
-        include_dirs += sorted(str(p) for p in site.glob("*/include")
-                               if any((p / h).is_file() for h in _CUDA_LIB_HEADERS))
-        # kernel.cu may include any library the engineering policy allows (cuDNN, cuFFT, cuRAND, ...)
-        vendor_include_dirs = sorted(str(p) for p in site.glob("*/include")
-                                     if any((p / h).is_file() for h in (*_CUDA_LIB_HEADERS, *VENDOR_HEADERS)))
+    from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
+    from engine.harness.vendor_libs import wheel_dirs
+    wheel_includes = wheel_dirs("include")
+    include_dirs += [str(p) for p in wheel_includes if any((p / h).is_file() for h in _CUDA_LIB_HEADERS)]
+    # kernel.cu may include any library the engineering policy allows (cuDNN, cuFFT, cuRAND, ...)
+    vendor_include_dirs = [str(p) for p in wheel_includes
+                           if any((p / h).is_file() for h in (*_CUDA_LIB_HEADERS, *VENDOR_HEADERS))]
     include_dirs = [d for d in dict.fromkeys(include_dirs) if d != "/usr/include"]  # gcc dislikes it
     library_dirs = [d for d in dict.fromkeys([*torch_lib, cuda_lib]) if d not in ("/usr/lib", "/usr/local/lib")]
 

@@ -50,13 +50,16 @@ def library_files(names: list[str], search: list[str]) -> tuple[list[str], list[
     return files, missing
 
 
-def search_dirs(library_dirs: list[str]) -> list[str]:
-    """The toolchain's library folders, then those of the nvidia-* wheels beside torch."""
-    out = list(library_dirs)
+def wheel_dirs(sub: str) -> list[Path]:
+    """The `sub` folders (include, lib) of the nvidia-* wheels torch depends on, beside torch."""
     try:
         import torch
-        site = Path(torch.__file__).resolve().parent.parent / "nvidia"
-        out += sorted(str(p) for p in site.glob("*/lib") if p.is_dir())
     except ImportError:
-        pass
-    return out
+        return []
+    site = Path(torch.__file__).resolve().parent.parent / "nvidia"
+    return sorted(p for p in site.glob(f"*/{sub}") if p.is_dir())
+
+
+def search_dirs(library_dirs: list[str]) -> list[str]:
+    """The toolchain's library folders, then those of the nvidia-* wheels beside torch."""
+    return [*library_dirs, *(str(p) for p in wheel_dirs("lib"))]

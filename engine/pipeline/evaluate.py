@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -179,11 +179,9 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
         integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu)
     if opts.reuse_baselines and opts.timing:
-        from dataclasses import replace as _replace
-
         from engine.pipeline.baselines import SESSION, key_for
         bkey = key_for(request.task, direction, opts.gpu, request.baselines, request.to_json()["timing_params"])
-        request = _replace(request, session_baselines=SESSION.for_request(bkey))
+        request = replace(request, session_baselines=SESSION.for_request(bkey))
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
     if opts.warm:
         from engine.pipeline.warm import POOL

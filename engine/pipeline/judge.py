@@ -419,15 +419,13 @@ class Judge:
                 return
             if self.req.timing and all_ok and self._timed(cfg.name):
                 prepared[cfg.name] = prep
-            else:  # nothing more runs on this config: free its tensors on both sides (a config can take GBs)
-                if not all_ok:   # nor on any kept for timing: nothing will be timed now
-                    for name in [*prepared, cfg.name]:
-                        self.runner.send({"type": "drop", "cid": name})  # type: ignore[union-attr]
-                        self.runner.reply(self.deadline - time.monotonic())  # type: ignore[union-attr]
-                    prepared.clear()
-                else:
-                    self.runner.send({"type": "drop", "cid": cfg.name})  # type: ignore[union-attr]
+            else:  # nothing more runs on this config (nor, once one failed, on any kept for timing): free
+                # their tensors on both sides, a config can take GBs
+                for name in [cfg.name] if all_ok else [*prepared, cfg.name]:
+                    self.runner.send({"type": "drop", "cid": name})  # type: ignore[union-attr]
                     self.runner.reply(self.deadline - time.monotonic())  # type: ignore[union-attr]
+                if not all_ok:
+                    prepared.clear()
             del job, prep, compose, header, tensors
         if not (self.req.timing and all_ok):
             return
@@ -503,12 +501,11 @@ class Judge:
                 row["compile_error"] = known["compile_error"]
             return row
         row["baselines"] = {"from": "measured"}
-        null_stats = analysis.TimingStats(null_ms, 0.0, null_ms, null_ms, 0, null_ms)
         runtime.restore_state(prep.variants[0].state)
         if "eager" in self.req.baselines:
             eager = self.local.time(runtime.eager_callable(), [], [], p)
             es = analysis.summarise([c.ms for c in eager.timed()], [c.ms_all for c in eager.timed()],
-                                    null_stats.median_ms)
+                                    null_ms)
             row["eager"] = es.to_json()
             row["speedup_eager"] = es.median_ms / res.stats.median_ms
         if "compile" in self.req.baselines:
@@ -517,7 +514,7 @@ class Judge:
                 if fn is not None:
                     comp = self.local.time(fn, [], [], p)
                     cs = analysis.summarise([c.ms for c in comp.timed()], [c.ms_all for c in comp.timed()],
-                                            null_stats.median_ms)
+                                            null_ms)
                     row["compile"] = cs.to_json()
                     row["speedup_compile"] = cs.median_ms / res.stats.median_ms
             except Exception as exc:  # noqa: BLE001 - a baseline that cannot compile is absent, with the reason
