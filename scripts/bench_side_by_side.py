@@ -30,7 +30,6 @@ try:
     from engine.pipeline.evaluate import EvalOptions, evaluate
 except ImportError:          # trees from before the judge
     from engine.harness.evaluate import EvalOptions, evaluate
-out = []
 rounds, warm = int(sys.argv[3]), sys.argv[4] == "1"
 opts = EvalOptions(timing_configs=["bench"], baselines=("eager",), profile=False)
 fields = {f.name for f in dataclasses.fields(EvalOptions)}
@@ -42,11 +41,12 @@ for rnd in range(rounds):
     t0 = time.monotonic()
     rep = evaluate(t, load_candidate(t.baseline_dir(d)), d, opts)
     b = next(r for r in rep.rows if r.name == "bench")
-    out.append({"task": name, "direction": d, "round": rnd, "passed": rep.passed, "candidate_ms": b.candidate_ms,
+    row = {"task": name, "direction": d, "round": rnd, "passed": rep.passed, "candidate_ms": b.candidate_ms,
                 "eager_ms": b.eager_ms, "speedup": b.speedup_eager, "seconds": round(time.monotonic() - t0, 2),
                 "phases": getattr(rep, "phases", {}),
-                "problems": [v.reason[:200] for v in rep.verdicts if v.status.value in ("fail", "suspicious")]})
-print("RESULT " + json.dumps(out))
+                "problems": [v.reason[:200] for v in rep.verdicts if v.status.value in ("fail", "suspicious")]}
+    print("ROW " + json.dumps(row), flush=True)   # streamed: a run cut short still shows what it measured
+
 '''
 
 
@@ -63,14 +63,19 @@ def main() -> int:
     for tree in args.trees:
         root = str(Path(tree).resolve())
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-        p = subprocess.run([sys.executable, "-c", CHILD, root, json.dumps(tasks), str(args.rounds),
-                            "1" if args.warm else "0"], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=3600)
-        line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if line is None:
-            print(f"{tree}: failed\n{p.stderr[-3000:]}")
+        p = subprocess.Popen([sys.executable, "-c", CHILD, root, json.dumps(tasks), str(args.rounds),
+                              "1" if args.warm else "0"], cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+        rows = []
+        for line in p.stdout:
+            if line.startswith("ROW "):
+                rows.append(json.loads(line[4:]))
+                r = rows[-1]
+                print(f"{tree}: {r['task']} {r['direction']} round {r['round']}: {r['speedup']:.3f}x in {r['seconds']} s",
+                      file=sys.stderr, flush=True)
+        if p.wait() != 0:
+            print(f"{tree}: the child exited with {p.returncode} (its stderr is above)")
             return 1
-        runs.append((tree, json.loads(line[7:])))
+        runs.append((tree, rows))
     print("| tree | round | baseline | candidate ms | eager ms | speedup | wall s | passed |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |")
     for tree, rows in runs:

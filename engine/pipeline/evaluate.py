@@ -93,6 +93,9 @@ class EvalReport:
     jail: dict[str, Any] = field(default_factory=dict)   # the runner's jail (engine.jail.JailReport.to_json())
     traces: dict[str, str] = field(default_factory=dict)  # the judge's own failures (tracebacks), if any
     phases: dict[str, float] = field(default_factory=dict)  # seconds by phase: build, judge (start, reference, ...)
+    # Set when the judge measured twice because the first measurement failed a contention-sensitive check
+    # (contention_sensitive): what the first one saw, the host's load, what the second saw ("" if clean).
+    remeasured: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -121,10 +124,41 @@ class EvalReport:
             "geomean_speedup_eager": self.geomean_speedup_eager,
             "geomean_speedup_compile": self.geomean_speedup_compile, "seconds": round(self.seconds, 2),
             "jail": self.jail, "phases": self.phases, **({"traces": self.traces} if self.traces else {}),
+            **({"remeasured": self.remeasured} if self.remeasured else {}),
         }
 
 
 Progress = Callable[[str], None]
+
+
+def contention_sensitive(result: dict[str, Any]) -> str:
+    """What in a judge's result a busy host or a shared GPU can cause as well as a hack: a failed clock check
+    (the only integrity failure) or work seen after the stream's end event. Empty when there is none."""
+    from engine.pipeline.analysis import CLOCK
+    bad = [(n, r) for n, r in (result.get("integrity") or {}).items() if not r.get("ok", True)]
+    if bad and all(r.get("hack") == CLOCK for _, r in bad):
+        return f"the clock check failed on {', '.join(n for n, _ in bad)}"
+    hidden = [n for n, t in (result.get("timing") or {}).items() if isinstance(t, dict) and t.get("hidden_work")]
+    if hidden and not bad:
+        return f"work continued after the stream's end event on {', '.join(hidden)}"
+    return ""
+
+
+def _load() -> str:
+    """The host's load, when it is high enough to matter to the clock checks ("" otherwise)."""
+    try:
+        load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    except OSError:
+        return ""
+    return f"load {load:.1f} on {cpus} CPUs: other work shares this host" if load > cpus / 2 else ""
+
+
+def _run_judge(request: JudgeRequest, opts: EvalOptions) -> Any:
+    if opts.warm:
+        from engine.pipeline.warm import POOL
+        return POOL.run(request.to_json(), request.timer, opts.gpu, opts.timeout_s + JUDGE_GRACE_S)
+    return run_child("engine.pipeline.judge", request.to_json(), timeout_s=opts.timeout_s + JUDGE_GRACE_S,
+                     gpu=opts.gpu)
 
 
 def candidate_spec(candidate: Candidate, build: Any, cache_root: Path, toolchain: Any) -> CandidateSpec:
@@ -183,13 +217,16 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         bkey = key_for(request.task, direction, opts.gpu, request.baselines, request.to_json()["timing_params"])
         request = replace(request, session_baselines=SESSION.for_request(bkey))
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
-    if opts.warm:
-        from engine.pipeline.warm import POOL
-        outcome = POOL.run(request.to_json(), request.timer, opts.gpu, opts.timeout_s + JUDGE_GRACE_S)
-    else:
-        outcome = run_child("engine.pipeline.judge", request.to_json(), timeout_s=opts.timeout_s + JUDGE_GRACE_S,
-                            gpu=opts.gpu)
+    outcome = _run_judge(request, opts)
     report.phases["judge"] = round(outcome.seconds, 3)
+    if (first := contention_sensitive(outcome.result)):
+        # The clock checks compare the runner's events with what the judge's clock and the device saw; another
+        # process loading this GPU or starving the host's CPUs can make an honest kernel look like one. A
+        # forger fails them every time: measure once more, and keep what the second measurement says.
+        say(f"re-measuring: {first}")
+        outcome = _run_judge(request, opts)
+        report.phases["judge.remeasure"] = round(outcome.seconds, 3)
+        report.remeasured = {"first": first, "load": _load(), "again": contention_sensitive(outcome.result)}
     if opts.reuse_baselines and opts.timing:
         SESSION.update(bkey, outcome.result)
     report.phases.update({f"judge.{k}": v for k, v in (outcome.result.get("seconds") or {}).items()})
@@ -200,6 +237,12 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     fill_report(report, task, opts, outcome)
     if opts.integrity and (iv := integrity_verdict(outcome.result)) is not None:
         report.verdicts.append(iv)
+    for i, v in enumerate(report.verdicts if report.remeasured else []):
+        if v.stage in ("timing", "integrity"):
+            again = report.remeasured["again"] and v.status != Status.PASS
+            note = f" (seen on two measurements{'; ' + report.remeasured['load'] if report.remeasured['load'] else ''})"
+            report.verdicts[i] = replace(v, reason=v.reason + (note if again else ""),
+                                         data={**v.data, "remeasured": report.remeasured})
     if opts.profile and opts.timing and report.passed and (tv := report.verdict("timing")) is not None \
             and tv.status == Status.PASS:
         say("profiling (ncu + torch profiler)")

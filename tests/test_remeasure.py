@@ -1,0 +1,103 @@
+"""A clock check that fails once is measured again: a busy host or a GPU shared with another process can make an
+honest kernel's timing look tampered with (seen on the H100 while other evaluations ran beside it), a forger
+fails it every time. The judge is replaced by recorded results here; tests/test_gpu_exploits.py runs the real
+one against forgers on a GPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from engine.candidates import load_candidate
+from engine.pipeline import evaluate as ev
+from engine.pipeline.analysis import CLOCK, SIDE_WORK
+from engine.procs import ChildOutcome
+from engine.tasks.loader import load_task
+from engine.verdict import Status
+
+
+def _result(task, clock_ok=True, hidden=False, other_hack=None):
+    names = [c.name for c in task.configs]
+    stats = {"median_ms": 0.098, "iqr_ms": 0.001, "mean_ms": 0.098, "min_ms": 0.097, "n": 200,
+             "all_streams_ms": 0.1}
+    integrity = {n: {"ok": True, "hack": None, "reason": "", "checks": []} for n in names}
+    integrity["bench@timing"] = ({"ok": True, "hack": None, "reason": "", "checks": ["clock"]} if clock_ok else
+                                 {"ok": False, "hack": CLOCK, "reason": f"{CLOCK}: events say 0.098 ms, clock 0.62 ms",
+                                  "checks": ["clock"]})
+    if other_hack:
+        integrity[names[0]] = {"ok": False, "hack": other_hack, "reason": f"{other_hack}: x", "checks": []}
+    return {"finished": True, "device": {"gpu": "test GPU"},
+            "correctness": {n: {"ok": True, "reason": "", "max_abs_err": 0.0} for n in names},
+            "timing": {"bench": {"candidate": stats, "hidden_work": hidden, "eager": {**stats, "median_ms": 0.2},
+                                 "speedup_eager": 0.2 / 0.098, "baselines": {"from": "measured"}}},
+            "integrity": integrity}
+
+
+@pytest.fixture
+def judged(monkeypatch, tmp_path):
+    """evaluate() on gelu_bias's baseline with the build and the judge replaced: returns (run, calls)."""
+    task = load_task("gelu_bias")
+    build = SimpleNamespace(ok=True, seconds=0.0, cache_hit=True, module_name="kb_x", so_path=tmp_path / "x.so",
+                            error="", log="")
+    monkeypatch.setattr("engine.harness.build.build_candidate", lambda *a, **k: build)
+    monkeypatch.setattr("engine.pipeline.timer.build_timer",
+                        lambda *a, **k: SimpleNamespace(so_path=tmp_path / "t.so", module_name="t"))
+    calls: list[dict] = []
+
+    def run(*results):
+        queue = list(results)
+
+        def fake_judge(request, opts):
+            calls.append(request.to_json())
+            return ChildOutcome(queue.pop(0), 0, False, 1.0, "")
+        monkeypatch.setattr(ev, "_run_judge", fake_judge)
+        opts = ev.EvalOptions(timing_configs=["bench"], baselines=("eager",), profile=False, roofline=False,
+                              cache_root=tmp_path)
+        return ev.evaluate(task, load_candidate(task.baseline_dir("forward")), "forward", opts)
+    return task, run, calls
+
+
+def test_a_clock_failure_seen_once_is_measured_again_and_the_second_measurement_counts(judged):
+    task, run, calls = judged
+    report = run(_result(task, clock_ok=False), _result(task))
+    assert len(calls) == 2 and calls[0] == calls[1]          # the same request, judged again
+    assert report.passed and report.verdict("integrity").status == Status.PASS
+    assert report.remeasured["first"] == "the clock check failed on bench@timing"
+    assert report.remeasured["again"] == ""
+    assert report.verdict("timing").data["remeasured"]["first"].startswith("the clock check")
+    assert "judge.remeasure" in report.phases and report.to_json()["remeasured"] == report.remeasured
+
+
+def test_a_forger_fails_the_clock_check_on_both_measurements(judged):
+    task, run, calls = judged
+    report = run(_result(task, clock_ok=False), _result(task, clock_ok=False))
+    assert len(calls) == 2 and not report.passed
+    iv = report.verdict("integrity")
+    assert iv.status == Status.FAIL and CLOCK in iv.reason and "(seen on two measurements" in iv.reason
+
+
+def test_work_after_the_end_event_is_measured_again(judged):
+    task, run, calls = judged
+    report = run(_result(task, hidden=True), _result(task, hidden=True))
+    assert len(calls) == 2
+    tv = report.verdict("timing")
+    assert tv.status == Status.SUSPICIOUS and "(seen on two measurements" in tv.reason
+    assert report.remeasured["again"].startswith("work continued after the stream's end event on bench")
+
+
+def test_a_busy_host_is_named_beside_a_failure_seen_twice(judged, monkeypatch):
+    task, run, _ = judged
+    monkeypatch.setattr(ev.os, "getloadavg", lambda: (40.0, 30.0, 20.0))
+    monkeypatch.setattr(ev.os, "cpu_count", lambda: 16)
+    iv = run(_result(task, clock_ok=False), _result(task, clock_ok=False)).verdict("integrity")
+    assert iv.reason.endswith("(seen on two measurements; load 40.0 on 16 CPUs: other work shares this host)")
+
+
+def test_a_clean_result_or_another_hack_is_judged_once(judged):
+    task, run, calls = judged
+    assert run(_result(task)).passed and len(calls) == 1 and not run(_result(task)).remeasured
+    calls.clear()
+    # a clock failure beside a hack that contention cannot cause: no second measurement, the fail stands
+    report = run(_result(task, clock_ok=False, other_hack=SIDE_WORK))
+    assert len(calls) == 1 and not report.passed and not report.remeasured
