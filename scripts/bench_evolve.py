@@ -94,6 +94,18 @@ class SmiSampler:
                 "mean_util": sum(vals) / len(vals) / 100.0}
 
 
+def per_candidate_gpu(task, candidate, direction, options):
+    """The GPU stage as it was before warm judges and session baselines (`--old`): one cold judge per candidate
+    that measures eager and torch.compile itself, the profile stage inside the evaluation."""
+    from dataclasses import replace
+
+    from engine.evolve.executor import EvalOutcome
+    from engine.pipeline.evaluate import evaluate
+    out = EvalOutcome.from_report(evaluate(task, candidate, direction, replace(options, override_static=True)))
+    out.verdicts = [v for v in out.verdicts if v.stage != "static"]
+    return out
+
+
 def run_mode(args: argparse.Namespace, mode: str) -> dict:
     from engine.harness.build import ensure_pch
     from engine.harness.toolchain import detect
@@ -114,16 +126,19 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
         pch = ensure_pch(cache, detect())   # outside the timed window, for both modes alike
     ws = Workspace.create(root / "ws")
     gens = math.ceil(args.candidates / args.population)
+    profile = "all" if args.old else args.profile
     opts = EvalOptions(trials=args.trials, cache_root=cache, timeout_s=args.timeout, timing_configs=args.time_config,
                        baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
-                       profile=args.profile)
+                       profile=profile == "all")
+    if args.old:
+        fakes.setdefault("gpu_fn", per_candidate_gpu)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     ex = LocalPipelineExecutor(task, direction, opts, gpus=gpus, build_workers=args.build_workers,
                                pipelined=(mode == "pipelined"), **fakes)
     smi = SmiSampler([g for g in ex.gpus if g is not None] or None)
     s = EvolutionSession(ws, f"bench-{mode}", task, TunerProposer(), ex, direction=direction,
                          budgets=Budgets(generations=gens, population=args.population, wall_s=args.max_wall),
-                         seed=args.seed, profile="all" if args.profile else "off")
+                         seed=args.seed, profile=profile)
     s.subscribe(lambda e: print(f"[{mode}] {e.line()}", flush=True) if args.verbose or e.kind in (
         "CandidateEvaluated", "GenerationFinished", "Stopped", "BudgetExhausted") else None)
     t0 = time.monotonic()
@@ -160,7 +175,7 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
         "pch": {"seconds": getattr(pch, "seconds", None)}, "stopped": result.reason,
         "baseline_speedup": base, "best": best.id if best else None, "best_speedup": best.speedup if best else None,
         "failed": sum(1 for v in views if v.status.blocked), "workspace": str(root / "ws"),
-        "max_wall": args.max_wall, "profile": args.profile, "cut_short": cut.is_set(),
+        "max_wall": args.max_wall, "profile": profile, "cut_short": cut.is_set(), "old": args.old,
     }
     ws.close()
     return out
@@ -197,8 +212,11 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--no-compile-baseline", action="store_true", help="time against eager only (faster)")
-    ap.add_argument("--profile", action="store_true", help="run the profile stage too (off: it measures the "
-                                                           "evaluation pipeline, not Nsight Compute)")
+    ap.add_argument("--profile", choices=["best", "all", "off"], default="best",
+                    help="the session's profile mode (default best, kbench's default)")
+    ap.add_argument("--old", action="store_true",
+                    help="the behaviour before warm judges: a cold judge per candidate that measures every "
+                         "baseline itself, and the profile stage inside every passing evaluation")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-config", action="append", default=None, metavar="NAME",
                     help="time only this config (repeatable), e.g. bench")
