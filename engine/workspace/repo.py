@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 import git
 
-from engine.workspace import gitio
+from engine.workspace import gitio, gitobjects
 from engine.workspace.errors import LockTimeoutError, NotAWorkspaceError, WorkspaceError
 
 MARKER_KEY = "kbench.workspace"
@@ -137,7 +137,7 @@ class WorkspaceRepo:
         self.repo = repo
         self.git_dir = Path(repo.git_dir).resolve()
         self.reader = gitio.ObjectReader(self.git_dir)
-        self.objects = gitio.ObjectWriter(self.git_dir)
+        self.objects = gitobjects.ObjectWriter(self.git_dir)
         self.lock = WriterLock.for_git_dir(self.git_dir)
         self._identity: tuple[str, str] | None = None
         self.auto_gc_every = AUTO_GC_EVERY
@@ -211,17 +211,17 @@ class WorkspaceRepo:
         obj = self.reader.read(name)
         return obj.sha if obj is not None and obj.type == "commit" else None
 
-    def read_commit(self, rev: str) -> gitio.RawCommit | None:
+    def read_commit(self, rev: str) -> gitobjects.RawCommit | None:
         obj = self.reader.read(rev)
         if obj is None or obj.type != "commit":
             return None
-        return gitio.parse_commit(obj.sha, obj.data)
+        return gitobjects.parse_commit(obj.sha, obj.data)
 
-    def read_tree(self, sha: str) -> list[gitio.TreeEntry]:
+    def read_tree(self, sha: str) -> list[gitobjects.TreeEntry]:
         obj = self.reader.read(sha)
         if obj is None or obj.type != "tree":
             raise WorkspaceError(f"tree {sha} is missing from the workspace ({self.path})")
-        return gitio.parse_tree(obj.data)
+        return gitobjects.parse_tree(obj.data)
 
     def read_blob(self, rev: str) -> bytes | None:
         obj = self.reader.read(rev)
@@ -283,8 +283,8 @@ class WorkspaceRepo:
             self._identity = (str(name or user), str(email or f"{user}@{host}"))
         return self._identity
 
-    def committer(self) -> gitio.Ident:
-        return gitio.Ident.now(*DEFAULT_COMMITTER)
+    def committer(self) -> gitobjects.Ident:
+        return gitobjects.Ident.now(*DEFAULT_COMMITTER)
 
 
 _crash_hits: dict[str, int] = {}
