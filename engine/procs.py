@@ -8,7 +8,6 @@ evaluation. Results come back as a JSON file the child rewrites after every step
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -21,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 # Variables a child may see. Everything else — API keys, tokens, cloud credentials — is dropped.
 _ALLOWED = {"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ", "SHELL",
@@ -245,11 +246,8 @@ def kill_pids(pids: list[int]) -> None:
 
 @contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive flock on `path` (created if missing), released by the kernel if the holder dies."""
+    """An exclusive flock on `path` (created if missing), released by the kernel if the holder dies. Waits
+    as long as it takes."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with FileLock(path):
+        yield

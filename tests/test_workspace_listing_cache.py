@@ -10,7 +10,7 @@ from engine.candidates import Candidate
 from engine.verdict import Status, Verdict
 from engine.workspace import Workspace, listing_cache
 from engine.workspace import commits as commits_mod
-from engine.workspace import workspace as workspace_mod
+from engine.workspace import listing as listing_mod
 
 
 
@@ -39,7 +39,7 @@ def test_a_new_process_lists_from_the_cache_without_parsing(built, monkeypatch):
 
     def must_not_parse(*a, **k):
         raise AssertionError("parsed again although the cache holds it")
-    monkeypatch.setattr(workspace_mod, "fold_objs", must_not_parse)
+    monkeypatch.setattr(listing_mod, "fold_objs", must_not_parse)
     monkeypatch.setattr(commits_mod, "record_from_parts", must_not_parse)
     with Workspace.open(path) as ws:
         assert snapshot(ws.candidates("s")) == snapshot(before)

@@ -11,7 +11,8 @@ from engine.workspace.records import (BRANCH_NS, CANDIDATE_NS, NOTES_REF, Candid
                                       Event, Measurement, NoteEntry, Override, SessionInfo, UnknownEntry,
                                       VerdictNote, branch_ref, candidate_ref, parse_note, root_ref)
 from engine.workspace.views import CandidateStatus, CandidateView, StageState, best_of, fold
-from engine.workspace.workspace import Workspace, default_export_dir, default_path
+from engine.workspace.paths import default_export_dir, default_path
+from engine.workspace.workspace import Workspace
 
 __all__ = [
     "Workspace", "default_path", "default_export_dir",

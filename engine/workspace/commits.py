@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.candidates import Candidate
-from engine.workspace import gitio
+from engine.workspace import gitobjects
 from engine.workspace.errors import WorkspaceError
 from engine.workspace.records import CandidateRecord, iso_from_epoch, make, parse_candidate_id
 from engine.workspace.repo import WorkspaceRepo, crashpoint
@@ -109,18 +109,18 @@ def write_session_root(wr: WorkspaceRepo, session: str, task_files: Mapping[str,
                              [(T_SESSION, session), (T_TASK, task), (T_DIRECTION, direction),
                               (T_PROPOSER, proposer), (T_ROOT, "yes")])
     committer = wr.committer()
-    return wr.objects.write("commit", gitio.format_commit(tree, [], committer, committer, message))
+    return wr.objects.write("commit", gitobjects.format_commit(tree, [], committer, committer, message))
 
 
-def task_entries_of_root(wr: WorkspaceRepo, root_tree: str) -> list[gitio.TreeEntry]:
+def task_entries_of_root(wr: WorkspaceRepo, root_tree: str) -> list[gitobjects.TreeEntry]:
     """The root tree's entries minus `.kbench/`: the task files every candidate commit carries."""
     return [e for e in wr.read_tree(root_tree) if e.name != META_DIR]
 
 
-def write_candidate_commit(wr: WorkspaceRepo, *, task_entries: Sequence[gitio.TreeEntry], candidate: Candidate,
+def write_candidate_commit(wr: WorkspaceRepo, *, task_entries: Sequence[gitobjects.TreeEntry], candidate: Candidate,
                            cid: str, session: str, generation: int, operator: str, proposer: str,
                            model: str | None, subject: str, rationale: str, prompt: str,
-                           parents: Sequence[str], author: gitio.Ident,
+                           parents: Sequence[str], author: gitobjects.Ident,
                            search_state: dict[str, Any] | None = None) -> str:
     task_names = {e.name for e in task_entries}
     files: dict[str, Any] = {e.name: e for e in task_entries}
@@ -145,13 +145,13 @@ def write_candidate_commit(wr: WorkspaceRepo, *, task_entries: Sequence[gitio.Tr
         trailers.append(("Co-authored-by", f"{model} <{slug}@models.kbench.invalid>"))
     message = format_message(subject, rationale, trailers)
     crashpoint("before-commit-object")
-    return wr.objects.write("commit", gitio.format_commit(tree, parents, author, wr.committer(), message))
+    return wr.objects.write("commit", gitobjects.format_commit(tree, parents, author, wr.committer(), message))
 
 
 # ----------------------------------------------------------------------------------------------- read
 
 
-def record_from_commit(raw: gitio.RawCommit, id_of_commit: Callable[[str], str | None]) -> CandidateRecord | None:
+def record_from_commit(raw: gitobjects.RawCommit, id_of_commit: Callable[[str], str | None]) -> CandidateRecord | None:
     """A CandidateRecord from a commit carrying kbench trailers; None for any other commit."""
     return record_from_parts(raw.sha, raw.parents, raw.author.when, f"{raw.author.name} <{raw.author.email}>",
                              raw.message, id_of_commit)
@@ -181,36 +181,5 @@ def record_from_parts(sha: str, parent_commits: tuple[str, ...], when: int, auth
         author=author)
 
 
-# One `git for-each-ref` reads every candidate's commit metadata (git formats them in C).
-REF_RECORD_FORMAT = "%(objectname)%00%(refname)%00%(parent)%00%(authordate:unix)%00%(authorname) %(authoremail)%00%(contents)%00"
-
-
-# The cheap listing: which commit each candidate ref names (git need not open the commits).
-REF_LIST_FORMAT = "%(objectname) %(refname)"
-
-
-def parse_ref_list(out: bytes) -> list[tuple[str, str]]:
-    """(sha, refname) per line of REF_LIST_FORMAT output."""
-    rows = []
-    for line in out.splitlines():
-        sha, _, ref = line.partition(b" ")
-        if ref:
-            rows.append((sha.decode(), ref.decode("utf-8", "surrogateescape")))
-    return rows
-
-
-def parse_ref_records(out: bytes) -> list[tuple[str, str, tuple[str, ...], int, str, str]]:
-    """(sha, refname, parent shas, author time, author, message) per ref, from REF_RECORD_FORMAT output."""
-    fields = out.split(b"\0")
-    rows = []
-    for i in range(0, len(fields) - 5, 6):
-        sha, ref, parents, when, author, contents = fields[i:i + 6]
-        when_s = when.decode()
-        rows.append((sha.lstrip(b"\n").decode(), ref.decode("utf-8", "surrogateescape"),
-                     tuple(parents.decode().split()), int(when_s) if when_s.isdigit() else 0,
-                     author.decode("utf-8", "replace"), contents.decode("utf-8", "replace")))
-    return rows
-
-
-def candidate_trailer(raw: gitio.RawCommit) -> str | None:
+def candidate_trailer(raw: gitobjects.RawCommit) -> str | None:
     return parse_message(raw.message).trailers.get(T_CANDIDATE)

@@ -206,7 +206,7 @@ def _listing_cache(ws, report: FsckReport, dry_run: bool) -> None:
         return
     try:
         path.unlink()
-        listing_cache.save(ws.git_dir, dict(ws._records), dict(ws._statuses))
+        listing_cache.save(ws.git_dir, dict(ws._listing.records), dict(ws._listing.statuses))
     except OSError as exc:
         report.add(WARNING, "listing cache", f"{path.name}: {problem}; cannot rebuild it: {exc}")
         return

@@ -1,6 +1,7 @@
-"""Git plumbing without an index or a work tree: run git, read objects in batches, write objects and
-trees in-process (gitdb's loose object store: temp file + rename, so a killed writer leaves no torn
-object), and update refs in one atomic `git update-ref --stdin` transaction with old-value checks."""
+"""Git plumbing without an index or a work tree: run git, read objects in batches, update refs in one
+atomic `git update-ref --stdin` transaction with old-value checks, and parse the text plumbing commands
+print (`ls-tree -z`, `for-each-ref --format`, `rev-parse`). The object formats and the in-process object
+writer are in `gitobjects`."""
 
 from __future__ import annotations
 
@@ -9,13 +10,9 @@ import re
 import subprocess
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
-from typing import Iterable, Sequence
-
-from gitdb import IStream, LooseObjectDB
+from typing import Sequence
 
 from engine.workspace.errors import DamagedObjectError, StaleGitLockError, WorkspaceError
 
@@ -257,157 +254,6 @@ def read_batch(git_dir: Path, revs: Sequence[str]) -> list[GitObject | None]:
     return PendingBatch(git_dir, revs).result()
 
 
-# ----------------------------------------------------------------------------------------------- trees
-
-MODE_BLOB, MODE_EXEC, MODE_TREE = "100644", "100755", "40000"
-
-
-@dataclass(frozen=True)
-class TreeEntry:
-    mode: str
-    name: str
-    sha: str  # hex
-
-    @property
-    def is_tree(self) -> bool:
-        return self.mode in ("40000", "040000")
-
-
-def parse_tree(data: bytes) -> list[TreeEntry]:
-    entries, pos, n = [], 0, len(data)
-    while pos < n:
-        sp = data.index(b" ", pos)
-        nul = data.index(b"\0", sp)
-        entries.append(TreeEntry(data[pos:sp].decode(), data[sp + 1:nul].decode("utf-8", "surrogateescape"),
-                                 data[nul + 1:nul + 21].hex()))
-        pos = nul + 21
-    return entries
-
-
-def _tree_sort_key(e: TreeEntry) -> bytes:
-    name = e.name.encode("utf-8", "surrogateescape")
-    return name + b"/" if e.is_tree else name
-
-
-def serialize_tree(entries: Iterable[TreeEntry]) -> bytes:
-    out = bytearray()
-    seen = set()
-    for e in sorted(entries, key=_tree_sort_key):
-        if e.name in seen:
-            raise WorkspaceError(f"two tree entries named {e.name!r}")
-        seen.add(e.name)
-        mode = "40000" if e.is_tree else e.mode
-        out += mode.encode() + b" " + e.name.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(e.sha)
-    return bytes(out)
-
-
-class ObjectWriter:
-    """Writes loose objects in-process. gitdb writes each to a temp file and renames it into place, so an
-    object either exists whole or not at all; concurrent writers of the same object are harmless."""
-
-    def __init__(self, git_dir: Path):
-        self._db = LooseObjectDB(str(git_dir / "objects"))
-
-    def write(self, type_: str, data: bytes) -> str:
-        istream = self._db.store(IStream(type_.encode(), len(data), BytesIO(data)))
-        return istream.hexsha.decode() if isinstance(istream.hexsha, bytes) else istream.hexsha
-
-    def blob(self, data: bytes | str) -> str:
-        return self.write("blob", data.encode() if isinstance(data, str) else data)
-
-    def tree(self, entries: Iterable[TreeEntry]) -> str:
-        return self.write("tree", serialize_tree(entries))
-
-    def tree_from_files(self, files: dict[str, str | TreeEntry]) -> str:
-        """Build nested trees from {path: blob sha or TreeEntry}. Paths use '/'."""
-        top: dict[str, TreeEntry] = {}
-        sub: dict[str, dict[str, str | TreeEntry]] = {}
-        for path, item in files.items():
-            head, sep, rest = path.partition("/")
-            if sep:
-                sub.setdefault(head, {})[rest] = item
-            elif isinstance(item, TreeEntry):
-                top[head] = TreeEntry(item.mode, head, item.sha)
-            else:
-                top[head] = TreeEntry(MODE_BLOB, head, item)
-        for head, children in sub.items():
-            if head in top:
-                raise WorkspaceError(f"{head!r} is both a file and a folder")
-            top[head] = TreeEntry(MODE_TREE, head, self.tree_from_files(children))
-        return self.tree(top.values())
-
-
-# --------------------------------------------------------------------------------------------- commits
-
-
-@dataclass(frozen=True)
-class Ident:
-    name: str
-    email: str
-    when: int
-    tz: str = "+0000"
-
-    def format(self) -> str:
-        clean = lambda s: s.replace("<", "").replace(">", "").replace("\n", " ").strip() or "unknown"
-        return f"{clean(self.name)} <{clean(self.email)}> {self.when} {self.tz}"
-
-    @classmethod
-    def now(cls, name: str, email: str) -> "Ident":
-        now = time.time()
-        off = time.localtime(now).tm_gmtoff // 60
-        sign = "-" if off < 0 else "+"
-        return cls(name, email, int(now), f"{sign}{abs(off) // 60:02d}{abs(off) % 60:02d}")
-
-    @classmethod
-    def parse(cls, text: str) -> "Ident":
-        lt, gt = text.find("<"), text.rfind(">")
-        if lt < 0 or gt < lt:
-            return cls(text.strip(), "", 0)
-        name, email = text[:lt].strip(), text[lt + 1:gt]
-        rest = text[gt + 1:].split()
-        when = int(rest[0]) if rest and rest[0].lstrip("-").isdigit() else 0
-        return cls(name, email, when, rest[1] if len(rest) > 1 else "+0000")
-
-
-@dataclass(frozen=True)
-class RawCommit:
-    sha: str
-    tree: str
-    parents: tuple[str, ...]
-    author: Ident
-    committer_line: str
-    message: str
-
-    @property
-    def committer(self) -> Ident:
-        return Ident.parse(self.committer_line) if self.committer_line else self.author
-
-
-def parse_commit(sha: str, data: bytes) -> RawCommit:
-    head, _, message = data.partition(b"\n\n")
-    tree, parents, author, committer = "", [], None, ""
-    for line in head.split(b"\n"):
-        key, _, value = line.partition(b" ")
-        if key == b"tree":
-            tree = value.decode()
-        elif key == b"parent":
-            parents.append(value.decode())
-        elif key == b"author":
-            author = Ident.parse(value.decode("utf-8", "replace"))
-        elif key == b"committer":
-            committer = value.decode("utf-8", "replace")
-    return RawCommit(sha, tree, tuple(parents), author or Ident("", "", 0), committer,
-                     message.decode("utf-8", "replace"))
-
-
-def format_commit(tree: str, parents: Sequence[str], author: Ident, committer: Ident, message: str) -> bytes:
-    lines = [f"tree {tree}"] + [f"parent {p}" for p in parents]
-    lines += [f"author {author.format()}", f"committer {committer.format()}"]
-    if not message.endswith("\n"):
-        message += "\n"
-    return ("\n".join(lines) + "\n\n" + message).encode()
-
-
 # ------------------------------------------------------------------------------------------------ refs
 
 ZERO = "0" * 40
@@ -472,3 +318,93 @@ def for_each_ref(git_dir: Path, patterns: Sequence[str]) -> dict[str, str]:
         sha, _, name = line.partition(" ")
         refs[name] = sha
     return refs
+
+
+def rev_parse_commit(git_dir: Path, rev: str) -> str | None:
+    """The commit `rev` names, or None where it names none (`rev-parse --verify`, never an option)."""
+    proc = run_git(git_dir, ["rev-parse", "--verify", "-q", "--end-of-options", f"{rev}^{{commit}}"], check=False)
+    return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
+
+
+# One `git for-each-ref` reads every candidate's commit metadata (git formats them in C).
+REF_RECORD_FORMAT = "%(objectname)%00%(refname)%00%(parent)%00%(authordate:unix)%00%(authorname) %(authoremail)%00%(contents)%00"
+
+
+# The cheap listing: which commit each ref names (git need not open the commits).
+REF_LIST_FORMAT = "%(objectname) %(refname)"
+
+
+def parse_ref_list(out: bytes) -> list[tuple[str, str]]:
+    """(sha, refname) per line of REF_LIST_FORMAT output."""
+    rows = []
+    for line in out.splitlines():
+        sha, _, ref = line.partition(b" ")
+        if ref:
+            rows.append((sha.decode(), ref.decode("utf-8", "surrogateescape")))
+    return rows
+
+
+def parse_ref_records(out: bytes) -> list[tuple[str, str, tuple[str, ...], int, str, str]]:
+    """(sha, refname, parent shas, author time, author, message) per ref, from REF_RECORD_FORMAT output."""
+    fields = out.split(b"\0")
+    rows = []
+    for i in range(0, len(fields) - 5, 6):
+        sha, ref, parents, when, author, contents = fields[i:i + 6]
+        when_s = when.decode()
+        rows.append((sha.lstrip(b"\n").decode(), ref.decode("utf-8", "surrogateescape"),
+                     tuple(parents.decode().split()), int(when_s) if when_s.isdigit() else 0,
+                     author.decode("utf-8", "replace"), contents.decode("utf-8", "replace")))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------- ls-tree
+
+
+@dataclass(frozen=True)
+class LsTreeEntry:
+    """One line of `git ls-tree -z`: a path in a commit's tree and the object it names."""
+
+    mode: str
+    type: str      # "blob", "tree" or "commit" (a submodule)
+    sha: str
+    path: str
+
+
+def parse_ls_tree(out: bytes) -> list[LsTreeEntry]:
+    """`git ls-tree -z` output -> its entries (paths decoded as UTF-8, other bytes kept as surrogates)."""
+    entries = []
+    for item in out.split(b"\0"):
+        if not item:
+            continue
+        meta, _, path = item.partition(b"\t")
+        mode, kind, sha = meta.decode().split()
+        entries.append(LsTreeEntry(mode, kind, sha, path.decode("utf-8", "surrogateescape")))
+    return entries
+
+
+def ls_tree(git_dir: Path, rev: str) -> list[LsTreeEntry]:
+    """Every file of `rev`'s whole tree, recursively."""
+    return parse_ls_tree(run_git(git_dir, ["ls-tree", "-r", "-z", "--full-tree", rev]).stdout)
+
+
+def ls_tree_names(git_dir: Path, rev: str) -> list[str]:
+    """The paths of every file of `rev`'s whole tree, recursively."""
+    out = run_git(git_dir, ["ls-tree", "-r", "-z", "--name-only", "--full-tree", rev]).stdout
+    return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def parse_notes_listing(out: bytes) -> dict[str, str]:
+    """`git ls-tree -r -z` of a notes tree -> {annotated commit: note blob}, whatever the fanout. Its own loop,
+    not parse_ls_tree: it reads every note of a workspace (tens of thousands) on each listing."""
+    notes: dict[str, str] = {}
+    for rec in out.split(b"\0"):
+        if not rec:
+            continue
+        meta, _, path = rec.partition(b"\t")
+        parts = meta.split()
+        if len(parts) != 3 or parts[1] != b"blob":
+            continue
+        name = path.replace(b"/", b"").decode("ascii", "replace")
+        if len(name) == 40:
+            notes[name] = parts[2].decode()
+    return notes

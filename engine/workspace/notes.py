@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from engine.workspace import gitio
+from engine.workspace import gitio, gitobjects
 from engine.workspace.errors import CorruptNoteError, WorkspaceDamagedError, WorkspaceError
 from engine.workspace.records import NOTES_REF
 from engine.workspace.repo import WorkspaceRepo, crashpoint
@@ -35,7 +35,7 @@ class PreparedAppend:
 class NotesStore:
     def __init__(self, wr: WorkspaceRepo):
         self.wr = wr
-        self._trees: OrderedDict[str, list[gitio.TreeEntry]] = OrderedDict()  # sha -> entries (immutable)
+        self._trees: OrderedDict[str, list[gitobjects.TreeEntry]] = OrderedDict()  # sha -> entries (immutable)
         self._guard = threading.Lock()
 
     # ------------------------------------------------------------------------------------------- read
@@ -64,7 +64,7 @@ class NotesStore:
     def listing(self) -> dict[str, str]:
         """{annotated commit sha: note blob sha} for every note, from one `git ls-tree -r`."""
         pending = self.start_listing()
-        return parse_listing(pending.result()) if pending else {}
+        return gitio.parse_notes_listing(pending.result()) if pending else {}
 
     def start_listing(self) -> gitio.PendingGit | None:
         head = self.head()
@@ -114,13 +114,13 @@ class NotesStore:
         crashpoint("notes-objects")
         committer = self.wr.committer()
         commit_sha = self.wr.objects.write(
-            "commit", gitio.format_commit(tree, [head.commit] if head else [], committer, committer, message))
+            "commit", gitobjects.format_commit(tree, [head.commit] if head else [], committer, committer, message))
         update = gitio.RefUpdate(NOTES_REF, commit_sha, head.commit if head else None)
         return PreparedAppend(update, texts)
 
     # -------------------------------------------------------------------------------------- internals
 
-    def _entries(self, tree: str) -> list[gitio.TreeEntry]:
+    def _entries(self, tree: str) -> list[gitobjects.TreeEntry]:
         with self._guard:
             hit = self._trees.get(tree)
             if hit is not None:
@@ -130,15 +130,15 @@ class NotesStore:
         self._remember(tree, entries)
         return entries
 
-    def _remember(self, tree: str, entries: list[gitio.TreeEntry]) -> None:
+    def _remember(self, tree: str, entries: list[gitobjects.TreeEntry]) -> None:
         with self._guard:
             self._trees[tree] = entries
             while len(self._trees) > 512:
                 self._trees.popitem(last=False)
 
-    def _locate(self, tree: str, commit: str) -> list[gitio.TreeEntry] | None:
+    def _locate(self, tree: str, commit: str) -> list[gitobjects.TreeEntry] | None:
         """Path of entries from the notes root to the note blob of `commit` (flat or any fanout)."""
-        path: list[gitio.TreeEntry] = []
+        path: list[gitobjects.TreeEntry] = []
         rest = commit
         while True:
             entries = self._entries(tree)
@@ -157,16 +157,16 @@ class NotesStore:
         by_name = {e.name: e for e in entries}
         hit = by_name.get(rest)
         if hit is not None and not hit.is_tree:
-            by_name[rest] = gitio.TreeEntry(gitio.MODE_BLOB, rest, blob)
+            by_name[rest] = gitobjects.TreeEntry(gitobjects.MODE_BLOB, rest, blob)
         else:
             sub = by_name.get(rest[:2]) if len(rest) > 2 else None
             if sub is not None and sub.is_tree:
-                by_name[sub.name] = gitio.TreeEntry(gitio.MODE_TREE, sub.name, self._put(sub.sha, rest[2:], blob))
+                by_name[sub.name] = gitobjects.TreeEntry(gitobjects.MODE_TREE, sub.name, self._put(sub.sha, rest[2:], blob))
             elif root and (not entries or any(e.is_tree and len(e.name) == 2 for e in entries)):
                 # Fan out new notes as `ab/cdef…`: an append then rewrites two small trees.
-                by_name[rest[:2]] = gitio.TreeEntry(gitio.MODE_TREE, rest[:2], self._put(None, rest[2:], blob))
+                by_name[rest[:2]] = gitobjects.TreeEntry(gitobjects.MODE_TREE, rest[:2], self._put(None, rest[2:], blob))
             else:
-                by_name[rest] = gitio.TreeEntry(gitio.MODE_BLOB, rest, blob)
+                by_name[rest] = gitobjects.TreeEntry(gitobjects.MODE_BLOB, rest, blob)
         new_entries = list(by_name.values())
         sha = self.wr.objects.tree(new_entries)
         self._remember(sha, new_entries)
@@ -198,19 +198,3 @@ def _damage_line(exc: WorkspaceDamagedError) -> str:
     obj = {"v": 1, "kind": "event", "at": now_iso(), "by": "kbench", "event": "history_unreadable",
            "data": {"object": exc.obj, "reason": str(exc)}}
     return json.dumps(obj, separators=(",", ":")) + "\n"
-
-
-def parse_listing(out: bytes) -> dict[str, str]:
-    """`git ls-tree -r -z` of a notes tree -> {annotated commit: note blob}, whatever the fanout."""
-    notes: dict[str, str] = {}
-    for rec in out.split(b"\0"):
-        if not rec:
-            continue
-        meta, _, path = rec.partition(b"\t")
-        parts = meta.split()
-        if len(parts) != 3 or parts[1] != b"blob":
-            continue
-        name = path.replace(b"/", b"").decode("ascii", "replace")
-        if len(name) == 40:
-            notes[name] = parts[2].decode()
-    return notes

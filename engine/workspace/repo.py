@@ -6,13 +6,12 @@ anything else unless asked to (`adopt=True`, `kbench init-workspace --adopt`); a
 `git init` where there was no repository and sets that config key: no file, ref or index is touched.
 
 Every write goes through `WorkspaceRepo.writing()`: a re-entrant lock that is a `threading.RLock`
-inside the process and an `fcntl.flock` on `<git-dir>/kbench-writer.flock` across processes. The kernel
-drops the flock when its holder dies, so a killed writer never wedges the workspace.
+inside the process and a `filelock.FileLock` (an flock) on `<git-dir>/kbench-writer.flock` across
+processes. The kernel drops the flock when its holder dies, so a killed writer never wedges the workspace.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import threading
@@ -22,8 +21,9 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import git
+from filelock import FileLock, Timeout
 
-from engine.workspace import gitio
+from engine.workspace import gitio, gitobjects
 from engine.workspace.errors import LockTimeoutError, NotAWorkspaceError, WorkspaceError
 
 MARKER_KEY = "kbench.workspace"
@@ -45,7 +45,8 @@ class WriterLock:
         self._rlock = threading.RLock()
         self._depth = 0
         self._owner: int | None = None
-        self._fd: int | None = None
+        self._file: FileLock | None = None     # held across processes while _depth > 0
+        self._fd: int | None = None            # its descriptor (filelock's, lent to us while held)
 
     @classmethod
     def for_git_dir(cls, git_dir: Path) -> "WriterLock":
@@ -62,53 +63,48 @@ class WriterLock:
                                    f"the workspace ({self.path.parent})")
         try:
             if self._depth == 0:
-                self._fd = self._flock(timeout)
+                self._flock(timeout)
                 self._owner = threading.get_ident()
             self._depth += 1
         except BaseException:
             self._rlock.release()
             raise
 
-    def _flock(self, timeout: float) -> int:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline, delay = time.monotonic() + timeout, 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    holder = self._holder(fd)
-                    os.close(fd)
-                    raise LockTimeoutError(
-                        f"timed out after {timeout:.0f} s: another kbench process{holder} is writing to the "
-                        f"workspace ({self.path.parent}). The lock is released when it exits.") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.02)
+    def _flock(self, timeout: float) -> None:
+        # A fresh FileLock per physical acquisition: a FileLock refuses use in a forked child, and this
+        # WriterLock is process-wide (`for_git_dir`), so a child would otherwise inherit one it cannot take.
+        lock = FileLock(self.path, thread_local=False, poll_interval=0.005, on_acquired=self._on_locked)
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise LockTimeoutError(
+                f"timed out after {timeout:.0f} s: another kbench process{self._holder()} is writing to the "
+                f"workspace ({self.path.parent}). The lock is released when it exits.") from None
+        self._file = lock
+
+    def _on_locked(self, fd: int) -> None:
+        """The lock file's descriptor, lent by filelock while held: kept to hand to git children, and the
+        holder's pid written into the file so a writer that times out can name it."""
+        self._fd = fd
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass
-        return fd
 
-    @staticmethod
-    def _holder(fd: int) -> str:
+    def _holder(self) -> str:
         try:
-            pid = os.pread(fd, 32, 0).decode().strip()
+            pid = self.path.read_text()[:32].strip()
             return f" (pid {pid})" if pid else ""
         except OSError:
             return ""
 
     def release(self) -> None:
         self._depth -= 1
-        if self._depth == 0 and self._fd is not None:
+        if self._depth == 0 and self._file is not None:
             self._owner = None
-            fd, self._fd = self._fd, None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+            lock, self._file, self._fd = self._file, None, None
+            lock.release()
         self._rlock.release()
 
     @property
@@ -137,7 +133,7 @@ class WorkspaceRepo:
         self.repo = repo
         self.git_dir = Path(repo.git_dir).resolve()
         self.reader = gitio.ObjectReader(self.git_dir)
-        self.objects = gitio.ObjectWriter(self.git_dir)
+        self.objects = gitobjects.ObjectWriter(self.git_dir)
         self.lock = WriterLock.for_git_dir(self.git_dir)
         self._identity: tuple[str, str] | None = None
         self.auto_gc_every = AUTO_GC_EVERY
@@ -211,17 +207,17 @@ class WorkspaceRepo:
         obj = self.reader.read(name)
         return obj.sha if obj is not None and obj.type == "commit" else None
 
-    def read_commit(self, rev: str) -> gitio.RawCommit | None:
+    def read_commit(self, rev: str) -> gitobjects.RawCommit | None:
         obj = self.reader.read(rev)
         if obj is None or obj.type != "commit":
             return None
-        return gitio.parse_commit(obj.sha, obj.data)
+        return gitobjects.parse_commit(obj.sha, obj.data)
 
-    def read_tree(self, sha: str) -> list[gitio.TreeEntry]:
+    def read_tree(self, sha: str) -> list[gitobjects.TreeEntry]:
         obj = self.reader.read(sha)
         if obj is None or obj.type != "tree":
             raise WorkspaceError(f"tree {sha} is missing from the workspace ({self.path})")
-        return gitio.parse_tree(obj.data)
+        return gitobjects.parse_tree(obj.data)
 
     def read_blob(self, rev: str) -> bytes | None:
         obj = self.reader.read(rev)
@@ -283,8 +279,8 @@ class WorkspaceRepo:
             self._identity = (str(name or user), str(email or f"{user}@{host}"))
         return self._identity
 
-    def committer(self) -> gitio.Ident:
-        return gitio.Ident.now(*DEFAULT_COMMITTER)
+    def committer(self) -> gitobjects.Ident:
+        return gitobjects.Ident.now(*DEFAULT_COMMITTER)
 
 
 _crash_hits: dict[str, int] = {}

@@ -1,7 +1,7 @@
 """One writer per session, across processes and machines that share the workspace.
 
 A process that drives a session (`kbench evolve`, `kbench reevaluate`, the app's loop) *claims* it for as
-long as it runs: an exclusive `flock` on `<git-dir>/kbench-sessions/<session>.flock`, plus a holder record
+long as it runs: an exclusive `flock` (a `filelock.FileLock`) on `<git-dir>/kbench-sessions/<session>.flock`, plus a holder record
 beside it (`<session>.holder.json`: pid, host, the process's start time, when, which command, a random
 token) that a refused writer can name. One-shot writes (an override, a hand edit) claim the session only for
 the instant of the write, under the workspace's writer lock. Readers never claim anything.
@@ -21,8 +21,6 @@ its next write with a clear error instead of writing beside the new one.
 from __future__ import annotations
 
 import atexit
-import errno
-import fcntl
 import json
 import os
 import socket
@@ -33,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
+
+from filelock import FileLock, Timeout
 
 from engine.workspace.errors import SessionBusyError, SessionTakenOverError, WorkspaceError
 
@@ -133,40 +133,45 @@ def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+class _LockedFileReplaced(Exception):
+    """Raised from filelock's on_acquired hook: the file locked is no longer the one at the path."""
+
+
 class _FlockFile:
-    """An exclusive flock on one path, re-checked against the path's inode (a take-over replaces the file)."""
+    """An exclusive, non-blocking flock (a `filelock.FileLock`) on one path, re-checked against the path's
+    inode: a take-over replaces the file (break_lock), and a lock on the replaced one guards nothing."""
 
     def __init__(self, path: Path):
         self.path = path
         self.fd: int | None = None
+        self._lock: FileLock | None = None
 
     def try_lock(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            lock = FileLock(self.path, thread_local=False, on_acquired=self._check_same_file)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    return False
-                raise
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self.fd = fd
-                return True
-            os.close(fd)          # locked a file a take-over just replaced: lock the new one
+                lock.acquire(blocking=False)
+            except Timeout:
+                return False
+            except _LockedFileReplaced:
+                continue          # locked a file a take-over just replaced (filelock let it go): lock the new one
+            self._lock = lock
+            return True
+
+    def _check_same_file(self, fd: int) -> None:
+        try:
+            same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise _LockedFileReplaced(str(self.path))
+        self.fd = fd
 
     def unlock(self) -> None:
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+        lock, self._lock, self.fd = self._lock, None, None
+        if lock is not None:
+            lock.release()
 
     def break_lock(self) -> None:
         """Move the lock file aside (whoever holds it keeps a lock on a file nobody uses any more)."""
@@ -178,6 +183,10 @@ class _FlockFile:
             pass
 
 
+# The claim stays kbench's own, over filelock's plain lock: it records who holds the session (pid, host, start
+# time, command), judges a stale holder (a dead or re-used pid here, a silent heartbeat on another host), and
+# lets a take-over stop the displaced writer at its next write. filelock's owner-recording locks (its soft and
+# strict claims) are existence locks that a killed holder leaves behind, where a flock dies with its holder.
 class SessionClaim:
     """A process's claim on one session (see the module doc). Re-entrant: `claim_session` counts users."""
 
