@@ -11,15 +11,9 @@ import pytest
 
 from engine.candidates import Candidate, load_candidate
 from engine.config import ConfigError, load_config, profile_mode
-from engine.evolve.executor import (
-    EvalOutcome,
-    FakeEvaluator,
-    LocalPipelineExecutor,
-    fake_build,
-    fake_gpu,
-    fake_profile_stage,
-    needs_profile,
-)
+from engine.evolve.fake import FakeEvaluator, fake_build, fake_gpu
+from engine.evolve.local_executor import LocalPipelineExecutor
+from engine.evolve.outcome import EvalOutcome, needs_profile
 from engine.evolve.factory import eval_options
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.operators import OperatorPolicy
@@ -29,6 +23,7 @@ from engine.service import SessionService, SessionSpec, fake_evaluator_factory
 from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import Workspace
+from evolve_fakes import fake_profile_stage
 
 # one candidate per generation (no baseline): its fake speedup, or FAIL (wrong results: never timed)
 SPEEDS = ["1.0", "0.8", "1.5", "FAIL", "1.2", "2.0"]
