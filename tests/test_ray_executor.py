@@ -106,8 +106,10 @@ def test_same_outcomes_as_the_local_pipeline(local_ray, task):
 def test_profile_runs_alone_as_a_gpu_task(local_ray, task, tmp_path):
     """`profile()` (a session's new best, [eval] profile = "best"): the profile stage as its own GPU task, its
     verdict back in the future; a task lost on every attempt is a skipped verdict, not an infrastructure failure."""
+    import evolve_fakes
     from evolve_fakes import fake_profile_stage
 
+    ray.cloudpickle.register_pickle_by_value(evolve_fakes)   # Ray's workers cannot import tests/: ship it whole
     ex = ray_executor(task, profile_fn=fake_profile_stage, retries=0)
     try:
         cand = variant(task, "FAKE_SPEEDUP=1.3 profiled")
