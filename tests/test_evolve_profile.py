@@ -149,10 +149,11 @@ def test_off_profiles_nothing(ws, task):
 
 
 def test_legacy_booleans_and_bad_values_for_the_session(ws, task):
-    assert EvolutionSession(ws, "x", task, None, FakeEvaluator(task), profile=True).profile == "all"
-    assert EvolutionSession(ws, "x", task, None, FakeEvaluator(task), profile=False).profile == "off"
+    prop = Speeds(load_candidate(task.baseline_dir("forward")), [])
+    assert EvolutionSession(ws, "x", task, prop, FakeEvaluator(task), profile=True).profile == "all"
+    assert EvolutionSession(ws, "x", task, prop, FakeEvaluator(task), profile=False).profile == "off"
     with pytest.raises(ConfigError, match="best"):
-        EvolutionSession(ws, "x", task, None, FakeEvaluator(task), profile="sometimes")
+        EvolutionSession(ws, "x", task, prop, FakeEvaluator(task), profile="sometimes")
 
 
 class NoProfile:

@@ -16,10 +16,10 @@ from engine.evolve.events import EVENT_TYPES, EvolveEvent
 from engine.evolve.fake import FakeEvaluator
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.loop import Budgets, EvolutionSession
-from engine.evolve.outcome import EvalOutcome, Evaluator
-from engine.evolve.worker_fns import visible_gpus
 from engine.evolve.operators import OperatorPolicy, default_policy, parse_weights
+from engine.evolve.outcome import EvalOutcome, Evaluator
 from engine.evolve.population import Member, Population, fitness
+from engine.evolve.worker_fns import visible_gpus
 
 __all__ = [
            "EVENT_TYPES",
