@@ -129,7 +129,7 @@ def default_evaluator_factory(task: Any, direction: str, config: Config, *, sequ
 def fake_evaluator_factory(delay_s: float = 0.0) -> EvaluatorFactory:
     """The engine's FakeEvaluator (no compiler, no GPU): tests and demos."""
     def factory(task: Any, direction: str, config: Config) -> Any:
-        from engine.evolve.executor import FakeEvaluator
+        from engine.evolve.fake import FakeEvaluator
         return FakeEvaluator(task, delay_s=delay_s, profile=config.eval.profile == "all")
     return factory
 
@@ -436,7 +436,7 @@ class SessionService:
         did not profile it), its verdict appended to the note."""
         from dataclasses import replace
 
-        from engine.evolve.executor import profile_now
+        from engine.evolve.outcome import profile_now
         verdict = profile_now(evaluator, candidate, r.outcome)
         if verdict is None:
             return r

@@ -136,7 +136,7 @@ def _reevaluation_summary(out: Any, meas: Any) -> str:
 def default_evaluator_factory(task: Any, direction: str, config: Any = None) -> Any:
     """The configured executor ([eval] and [executor] in the config files: local by default, or Ray)."""
     if os.environ.get("KBENCH_TUI_FAKE_EVALUATOR"):
-        from engine.evolve.executor import FakeEvaluator
+        from engine.evolve.fake import FakeEvaluator
         return FakeEvaluator(task, delay_s=float(os.environ.get("KBENCH_TUI_FAKE_DELAY", "0.3") or 0),
                              profile=getattr(getattr(config, "eval", None), "profile", None) == "all")
     from engine.config import Config
@@ -198,7 +198,7 @@ class Backend:
 
     def gpus(self) -> list[int]:
         if self._gpus is None:
-            from engine.evolve.executor import visible_gpus
+            from engine.evolve.worker_fns import visible_gpus
             self._gpus = visible_gpus()
         return self._gpus
 
@@ -419,7 +419,7 @@ class Backend:
                 if getattr(self.config.eval, "profile", "best") == "best":
                     # on demand: the one candidate a person re-evaluates is profiled too (its evaluation
                     # leaves the profile stage out with [eval] profile = "best")
-                    from engine.evolve.executor import profile_now
+                    from engine.evolve.outcome import profile_now
                     prof = profile_now(ev, cand, out)
                     if prof is not None:
                         if on_stage is not None:

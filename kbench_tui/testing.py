@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.candidates import Candidate, load_candidate
-from engine.evolve.executor import FakeEvaluator
+from engine.evolve.fake import FakeEvaluator
 from engine.tasks.loader import builtin_tasks_dir, load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, VerdictNote, Workspace

@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.evolve.executor import LocalPipelineExecutor
+from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.pipeline.evaluate import EvalOptions
 from engine.proposers.tuner import TunerProposer
@@ -118,7 +118,7 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
     if args.fake:   # a CPU dry run of this script: sleeps instead of nvcc and the GPU
         import functools
 
-        from engine.evolve.executor import fake_build, fake_gpu
+        from engine.evolve.fake import fake_build, fake_gpu
         fakes = {"build_fn": functools.partial(fake_build, sleep_s=args.fake[0]),
                  "gpu_fn": functools.partial(fake_gpu, sleep_s=args.fake[1])}
         pch = None

@@ -33,7 +33,7 @@ except ImportError:          # trees from before the judge
 rounds, warm = int(sys.argv[3]), sys.argv[4] == "1"
 opts = EvalOptions(timing_configs=["bench"], baselines=("eager",), profile=False)
 fields = {f.name for f in dataclasses.fields(EvalOptions)}
-if warm and "warm" in fields:   # what an evolution's GPU worker does (engine/evolve/executor.py)
+if warm and "warm" in fields:   # what an evolution's GPU worker does (engine/evolve/worker_fns.py)
     opts = dataclasses.replace(opts, warm=True, **({"reuse_baselines": True} if "reuse_baselines" in fields else {}))
 for rnd in range(rounds):
   for name, d in json.loads(sys.argv[2]):

@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "llm"))
 from llm_testkit import api, harness, recorded  # noqa: E402,F401
 
-from engine.evolve.executor import FakeEvaluator  # noqa: E402
+from engine.evolve.fake import FakeEvaluator  # noqa: E402
 from engine.evolve.loop import Budgets, EvolutionSession  # noqa: E402
 from engine.evolve.operators import OperatorPolicy  # noqa: E402
 from engine.llm.verifiers import verify  # noqa: E402

@@ -9,14 +9,10 @@ import time
 import pytest
 
 from engine.candidates import Candidate
-from engine.evolve.executor import (
-    EvalOutcome,
-    LocalPipelineExecutor,
-    fake_build,
-    fake_gpu,
-    fake_speedup,
-    visible_gpus,
-)
+from engine.evolve.fake import fake_build, fake_gpu, fake_speedup
+from engine.evolve.local_executor import LocalPipelineExecutor
+from engine.evolve.outcome import EvalOutcome
+from engine.evolve.worker_fns import visible_gpus
 from engine.pipeline.evaluate import EvalOptions
 from engine.tasks.loader import load_task
 from engine.verdict import Status

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import Candidate, load_candidate
-from engine.evolve.executor import FakeEvaluator
+from engine.evolve.fake import FakeEvaluator
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.operators import OperatorPolicy
 from engine.evolve.resume import load_state

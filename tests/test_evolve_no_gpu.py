@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engine.cli import main
-from engine.evolve.executor import FakeEvaluator
+from engine.evolve.fake import FakeEvaluator
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU, waiting_for_gpu
 from engine.proposers.tuner import TunerProposer
@@ -134,7 +134,7 @@ def test_throughput_only_for_what_was_measured():
 def test_report_counts_build_time_from_the_compile_verdicts(ws, task):
     """An evaluation without a GPU writes no `evaluated` event; its compile verdict still carries the build
     time, which the report must show instead of 0.0 s."""
-    from engine.evolve.executor import EvalOutcome
+    from engine.evolve.outcome import EvalOutcome
     from engine.pipeline.types import NO_GPU
     from engine.profile.session_report import build_report, to_markdown
     from engine.verdict import Status, Verdict

@@ -11,15 +11,9 @@ import pytest
 
 from engine.candidates import Candidate, load_candidate
 from engine.config import ConfigError, load_config, profile_mode
-from engine.evolve.executor import (
-    EvalOutcome,
-    FakeEvaluator,
-    LocalPipelineExecutor,
-    fake_build,
-    fake_gpu,
-    fake_profile_stage,
-    needs_profile,
-)
+from engine.evolve.fake import FakeEvaluator, fake_build, fake_gpu
+from engine.evolve.local_executor import LocalPipelineExecutor
+from engine.evolve.outcome import EvalOutcome, needs_profile
 from engine.evolve.factory import eval_options
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.operators import OperatorPolicy
@@ -29,6 +23,7 @@ from engine.service import SessionService, SessionSpec, fake_evaluator_factory
 from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import Workspace
+from evolve_fakes import fake_profile_stage
 
 # one candidate per generation (no baseline): its fake speedup, or FAIL (wrong results: never timed)
 SPEEDS = ["1.0", "0.8", "1.5", "FAIL", "1.2", "2.0"]
@@ -154,10 +149,11 @@ def test_off_profiles_nothing(ws, task):
 
 
 def test_legacy_booleans_and_bad_values_for_the_session(ws, task):
-    assert EvolutionSession(ws, "x", task, None, FakeEvaluator(task), profile=True).profile == "all"
-    assert EvolutionSession(ws, "x", task, None, FakeEvaluator(task), profile=False).profile == "off"
+    prop = Speeds(load_candidate(task.baseline_dir("forward")), [])
+    assert EvolutionSession(ws, "x", task, prop, FakeEvaluator(task), profile=True).profile == "all"
+    assert EvolutionSession(ws, "x", task, prop, FakeEvaluator(task), profile=False).profile == "off"
     with pytest.raises(ConfigError, match="best"):
-        EvolutionSession(ws, "x", task, None, FakeEvaluator(task), profile="sometimes")
+        EvolutionSession(ws, "x", task, prop, FakeEvaluator(task), profile="sometimes")
 
 
 class NoProfile:

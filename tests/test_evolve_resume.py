@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from engine.evolve.executor import FakeEvaluator
+from engine.evolve.fake import FakeEvaluator
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.resume import load_state
 from engine.proposers.tuner import TunerProposer
@@ -21,7 +21,7 @@ from engine.workspace import Workspace
 
 CHILD = textwrap.dedent("""
     import sys
-    from engine.evolve.executor import FakeEvaluator
+    from engine.evolve.fake import FakeEvaluator
     from engine.evolve.loop import Budgets, EvolutionSession
     from engine.proposers.tuner import TunerProposer
     from engine.tasks.loader import load_task

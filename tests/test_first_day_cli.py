@@ -227,7 +227,7 @@ def test_a_start_that_cannot_fill_generation_0_writes_nothing(tmp_path, capsys):
 
 def test_a_session_that_fails_before_its_first_commit_is_removed(tmp_path):
     """The proposer stops at its first proposal (an LLM refusing, say): the session it created is removed."""
-    from engine.evolve.executor import FakeEvaluator
+    from engine.evolve.fake import FakeEvaluator
     from engine.evolve.loop import Budgets, EvolutionSession
     from engine.proposers.base import Proposal, ProposalStatus
     from engine.workspace import Workspace

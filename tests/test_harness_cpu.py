@@ -168,7 +168,7 @@ def test_verdicts_without_gpu_are_skipped_not_failed(layernorm):
 def test_an_evaluation_without_gpu_is_no_judgement_for_the_loop(layernorm):
     """What the executors hand the evolution loop when the machine had no GPU: the stages that ran (compile)
     and an infrastructure error, not skipped correctness/timing verdicts that would finish the candidate."""
-    from engine.evolve.executor import EvalOutcome
+    from engine.evolve.outcome import EvalOutcome
 
     outcome = ChildOutcome({"finished": True, "error": "no CUDA GPU is visible to the evaluator"}, 0, False, 1.0, "")
     rep = _report(layernorm)

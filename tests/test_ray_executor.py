@@ -15,7 +15,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
-from engine.evolve.executor import EvalOutcome, LocalPipelineExecutor, fake_build, fake_gpu  # noqa: E402
+from engine.evolve.fake import fake_build, fake_gpu  # noqa: E402
+from engine.evolve.local_executor import LocalPipelineExecutor  # noqa: E402
+from engine.evolve.outcome import EvalOutcome  # noqa: E402
 from engine.evolve.loop import Budgets, EvolutionSession  # noqa: E402
 from engine.evolve.operators import OperatorPolicy  # noqa: E402
 from engine.evolve.resume import INFRA_FAILURE, load_state  # noqa: E402
@@ -104,8 +106,10 @@ def test_same_outcomes_as_the_local_pipeline(local_ray, task):
 def test_profile_runs_alone_as_a_gpu_task(local_ray, task, tmp_path):
     """`profile()` (a session's new best, [eval] profile = "best"): the profile stage as its own GPU task, its
     verdict back in the future; a task lost on every attempt is a skipped verdict, not an infrastructure failure."""
-    from engine.evolve.executor import fake_profile_stage
+    import evolve_fakes
+    from evolve_fakes import fake_profile_stage
 
+    ray.cloudpickle.register_pickle_by_value(evolve_fakes)   # Ray's workers cannot import tests/: ship it whole
     ex = ray_executor(task, profile_fn=fake_profile_stage, retries=0)
     try:
         cand = variant(task, "FAKE_SPEEDUP=1.3 profiled")
@@ -202,7 +206,7 @@ def test_session_records_infrastructure_failure_goes_on_and_resume_evaluates_it(
     assert ws.best("ray").speedup >= 1.9
     # the failure was the machinery's: a resumed session evaluates it (here with a healthy fake evaluator)
     assert load_state(ws, "ray").requeue == [doomed]
-    from engine.evolve.executor import FakeEvaluator
+    from engine.evolve.fake import FakeEvaluator
     fake = FakeEvaluator(task)
     again = EvolutionSession(ws, "ray", task, ReplayProposer.from_directory(rec), fake,
                              budgets=Budgets(generations=1, population=3), policy=OperatorPolicy({"mutate": 1.0}))

@@ -240,7 +240,8 @@ def test_export_refused_for_failing_candidate_unless_forced(demo, tmp_path):
 def test_reevaluate_through_a_process_pool_inside_the_app(demo):
     """The local executor's compile pool (spawned processes) made from inside the running app: Textual's
     stderr capture has no file descriptor, which multiprocessing's resource tracker used to trip over."""
-    from engine.evolve.executor import LocalPipelineExecutor, fake_build, fake_gpu
+    from engine.evolve.fake import fake_build, fake_gpu
+    from engine.evolve.local_executor import LocalPipelineExecutor
     from engine.pipeline.evaluate import EvalOptions
     from kbench_tui.backend import Backend
 
@@ -266,7 +267,7 @@ def test_reevaluation_without_a_gpu_says_so_and_writes_nothing(demo):
     says so instead of repeating the old measurement, and the candidate's notes are left as they were."""
     from concurrent.futures import Future
 
-    from engine.evolve.executor import EvalOutcome
+    from engine.evolve.outcome import EvalOutcome
     from engine.pipeline.evaluate import NO_GPU
     from engine.verdict import Status, Verdict
     from kbench_tui.backend import Backend

@@ -221,7 +221,7 @@ time.sleep(600)
 
 
 def test_the_app_refuses_a_session_another_process_writes(tmp_path):
-    from engine.evolve.executor import FakeEvaluator
+    from engine.evolve.fake import FakeEvaluator
     from engine.errors import KbenchError
     from kbench_tui.backend import Backend
 

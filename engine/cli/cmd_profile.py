@@ -70,7 +70,7 @@ NO_GPU_MESSAGE = ("no CUDA GPU is visible: profiling (Nsight Compute and the tor
 
 
 def _gpu_visible() -> bool:
-    from engine.evolve.executor import visible_gpus
+    from engine.evolve.worker_fns import visible_gpus
     return bool(visible_gpus())
 
 

@@ -48,6 +48,6 @@ def make_evaluator(task: Any, direction: str, config: Any, options: Any = None, 
         return RayExecutor(task, direction, opts, address=ex.ray_address, retries=ex.retries,
                            compile_on_cluster=ex.compile_on_cluster, build_cpus=ex.build_cpus,
                            ship_code=ex.ship_code if ex.ray_address else False)
-    from engine.evolve.executor import LocalPipelineExecutor
+    from engine.evolve.local_executor import LocalPipelineExecutor
     return LocalPipelineExecutor(task, direction, opts, gpus=parse_gpus(ex.gpus), build_workers=ex.build_workers,
                                  pipelined=not sequential)

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.candidates import Candidate
-from engine.evolve.executor import PROFILE_STAGE, EvalOutcome, StageCallback, Submission, compile_verdict
+from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, StageCallback, Submission
+from engine.evolve.worker_fns import compile_verdict
 from engine.tasks.model import Task
 from engine.tasks.portable import pack_task, unpack_task
 from engine.verdict import Status, Verdict
@@ -121,7 +122,7 @@ def gpu_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], directi
             gpu_fn: Callable[..., Any] | None) -> dict[str, Any]:
     """Install the shipped build, then check and time the candidate on this task's GPU. The outcome as JSON,
     with where it ran and when."""
-    from engine.evolve.executor import default_gpu
+    from engine.evolve.worker_fns import default_gpu
 
     t0 = time.time()
     opts, task, cand = _worker_inputs(packed_task, candidate_json, options_json)
@@ -145,7 +146,7 @@ def profile_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], dir
                 profile_fn: Callable[..., Any] | None) -> dict[str, Any]:
     """The profile stage alone for a candidate evaluated before (a new best), on this task's GPU: the build
     comes from this node's cache, or is compiled here. The verdict as JSON, with where it ran and when."""
-    from engine.evolve.executor import default_profile
+    from engine.evolve.worker_fns import default_profile
 
     t0 = time.time()
     opts, task, cand = _worker_inputs(packed_task, candidate_json, options_json)

@@ -12,8 +12,7 @@ write as the candidate, so there is no moment where one exists without the other
 the state of the newest candidate it committed and goes on from there; what it did after that commit
 and before the kill (proposals that came back empty) it does again, identically.
 
-This module reads and sets the loop's private counters: it is the loop's own, kept apart to keep the
-loop's file about the loop.
+This module reads and sets the planner's counters (engine.evolve.planner) and the loop's generators.
 """
 
 from __future__ import annotations
@@ -21,12 +20,29 @@ from __future__ import annotations
 import base64
 import random
 import struct
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from engine.evolve.planner import GenerationPlanner
+from engine.evolve.population import Population
+from engine.proposers.base import Proposer
 from engine.workspace.errors import WorkspaceDamagedError
+
+if TYPE_CHECKING:
+    from engine.workspace import Workspace
 
 VERSION = 1
 SCAN_LIMIT = 64      # members read (newest first) to find the latest saved state
+
+
+class SearchSession(Protocol):
+    """What of an evolution session (engine.evolve.loop) the saved state is read from and written to."""
+
+    ws: Workspace
+    population: Population
+    planner: GenerationPlanner
+    rng: random.Random
+    proposer: Proposer        # its `rng`, where it has one
+    generation: int
 
 
 def rng_state(rng: random.Random) -> dict[str, Any]:
@@ -41,9 +57,9 @@ def set_rng_state(rng: random.Random, state: dict[str, Any]) -> None:
     rng.setstate((int(state["version"]), tuple(internal), state.get("gauss")))
 
 
-def search_state(session: Any, gen: int, parents: Sequence[str]) -> dict[str, Any]:
+def search_state(session: SearchSession, gen: int, parents: Sequence[str]) -> dict[str, Any]:
     """The loop's state now, as it will be once the candidate with `parents` is committed in `gen`."""
-    pop = session.population
+    pop, planner = session.population, session.planner
     children = _children_counts(pop)
     for p in parents:
         children[p] = children.get(p, 0) + 1
@@ -51,15 +67,15 @@ def search_state(session: Any, gen: int, parents: Sequence[str]) -> dict[str, An
              if m.times_parent != children.get(m.id, 0)}
     state: dict[str, Any] = {
         "v": VERSION, "generation": gen, "rng": rng_state(session.rng),
-        "attempts": session._attempts.get(gen, 0), "meta_done": session._meta_done.get(gen, 0),
-        "empty_parents": sorted(session._empty_parents.get(gen, ())), "extra_picks": extra}
+        "attempts": planner.attempts.get(gen, 0), "meta_done": planner.meta_done.get(gen, 0),
+        "empty_parents": sorted(planner.empty_parents.get(gen, ())), "extra_picks": extra}
     prop_rng = getattr(session.proposer, "rng", None)
     if isinstance(prop_rng, random.Random):
         state["proposer_rng"] = rng_state(prop_rng)
     return state
 
 
-def restore_search_state(session: Any) -> dict[str, Any] | None:
+def restore_search_state(session: SearchSession) -> dict[str, Any] | None:
     """After the population was loaded from the workspace: set the loop back to the newest saved state.
     Returns that state (None where no candidate carries one: a session from before states were kept)."""
     state = latest(session)
@@ -71,9 +87,9 @@ def restore_search_state(session: Any) -> dict[str, Any] | None:
     if isinstance(prop_rng, random.Random) and state.get("proposer_rng"):
         set_rng_state(prop_rng, state["proposer_rng"])
     if gen == session.generation:
-        session._attempts[gen] = int(state.get("attempts", 0))
-        session._meta_done[gen] = int(state.get("meta_done", 0))
-        session._empty_parents[gen] = set(state.get("empty_parents") or ())
+        session.planner.attempts[gen] = int(state.get("attempts", 0))
+        session.planner.meta_done[gen] = int(state.get("meta_done", 0))
+        session.planner.empty_parents[gen] = set(state.get("empty_parents") or ())
     members = session.population.members
     for cid, n in (state.get("extra_picks") or {}).items():
         if cid in members:
@@ -81,7 +97,7 @@ def restore_search_state(session: Any) -> dict[str, Any] | None:
     return state
 
 
-def latest(session: Any) -> dict[str, Any] | None:
+def latest(session: SearchSession) -> dict[str, Any] | None:
     """The saved state of the newest candidate that has one (the loop commits one candidate at a time, so
     the newest by generation and number is the last it committed)."""
     reader = getattr(session.ws, "search_state", None)
@@ -100,7 +116,7 @@ def latest(session: Any) -> dict[str, Any] | None:
     return None
 
 
-def _children_counts(pop: Any) -> dict[str, int]:
+def _children_counts(pop: Population) -> dict[str, int]:
     counts: dict[str, int] = {}
     for m in pop.members.values():
         for p in m.parents:

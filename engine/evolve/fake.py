@@ -1,0 +1,193 @@
+"""The fake evaluator: deterministic results from the source text, no compiler, no GPU.
+
+Not only a test double: `kbench --fake-evaluator` (the app's demo, KBENCH_TUI_FAKE_EVALUATOR),
+`kbench evolve --fake-evaluator` (engine.service.fake_evaluator_factory; the CLI's subprocess tests drive it
+with the KBENCH_FAKE_* variables below), kbench_tui.testing and `scripts/bench_evolve.py --fake` run it, and
+Ray workers import `fake_build` / `fake_gpu` by name, so it lives in the package. Doubles only the tests use
+are in tests/evolve_fakes.py.
+
+Markers in a candidate's source steer it: `FAIL_COMPILE`, `FAIL_CORRECT`, `FAKE_SPEEDUP=x`, and for fault
+tests `FAKE_PIDFILE=`, `FAKE_GPU_SLEEP=`, `FAKE_SLEEP_ATTEMPTS=` (see fake_gpu).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from engine.candidates import Candidate
+from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, StageCallback, needs_profile
+from engine.pipeline.types import NO_GPU
+from engine.tasks.model import Task
+from engine.verdict import Status, Verdict
+from engine.workspace.records import ConfigTiming
+
+if TYPE_CHECKING:
+    from engine.pipeline.evaluate import EvalOptions
+
+def fake_speedup(candidate: Candidate) -> float:
+    """Deterministic pseudo speedup in [0.5, 2.5) from the source text (or `FAKE_SPEEDUP=x` in it)."""
+    text = "".join(candidate.files[k] for k in sorted(candidate.files))
+    m = re.search(r"FAKE_SPEEDUP=([0-9.]+)", text)
+    if m:
+        return float(m.group(1))
+    h = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+    return 0.5 + 2.0 * (h / 0xFFFFFFFF)
+
+
+def fake_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: float = 0.0,
+               sleep_s: float = 0.0) -> dict[str, Any]:
+    """A compile stand-in: sleeps, fails on `FAIL_COMPILE` in the source. Picklable (module level)."""
+    t0 = time.monotonic()
+    cand = Candidate.from_json(candidate_json)
+    delay = float(os.environ.get("KBENCH_FAKE_BUILD_S", sleep_s) or 0.0)
+    if delay:
+        time.sleep(delay)
+    text = "".join(cand.files.values())
+    if "FAIL_COMPILE" in text:
+        return {"ok": False, "error": "kernel.cu:1: error: FAIL_COMPILE marker", "log": "fake log",
+                "seconds": time.monotonic() - t0}
+    return {"ok": True, "seconds": time.monotonic() - t0, "cache_hit": False}
+
+
+def fake_result(task: Task | None, candidate: Candidate) -> EvalOutcome:
+    """Correctness fails on `FAIL_CORRECT` in the source; otherwise timed with fake_speedup over 3 configs."""
+    text = "".join(candidate.files.values())
+    if "FAIL_CORRECT" in text:
+        return EvalOutcome([Verdict("compile", Status.PASS, "compiled"),
+                            Verdict("correctness", Status.FAIL, "1 of 3 configs fail; fake mismatch"),
+                            Verdict("timing", Status.SKIPPED, "correctness failed")])
+    s = fake_speedup(candidate)
+    names = [c.name for c in task.configs] if task is not None else ["a", "b", "c"]
+    configs = [ConfigTiming(n, 1.0 / s, 0.001, 1.0, 1.2) for n in names]
+    return EvalOutcome([Verdict("compile", Status.PASS, "compiled"),
+                        Verdict("correctness", Status.PASS, "fake: all configs within tolerance"),
+                        Verdict("timing", Status.PASS, f"geomean speedup vs eager {s:.2f}x")],
+                       configs=configs, speedup_eager=s, speedup_compile=1.2 * s,
+                       device={"gpu": "FakeGPU", "driver": "0", "torch": "fake", "cuda": "fake"})
+
+
+def fake_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions,
+             sleep_s: float = 0.0) -> EvalOutcome:
+    """The GPU half stand-in. For fault tests, markers in the source: `FAKE_PIDFILE=<path>` appends a line
+    "<pid> <ray node id or ->" per attempt; `FAKE_GPU_SLEEP=<s>` then holds the first `FAKE_SLEEP_ATTEMPTS=<n>`
+    attempts (default 1) there, so a test can kill the worker or its node mid-evaluation."""
+    text = "".join(candidate.files.values())
+    attempt = 1
+    if m := re.search(r"FAKE_PIDFILE=(\S+)", text):
+        node = "-"
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+        with open(m.group(1), "a+") as f:
+            f.seek(0)
+            attempt = len(f.read().splitlines()) + 1
+            f.write(f"{os.getpid()} {node}\n")
+    if m := re.search(r"FAKE_GPU_SLEEP=([0-9.]+)", text):
+        n = re.search(r"FAKE_SLEEP_ATTEMPTS=(\d+)", text)
+        if attempt <= (int(n.group(1)) if n else 1):
+            time.sleep(float(m.group(1)))
+    delay = float(os.environ.get("KBENCH_FAKE_GPU_S", sleep_s) or 0.0)
+    if delay:
+        time.sleep(delay)
+    return fake_result(task, candidate)
+
+
+def fake_profile(candidate: Candidate) -> Verdict:
+    """A `profile` verdict stand-in: what profile_feedback() reads back into a mutate prompt."""
+    return Verdict(PROFILE_STAGE, Status.PASS, "memory-bound",
+                   {"text": f"fake profile of {candidate.name}: memory-bound", "seconds": 0.0})
+
+
+
+class FakeEvaluator:
+    """Synchronous-enough fake for tests: evaluates in a small thread pool, records every candidate it saw.
+
+    `no_gpu` (default: $KBENCH_FAKE_NO_GPU): compile, then report that no GPU is visible, as the real
+    evaluator does on a machine without one. `hold_after` (default: $KBENCH_FAKE_EVAL_HOLD_AFTER): evaluations
+    after the first `hold_after` wait until the evaluator is closed, so a test can interrupt a run that is
+    certainly still going, however loaded the machine is. `profile`: every passing candidate's evaluation
+    carries a fake `profile` verdict (as `[eval] profile = "all"` does); `profile()` profiles one on its own
+    (a new best). `profiled`: the source hashes of the candidates profiled, either way, in order."""
+
+    def __init__(self, task: Task | None = None, *, delay_s: float = 0.0, workers: int = 1,
+                 no_gpu: bool | None = None, hold_after: int | None = None, profile: bool = False):
+        self.task = task
+        self.delay_s = delay_s
+        self.profile_inline = profile
+        self.profiled: list[str] = []        # source hashes, in the order they were profiled
+        self.no_gpu = bool(os.environ.get("KBENCH_FAKE_NO_GPU")) if no_gpu is None else no_gpu
+        self.hold_after = int(os.environ.get("KBENCH_FAKE_EVAL_HOLD_AFTER") or 0) if hold_after is None else hold_after
+        self.seen: list[str] = []            # source hashes, in submission order
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="kbench-fake")
+        self._lock = threading.Lock()
+        self._futures: list[Future] = []
+        self._closing = threading.Event()
+
+    @property
+    def capacity(self) -> int:
+        return 4
+
+    def submit(self, candidate: Candidate, on_stage: StageCallback | None = None) -> Future[EvalOutcome]:
+        with self._lock:
+            self.seen.append(candidate.source_hash)
+            index = len(self.seen)
+
+        def run() -> EvalOutcome:
+            if self.hold_after and index > self.hold_after:
+                self._closing.wait()
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            text = "".join(candidate.files.values())
+            if "FAIL_COMPILE" in text:
+                out = EvalOutcome([Verdict("compile", Status.FAIL, "fake compile error")])
+            elif self.no_gpu:
+                out = EvalOutcome([Verdict("compile", Status.PASS, "compiled")], infra_error=NO_GPU)
+            else:
+                out = fake_result(self.task, candidate)
+                if self.profile_inline and needs_profile(out):
+                    out.verdicts.append(self._profiled(candidate))
+            for v in out.verdicts:
+                if on_stage:
+                    on_stage(v)
+            return out
+
+        f = self._pool.submit(run)
+        with self._lock:
+            self._futures.append(f)
+        return f
+
+    def profile(self, candidate: Candidate, *, device: dict[str, Any] | None = None) -> Future[Verdict]:
+        def run() -> Verdict:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            return self._profiled(candidate)
+
+        f = self._pool.submit(run)
+        with self._lock:
+            self._futures.append(f)
+        return f
+
+    def _profiled(self, candidate: Candidate) -> Verdict:
+        with self._lock:
+            self.profiled.append(candidate.source_hash)
+        return fake_profile(candidate)
+
+    def cancel_pending(self) -> int:
+        with self._lock:
+            return sum(1 for f in self._futures if f.cancel())
+
+    def close(self, wait: bool = True) -> None:
+        self._closing.set()
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    def stats(self) -> dict[str, Any]:
+        return {"completed": len(self.seen), "unmeasured": len(self.seen) if self.no_gpu else 0,
+                "profiled": len(self.profiled)}
+

@@ -1,0 +1,155 @@
+"""The real work an executor's workers do: compile a candidate into the build cache (a CPU worker process),
+check and time a built one, or profile it (a GPU worker), and the compile verdict of a build.
+
+Both executors run these (engine.evolve.local_executor on this machine, engine.evolve.ray_executor on a
+cluster). The heavy imports (the harness, the pipeline) stay inside the functions: they run in worker
+processes, and importing this module must stay cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.candidates import Candidate
+from engine.evolve.outcome import EvalOutcome
+from engine.tasks.model import Task
+from engine.verdict import Status, Verdict
+
+if TYPE_CHECKING:
+    from engine.harness.toolchain import Toolchain
+    from engine.pipeline.evaluate import EvalOptions
+
+def cached_peaks(cache_root: str | Path, device: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The roofline peaks of the evaluation's GPU model, as the judge's result carries them (measured and cached
+    by that evaluation), or None."""
+    name = (device or {}).get("gpu")
+    if not name:
+        return None
+    import dataclasses
+
+    from engine.harness.roofline import load_peaks
+    peaks = load_peaks(Path(cache_root), str(name))
+    return dataclasses.asdict(peaks) if peaks is not None else None
+
+
+def default_profile(task: Task, candidate: Candidate, direction: str, options: EvalOptions,
+                    device: dict[str, Any] | None = None) -> Verdict:
+    """The profile stage alone (engine.pipeline.profiling.profile_stage) for a candidate evaluated before: its
+    build is a cache hit, the peaks those its evaluation cached. Never raises."""
+    from engine.pipeline.profiling import profile_stage
+
+    try:
+        peaks = cached_peaks(options.cache_root, device)
+    except Exception:  # noqa: BLE001 - no peaks: the summary goes without fractions of peak
+        peaks = None
+    return profile_stage(task, candidate, direction, options, peaks)
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices to pin workers to: CUDA_VISIBLE_DEVICES when set (numeric ids), else nvidia-smi -L."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = [x.strip() for x in env.split(",") if x.strip()]
+        if all(re.fullmatch(r"\d+", x) for x in ids):
+            return [int(x) for x in ids]
+        return list(range(len(ids)))
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode != 0:
+        return []
+    return list(range(sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))))
+
+
+_TOOLCHAIN: Toolchain | None = None    # detected once per worker process
+
+
+def default_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Compile one candidate into the cache (runs in a CPU worker process). Returns a small JSON dict."""
+    global _TOOLCHAIN
+    from engine.harness.build import build_candidate
+    from engine.harness.toolchain import ToolchainError, detect
+
+    cand = Candidate.from_json(candidate_json)
+    t0 = time.monotonic()
+    try:
+        if _TOOLCHAIN is None:
+            _TOOLCHAIN = detect()
+    except ToolchainError as exc:
+        return {"ok": False, "error": str(exc), "log": "", "seconds": time.monotonic() - t0, "cache_hit": False}
+    r = build_candidate(cand, Path(cache_root), _TOOLCHAIN, timeout_s=timeout_s)
+    return {"ok": r.ok, "error": r.error, "log": (r.log or "")[-8000:], "seconds": r.seconds,
+            "cache_hit": r.cache_hit, "steps": dict(r.steps or {})}
+
+
+def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions) -> EvalOutcome:
+    """The sandboxed check + time of an already-built candidate (evaluate() finds the build in the cache).
+
+    The static integrity stage belongs to the loop (engine.evolve.checks), which runs it before a candidate
+    is submitted and honours a person's override; evaluate() is told not to gate on it again, and its
+    repeat of the `static` verdict is dropped so it cannot overrule that override in the notes."""
+    from engine.pipeline.evaluate import evaluate
+
+    if hasattr(options, "override_static"):
+        # a spare judge waits for the worker's next candidate (engine/pipeline/warm.py), and the session's
+        # baselines of each config are reused (re-checked, re-measured on drift: engine/pipeline/baselines.py)
+        options = replace(options, override_static=True, warm=True, reuse_baselines=True)
+    out = EvalOutcome.from_report(evaluate(task, candidate, direction, options))
+    out.verdicts = [v for v in out.verdicts if v.stage != "static"]
+    return out
+
+
+def compile_verdict(build: dict[str, Any]) -> Verdict:
+    """The `compile` verdict of a build result (default_build's dict, or a stand-in's)."""
+    if build.get("ok"):
+        return Verdict("compile", Status.PASS, "cache hit" if build.get("cache_hit") else "compiled",
+                       {"seconds": round(float(build.get("seconds") or 0.0), 2), "cache_hit": bool(build.get("cache_hit")),
+                        "steps": build.get("steps") or {}})
+    return Verdict("compile", Status.FAIL, build.get("error") or "compilation failed",
+                   {"log": str(build.get("log") or "")[-8000:]})
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker against the real stderr. The tracker hands sys.stderr's fd to
+    its helper process; inside a Textual app sys.stderr is a capture object whose fileno() is -1, and the
+    spawn then fails ("bad value(s) in fds_to_keep"), so a process pool could not be made from the app."""
+    from multiprocessing import resource_tracker
+
+    try:
+        usable = sys.stderr is not None and sys.stderr.fileno() >= 0
+    except (AttributeError, OSError, ValueError):
+        usable = True          # no fileno at all: the tracker skips it by itself
+    if usable or sys.__stderr__ is None:
+        return
+    saved = sys.stderr
+    sys.stderr = sys.__stderr__
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.stderr = saved
+
+
+def ignore_sigint() -> None:
+    """Build workers leave Ctrl-C to the parent (which stops the loop); compilers run in their own sessions."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def call_build(build_fn: Callable[..., dict[str, Any]], cand: Candidate, options: EvalOptions) -> dict[str, Any]:
+    """`build_fn` in this thread (the sequential mode); its exception is a failed build."""
+    try:
+        return build_fn(cand.to_json(), str(options.cache_root), float(getattr(options, "build_timeout_s", 600.0)))
+    except Exception as exc:  # noqa: BLE001
+        return {"ok": False, "error": f"build failed: {exc!r}", "log": traceback.format_exc()}
+
