@@ -16,7 +16,9 @@ import os
 import re
 import sys
 
-SECRETS_FD = "KBENCH_SECRETS_FD"
+from engine.config import SECRETS_FD_ENV as SECRETS_FD
+from engine.config import take_secrets_fd
+
 _KEY_LIKE = re.compile(r"(API_KEY|SECRET_KEY|_TOKEN)$")   # ANTHROPIC_API_KEY, OPENAI_API_KEY, HF_TOKEN...
 _store: dict[str, str] = {}
 
@@ -34,9 +36,9 @@ def protect() -> None:
     """Move keys out of the environment, re-exec without them, become non-dumpable. Idempotent."""
     from engine.jail import privileges
 
-    fd = os.environ.pop(SECRETS_FD, None)
+    fd = take_secrets_fd()
     if fd is not None:  # the re-executed process: take the keys from the pipe
-        with os.fdopen(int(fd), "r") as fh:
+        with os.fdopen(fd, "r") as fh:
             _store.update(json.load(fh))
         privileges.set_dumpable(False)
         return

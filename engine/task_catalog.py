@@ -9,11 +9,10 @@ name wins, and the path always works.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-ENV = "KBENCH_TASKS"
+from engine.config import task_dirs
 
 
 @dataclass(frozen=True)
@@ -29,8 +28,8 @@ class CatalogEntry:
 
 
 def user_task_dirs(env: str | None = None) -> list[Path]:
-    raw = os.environ.get(ENV, "") if env is None else env
-    return [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
+    """The folders in $KBENCH_TASKS (`env` stands in for its value)."""
+    return task_dirs(env)
 
 
 def _is_task_folder(p: Path) -> bool:

@@ -12,13 +12,13 @@ engine.export.
 from __future__ import annotations
 
 import gc
-import os
 import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from engine.config import env_flag, env_float
 from engine.errors import KbenchError
 from engine.evolve.resume import INFRA_FAILURE
 from engine.gpu_wait import WAITING_FOR_GPU, waiting_for_gpu
@@ -135,9 +135,9 @@ def _reevaluation_summary(out: Any, meas: Any) -> str:
 
 def default_evaluator_factory(task: Any, direction: str, config: Any = None) -> Any:
     """The configured executor ([eval] and [executor] in the config files: local by default, or Ray)."""
-    if os.environ.get("KBENCH_TUI_FAKE_EVALUATOR"):
+    if env_flag("KBENCH_TUI_FAKE_EVALUATOR"):
         from engine.evolve.fake import FakeEvaluator
-        return FakeEvaluator(task, delay_s=float(os.environ.get("KBENCH_TUI_FAKE_DELAY", "0.3") or 0),
+        return FakeEvaluator(task, delay_s=env_float("KBENCH_TUI_FAKE_DELAY"),
                              profile=getattr(getattr(config, "eval", None), "profile", None) == "all")
     from engine.config import Config
     from engine.evolve.factory import make_evaluator
@@ -204,7 +204,7 @@ class Backend:
 
     @property
     def fake_evaluator(self) -> bool:
-        return self._evaluator_factory is default_evaluator_factory and bool(os.environ.get("KBENCH_TUI_FAKE_EVALUATOR"))
+        return self._evaluator_factory is default_evaluator_factory and env_flag("KBENCH_TUI_FAKE_EVALUATOR")
 
     def gpu_notice(self) -> str:
         if self.gpus():

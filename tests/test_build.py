@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import Candidate, load_candidate
+from engine.config import env_flag
 from engine.harness import build as B
 from engine.harness.build import (BuildResult, build_candidate, entry_dir, ensure_pch, kernelbench_extensions_dir,
                                   pch_dir, run_tool, compiler_env)
@@ -357,7 +357,7 @@ def test_missing_launcher_is_a_clear_link_error(built: BuildResult, toolchain: T
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("KBENCH_TEST_SINGLE_CU"),
+@pytest.mark.skipif(not env_flag("KBENCH_TEST_SINGLE_CU"),
                     reason="nvcc with torch headers takes minutes on a small box; set KBENCH_TEST_SINGLE_CU=1")
 def test_single_cu_builds(toolchain: Toolchain, cache_root: Path) -> None:
     src = FIXTURE / "kernel.cu"

@@ -12,13 +12,13 @@ The -s output prints one `INTEGRITY-ROW` line per case for INTEGRITY.md's "verdi
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 from engine.candidates import load_candidate
+from engine.config import env_float
 from engine.pipeline.evaluate import EvalOptions, evaluate
 from engine.integrity import static
 from engine.pipeline import analysis as dynamic
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HACKS = ROOT / "tests" / "fixtures" / "hacks"
 FAULTS = ROOT / "tests" / "fixtures" / "faults"
 KB = ROOT / "tests" / "fixtures" / "kernelbench"
-TIMEOUT_S = float(os.environ.get("KBENCH_INTEGRITY_TIMEOUT", "240"))
+TIMEOUT_S = env_float("KBENCH_INTEGRITY_TIMEOUT")
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ clock times normalised. After an intended change: KBENCH_UPDATE_SNAPSHOTS=1 pyte
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from engine.config import env_flag
 from kbench_tui.testing import build_demo_workspace, fake_backend, normalise, run_app, screen_text, wait_until
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -20,10 +20,10 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 def check(name: str, text: str) -> None:
     path = SNAPSHOTS / f"{name}.txt"
     text = normalise(text) + "\n"
-    if os.environ.get("KBENCH_UPDATE_SNAPSHOTS") or not path.exists():
+    if env_flag("KBENCH_UPDATE_SNAPSHOTS") or not path.exists():
         SNAPSHOTS.mkdir(exist_ok=True)
         path.write_text(text)
-        if not os.environ.get("KBENCH_UPDATE_SNAPSHOTS"):
+        if not env_flag("KBENCH_UPDATE_SNAPSHOTS"):
             pytest.fail(f"wrote a new snapshot {path}; check it and run again")
         return
     expected = path.read_text()

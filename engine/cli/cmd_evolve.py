@@ -125,15 +125,13 @@ EX_TEMPFAIL = 75    # sysexits: a temporary failure (the LLM API was unavailable
 
 def _service(args: argparse.Namespace, ws: Any):
     """The session service over this workspace, its config (files + flags) and the evaluator seam."""
-    import os
-
-    from engine.config import load_config
+    from engine.config import env_float, load_config
     from engine.service import SessionService, fake_evaluator_factory
 
     config = load_config(ws.path, _config_flags(args))
     factory, target = None, None
     if args.fake_evaluator:
-        factory = fake_evaluator_factory(float(os.environ.get("KBENCH_FAKE_EVAL_DELAY", "0") or 0))
+        factory = fake_evaluator_factory(env_float("KBENCH_FAKE_EVAL_DELAY"))
         from engine.llm.target import TargetInfo
         target = TargetInfo(note="the fake evaluator: no compiler, no GPU")
     return SessionService(ws, config, evaluator_factory=factory, target=target)

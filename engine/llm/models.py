@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from engine.config import cache_dir
+
 log = logging.getLogger("kbench.llm")
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
@@ -158,8 +160,9 @@ def caps_from_api(info: Any, model: str) -> ModelCaps | None:
 
 def cache_file(env: Mapping[str, str]) -> Path | None:
     """$KBENCH_CACHE/models.json, else ~/.cache/kbench/models.json; None when neither can be placed."""
-    root = env.get("KBENCH_CACHE") or (str(Path(env["HOME"]) / ".cache" / "kbench") if env.get("HOME") else "")
-    return Path(root) / "models.json" if root else None
+    # only the given environment decides: a test's or a child's env without HOME writes no file
+    root = cache_dir(env) or (Path(env["HOME"]) / ".cache" / "kbench" if env.get("HOME") else None)
+    return root / "models.json" if root else None
 
 
 @dataclass
