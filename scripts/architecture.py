@@ -47,7 +47,7 @@ STAGES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("workspace commit", ("engine.workspace.workspace:Workspace", "engine.workspace.commits:write_candidate_commit"),
      "every candidate a git commit, verdicts as notes"),
     ("evolve loop", ("engine.evolve.loop:EvolutionSession",), "one resumable session: propose, evaluate, select"),
-    ("executors", ("engine.evolve.executor:LocalPipelineExecutor", "engine.evolve.ray_executor:RayExecutor"),
+    ("executors", ("engine.evolve.local_executor:LocalPipelineExecutor", "engine.evolve.ray_executor:RayExecutor"),
      "where evaluations run: local worker processes or a Ray cluster"),
     ("LLM proposers", ("engine.proposers.anthropic:LLMProposer", "engine.llm.client:make_client"),
      "translate, mutate, crossover and repair through an LLM"),

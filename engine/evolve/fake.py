@@ -2,7 +2,8 @@
 
 Not only a test double: `kbench --fake-evaluator` (the app's demo, KBENCH_TUI_FAKE_EVALUATOR),
 `kbench evolve --fake-evaluator` (engine.service.fake_evaluator_factory; the CLI's subprocess tests drive it
-with the KBENCH_FAKE_* variables below), kbench_tui.testing and `scripts/bench_evolve.py --fake` run it, and
+with KBENCH_FAKE_BUILD_S, KBENCH_FAKE_GPU_S, KBENCH_FAKE_NO_GPU and KBENCH_FAKE_EVAL_HOLD_AFTER),
+kbench_tui.testing and `scripts/bench_evolve.py --fake` run it, and
 Ray workers import `fake_build` / `fake_gpu` by name, so it lives in the package. Doubles only the tests use
 are in tests/evolve_fakes.py.
 
@@ -22,7 +23,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate
-from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, StageCallback, needs_profile
+from engine.config import env_flag, env_float, env_int
+from engine.evolve.outcome import (
+    PROFILE_STAGE,
+    EvalOutcome,
+    StageCallback,
+    needs_profile,
+)
 from engine.pipeline.types import NO_GPU
 from engine.tasks.model import Task
 from engine.verdict import Status, Verdict
@@ -46,7 +53,7 @@ def fake_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: float
     """A compile stand-in: sleeps, fails on `FAIL_COMPILE` in the source. Picklable (module level)."""
     t0 = time.monotonic()
     cand = Candidate.from_json(candidate_json)
-    delay = float(os.environ.get("KBENCH_FAKE_BUILD_S", sleep_s) or 0.0)
+    delay = env_float("KBENCH_FAKE_BUILD_S", default=sleep_s)
     if delay:
         time.sleep(delay)
     text = "".join(cand.files.values())
@@ -93,7 +100,7 @@ def fake_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         n = re.search(r"FAKE_SLEEP_ATTEMPTS=(\d+)", text)
         if attempt <= (int(n.group(1)) if n else 1):
             time.sleep(float(m.group(1)))
-    delay = float(os.environ.get("KBENCH_FAKE_GPU_S", sleep_s) or 0.0)
+    delay = env_float("KBENCH_FAKE_GPU_S", default=sleep_s)
     if delay:
         time.sleep(delay)
     return fake_result(task, candidate)
@@ -122,8 +129,8 @@ class FakeEvaluator:
         self.delay_s = delay_s
         self.profile_inline = profile
         self.profiled: list[str] = []        # source hashes, in the order they were profiled
-        self.no_gpu = bool(os.environ.get("KBENCH_FAKE_NO_GPU")) if no_gpu is None else no_gpu
-        self.hold_after = int(os.environ.get("KBENCH_FAKE_EVAL_HOLD_AFTER") or 0) if hold_after is None else hold_after
+        self.no_gpu = env_flag("KBENCH_FAKE_NO_GPU") if no_gpu is None else no_gpu
+        self.hold_after = env_int("KBENCH_FAKE_EVAL_HOLD_AFTER") if hold_after is None else hold_after
         self.seen: list[str] = []            # source hashes, in submission order
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="kbench-fake")
         self._lock = threading.Lock()

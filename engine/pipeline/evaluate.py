@@ -20,15 +20,14 @@ from engine.pipeline.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec
 from engine.procs import run_child
 from engine.tasks.model import Task
 from engine.verdict import Status, Verdict
+from engine.config import cache_root
 
 # The parent's grace beyond the judge's own deadline: the judge stops a runner that hangs and still reports.
 JUDGE_GRACE_S = 60.0
 
 
 def default_cache_root() -> Path:
-    base = os.environ.get("KBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kbench")
-    return Path(base)
+    return cache_root()
 
 
 @dataclass

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from engine.workspace.errors import DamagedObjectError, StaleGitLockError, WorkspaceError
+from engine.config import env_int
+from engine.workspace.errors import (
+    DamagedObjectError,
+    StaleGitLockError,
+    WorkspaceError,
+)
 
 # Environment variables that would point git at another repository, index or object store.
 _SCRUB = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE",
@@ -283,7 +288,7 @@ class RefConflictError(WorkspaceError):
 
 # git's own lock files are waited on this long (ms) before a write gives up: another git command (a user's
 # `git gc`, a fetch) may hold one for a moment; one that stays is stale.
-GIT_LOCK_WAIT_MS = int(os.environ.get("KBENCH_GIT_LOCK_WAIT_MS", "3000"))
+GIT_LOCK_WAIT_MS = env_int("KBENCH_GIT_LOCK_WAIT_MS")
 _LOCK_FILE_RE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from engine.config import workspace_dir
 
 DEFAULT_DIR = "workspace"
 EXPORTS_DIR = "exports"
@@ -26,5 +27,4 @@ def default_export_dir(workspace: Path, name: str) -> Path:
 
 def default_path() -> Path:
     """$KBENCH_WORKSPACE, else ./workspace (the folder the kbench checkout ships with a README)."""
-    env = os.environ.get("KBENCH_WORKSPACE")
-    return Path(env).expanduser() if env else Path.cwd() / DEFAULT_DIR
+    return workspace_dir() or Path.cwd() / DEFAULT_DIR

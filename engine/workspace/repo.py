@@ -23,13 +23,14 @@ from typing import Iterator, Sequence
 import git
 from filelock import FileLock, Timeout
 
+from engine.config import env_int, env_raw
 from engine.workspace import gitio, gitobjects
 from engine.workspace.errors import LockTimeoutError, NotAWorkspaceError, WorkspaceError
 
 MARKER_KEY = "kbench.workspace"
 MARKER_VERSION = "1"
 LOCK_FILE = "kbench-writer.flock"  # not *.lock: that suffix is git's own lock files
-AUTO_GC_EVERY = int(os.environ.get("KBENCH_WORKSPACE_GC_EVERY", "200"))  # 0: never run `git gc --auto`
+AUTO_GC_EVERY = env_int("KBENCH_WORKSPACE_GC_EVERY")  # 0: never run `git gc --auto`
 DEFAULT_COMMITTER = ("kbench", "kbench@kbench.invalid")
 _ADOPTABLE = {"README.md"}  # the one file the kbench project ships in its default workspace/ folder
 
@@ -289,7 +290,7 @@ _crash_hits: dict[str, int] = {}
 def crash_due(name: str) -> bool:
     """Test hook: `KBENCH_CRASHPOINT=<name>` (or `<name>:<n>`, the n-th time this process gets there, or
     `any:<n>`, the n-th crash point of any name) says this process dies here."""
-    spec = os.environ.get("KBENCH_CRASHPOINT")
+    spec = env_raw("KBENCH_CRASHPOINT") or None
     if not spec:
         return False
     point, _, nth = spec.partition(":")

@@ -34,12 +34,17 @@ from typing import Any, Iterator
 
 from filelock import FileLock, Timeout
 
-from engine.workspace.errors import SessionBusyError, SessionTakenOverError, WorkspaceError
+from engine.config import env_float
+from engine.workspace.errors import (
+    SessionBusyError,
+    SessionTakenOverError,
+    WorkspaceError,
+)
 
 CLAIM_DIR = "kbench-sessions"            # inside the git dir: derived, never committed or cloned
 HEARTBEAT_S = 30.0                       # a holder touches its record this often
 REMOTE_STALE_S = 3 * HEARTBEAT_S         # a record from another host untouched this long is a dead holder's
-WAIT_S = float(os.environ.get("KBENCH_CLAIM_WAIT_S", "3"))  # a busy session is retried this long before refusing
+WAIT_S = env_float("KBENCH_CLAIM_WAIT_S")  # a busy session is retried this long before refusing
 
 
 def this_host() -> str:
