@@ -223,3 +223,11 @@ def test_time_below_the_physical_floor_is_suspicious(layernorm):
     _fill_from_outcome(rep, layernorm, EvalOptions(), outcome)
     v = rep.verdict("timing")
     assert v.status == Status.SUSPICIOUS and "physical floor" in v.reason
+
+
+def test_geomean_skips_missing_and_non_positive():
+    from engine.harness.stats import geomean
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([2.0, None, 0.0, -1.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([None, 0.0]) is None
+    assert geomean([]) is None
