@@ -297,3 +297,41 @@ def test_reevaluation_without_a_gpu_says_so_and_writes_nothing(demo):
         after = ws.status("demo-g0-1")
         assert after.measurements == before.measurements and after.events == before.events
         assert after.stages == before.stages
+
+
+def test_fitness_plot_sparklines_and_their_empty_states():
+    """The plot is Textual's Sparkline: one column per generation; no generations, or nothing measured, say so."""
+    import asyncio
+
+    from textual.app import App
+    from textual.widgets import Sparkline
+
+    from kbench_tui.backend import GenerationStat
+    from kbench_tui.widgets.fitness_plot import FitnessPlot, series
+
+    assert series([1.5, None, 2.0]) == [1.5, 1.5, 2.0]      # unmeasured: drawn at the bottom of the line
+    assert series([None, None]) == [0.0, 0.0]
+
+    class PlotApp(App):
+        def compose(self):
+            yield FitnessPlot(id="plot")
+
+    async def main():
+        app = PlotApp()
+        async with app.run_test(size=(80, 5)) as pilot:
+            plot = app.query_one(FitnessPlot)
+            plot.set_stats([])
+            await pilot.pause()
+            assert "no generations yet" in screen_text(app)
+            plot.set_stats([GenerationStat(0, 1, None, None), GenerationStat(1, 2, None, None)])
+            await pilot.pause()
+            assert "g0..g1: nothing measured yet" in screen_text(app)
+            plot.set_stats([GenerationStat(0, 1, 1.0, 1.0), GenerationStat(1, 2, None, None),
+                            GenerationStat(2, 2, 2.0, 1.5)])
+            await pilot.pause()
+            text = screen_text(app)
+            assert "best   ▁▁█  2.00x overall  (1.00x–2.00x)" in text, text
+            assert "median ▁▁█  1.50x latest  (1.00x–1.50x)" in text, text
+            assert "g0…g2" in text and "nothing measured" not in text
+            assert plot.query_one("#best-line", Sparkline).data == [1.0, 1.0, 2.0]
+    asyncio.run(main())

@@ -36,7 +36,7 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="notices", classes="notices")
-        yield FitnessPlot("", id="plot")
+        yield FitnessPlot(id="plot")
         yield LineageTable(id="lineage")
         yield Input(placeholder="search: candidate id, operator, status, title (enter: jump, esc: close)",
                     id="search")
