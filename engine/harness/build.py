@@ -49,7 +49,7 @@ from engine.harness.build_cache import (_CACHEABLE_FAILURES, STALE_TMP_S, _clean
 from engine.harness.build_diagnose import (LOG_LIMIT, _check_export, _check_link, _clean, _diagnose,  # noqa: F401
                                            _full_log, _looks_transient, _render_log, _source_line, _unresolved)
 from engine.harness.build_native import BINDING_MODULE, _build_native  # noqa: F401
-from engine.harness.build_result import BuildResult, FailureKind  # noqa: F401
+from engine.harness.build_result import BuildResult, BuildSummary, FailureKind  # noqa: F401
 from engine.harness.build_steps import (ENV_ALLOWLIST, StepResult, _declares_extension_name,  # noqa: F401
                                         _Failed, _module_name, _strip_comments, _vendor_link, compile_jail,
                                         compiler_env, run_tool)
