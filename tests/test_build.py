@@ -110,6 +110,19 @@ def test_scrubbed_env_drops_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env["CUDA_HOME"] == "/usr/local/cuda" and "PATH" in env and env["LC_ALL"] == "C"
 
 
+def test_build_summary_is_what_crosses_to_the_executor() -> None:
+    """BuildSummary keeps what the compile verdict needs, not the worker's paths; it reads stand-ins' partial dicts."""
+    r = BuildResult(ok=True, format="native", source_hash="abc", module_name="kb_abc", so_path=Path("/w/kb_abc.so"),
+                    seconds=1.5, cache_hit=True, log="x" * 9000, steps={"nvcc": 1.0})
+    s = B.BuildSummary.of(r)
+    assert (s.ok, s.seconds, s.cache_hit, s.steps, len(s.log)) == (True, 1.5, True, {"nvcc": 1.0}, 8000)
+    assert B.BuildSummary.from_json(json.loads(json.dumps(s.to_json()))) == s
+    assert "so_path" not in s.to_json()
+    partial = B.BuildSummary.from_json({"ok": False, "error": "boom"})
+    assert (partial.ok, partial.error, partial.log, partial.seconds, partial.cache_hit, partial.steps) == \
+        (False, "boom", "", None, False, {})
+
+
 def test_run_tool_timeout_kills_process_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     t0 = time.monotonic()

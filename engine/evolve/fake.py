@@ -30,6 +30,7 @@ from engine.evolve.outcome import (
     StageCallback,
     needs_profile,
 )
+from engine.harness.build_result import BuildSummary
 from engine.pipeline.types import NO_GPU
 from engine.tasks.model import Task
 from engine.verdict import Status, Verdict
@@ -58,9 +59,9 @@ def fake_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: float
         time.sleep(delay)
     text = "".join(cand.files.values())
     if "FAIL_COMPILE" in text:
-        return {"ok": False, "error": "kernel.cu:1: error: FAIL_COMPILE marker", "log": "fake log",
-                "seconds": time.monotonic() - t0}
-    return {"ok": True, "seconds": time.monotonic() - t0, "cache_hit": False}
+        return BuildSummary(ok=False, error="kernel.cu:1: error: FAIL_COMPILE marker", log="fake log",
+                            seconds=time.monotonic() - t0).to_json()
+    return BuildSummary(ok=True, seconds=time.monotonic() - t0).to_json()
 
 
 def fake_result(task: Task | None, candidate: Candidate) -> EvalOutcome:

@@ -36,6 +36,7 @@ from engine.evolve.worker_fns import (
     start_resource_tracker,
     visible_gpus,
 )
+from engine.harness.build_result import BuildSummary
 from engine.tasks.model import Task
 from engine.verdict import Status, Verdict
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 class _Job(Submission):
     """A submission as this executor tracks it: its build, and whether it is an evaluation or a profile."""
 
-    build: dict[str, Any] | None = None
+    build: BuildSummary | None = None
     build_future: Future | None = None
     kind: str = "evaluate"               # evaluate | profile (the profile stage alone, its future a Verdict)
     device: dict[str, Any] | None = None
@@ -57,7 +58,7 @@ class LocalPipelineExecutor:
 
     def __init__(self, task: Task, direction: str, options: EvalOptions | None = None, *,
                  gpus: list[int | None] | None = None, build_workers: int | None = None,
-                 build_fn: Callable[..., dict[str, Any]] | None = None,
+                 build_fn: Callable[..., dict[str, Any]] | None = None,   # returns a BuildSummary.to_json()
                  gpu_fn: Callable[..., EvalOutcome | EvalReport] | None = None, pipelined: bool = True,
                  processes: bool = True, clock: Callable[[], float] = time.monotonic,
                  profile_fn: Callable[..., Verdict] | None = None):
@@ -184,20 +185,20 @@ class LocalPipelineExecutor:
             job.future.cancel()
             return
         try:
-            build = bf.result()
+            build = BuildSummary.from_json(bf.result())
         except Exception as exc:  # noqa: BLE001 - a dead worker process is a compile failure, not a dead loop
-            build = {"ok": False, "error": f"build worker failed: {exc!r}", "log": traceback.format_exc()}
+            build = BuildSummary(ok=False, error=f"build worker failed: {exc!r}", log=traceback.format_exc())
         job.build = build
         self._after_build(job)
 
     def _after_build(self, job: _Job) -> None:
-        build = job.build or {}
+        build = job.build or BuildSummary(ok=False)
         v = compile_verdict(build)
         with self._lock:
-            self._build_busy.append((self.clock() - float(build.get("seconds") or 0.0), self.clock()))
+            self._build_busy.append((self.clock() - float(build.seconds or 0.0), self.clock()))
         job.notify(v)
         if v.status != Status.PASS:
-            self._finish(job, EvalOutcome([v], build_s=build.get("seconds")))
+            self._finish(job, EvalOutcome([v], build_s=build.seconds))
             return
         if self.pipelined:
             self._q.put(job)
@@ -218,7 +219,7 @@ class LocalPipelineExecutor:
                     v = compile_verdict(job.build)
                     job.notify(v)
                     if v.status != Status.PASS:
-                        self._finish(job, EvalOutcome([v], build_s=job.build.get("seconds")))
+                        self._finish(job, EvalOutcome([v], build_s=job.build.seconds))
                         continue
                 opts = replace(self.options, gpu=gpu) if hasattr(self.options, "__dataclass_fields__") else self.options
                 t0 = self.clock()
@@ -230,7 +231,7 @@ class LocalPipelineExecutor:
                         self._busy[gpu].append((t0, t1))
                 if not isinstance(out, EvalOutcome):
                     out = EvalOutcome.from_report(out)
-                cv = compile_verdict(job.build or {})
+                cv = compile_verdict(job.build or BuildSummary(ok=False))
                 # keep the CPU stage's compile verdict (the GPU side only found the build in the cache)
                 rest = [x for x in out.verdicts if not (x.stage == "compile" and x.status == Status.PASS)]
                 if any(x.stage == "compile" for x in rest):
@@ -240,14 +241,14 @@ class LocalPipelineExecutor:
                 for x in verdicts:
                     if x.stage != "compile":
                         job.notify(x)
-                out = replace(out, verdicts=verdicts, build_s=(job.build or {}).get("seconds"), gpu_s=t1 - t0,
+                out = replace(out, verdicts=verdicts, build_s=job.build.seconds if job.build else None, gpu_s=t1 - t0,
                               gpu=gpu)
                 self._finish(job, out)
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything the evaluation throws
                 v = Verdict("correctness", Status.FAIL, f"evaluation crashed in the parent: {exc!r}",
                             {"traceback": traceback.format_exc()[-4000:]})
                 job.notify(v)
-                self._finish(job, EvalOutcome([compile_verdict(job.build or {"ok": True}), v]))
+                self._finish(job, EvalOutcome([compile_verdict(job.build or BuildSummary(ok=True)), v]))
 
     def _profile_on(self, job: _Job, gpu: int | None) -> None:
         opts = replace(self.options, gpu=gpu) if hasattr(self.options, "__dataclass_fields__") else self.options

@@ -37,6 +37,7 @@ from typing import Any
 from engine.candidates import Candidate
 from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, StageCallback, Submission
 from engine.evolve.worker_fns import compile_verdict
+from engine.harness.build_result import BuildSummary
 from engine.tasks.model import Task
 from engine.tasks.portable import pack_task, unpack_task
 from engine.verdict import Status, Verdict
@@ -91,14 +92,13 @@ def build_job(candidate_json: dict[str, Any], cache_root: str | None, timeout_s:
     try:
         tc = detect(archs=archs or None)
     except ToolchainError as exc:
-        return {"build": {"ok": False, "error": str(exc), "log": "", "seconds": time.time() - t0},
+        return {"build": BuildSummary(ok=False, error=str(exc), seconds=time.time() - t0).to_json(),
                 "archive": None, "toolchain_key": "", "where": _where(), "start": t0, "end": time.time()}
     r = build_candidate(cand, cache, tc, timeout_s=timeout_s)
     archive = None
     if r.ok and cand.format != "kernelbench":
         archive = pack_entry(entry_dir(cache, tc, cand))
-    return {"build": {"ok": r.ok, "error": r.error, "log": (r.log or "")[-8000:], "seconds": r.seconds,
-                      "cache_hit": r.cache_hit, "steps": dict(r.steps or {})},
+    return {"build": BuildSummary.of(r).to_json(),
             "archive": archive, "toolchain_key": tc.key(), "source_hash": cand.source_hash,
             "where": _where(), "start": t0, "end": time.time()}
 
@@ -400,15 +400,15 @@ class RayExecutor:
         if job.phase == "build":
             with self._lock:
                 self._build_busy.append((float(result["start"]), float(result["end"])))
-            build = result["build"]
-            job.build_s = build.get("seconds")
+            build = BuildSummary.from_json(result["build"])
+            job.build_s = build.seconds
             v = compile_verdict(build)
             job.notify(v)
             if v.status != Status.PASS:
                 self._finish(job, EvalOutcome([v], build_s=job.build_s, data={"ray": {"build": result["where"]}}))
                 return
             job.built = {"archive": result.get("archive"), "toolchain_key": result.get("toolchain_key"),
-                         "build": build}
+                         "build": build.to_json()}
             job.phase = "gpu"
             self._launch(job)
             return
@@ -419,7 +419,7 @@ class RayExecutor:
         out = EvalOutcome.from_json(result["outcome"])
         verdicts = out.verdicts
         if job.built is not None:
-            cv = compile_verdict(job.built["build"])
+            cv = compile_verdict(BuildSummary.from_json(job.built["build"]))
             rest = [x for x in verdicts if not (x.stage == "compile" and x.status == Status.PASS)]
             verdicts = rest if any(x.stage == "compile" for x in rest) else [cv] + rest
         for x in verdicts:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate
 from engine.evolve.outcome import EvalOutcome
+from engine.harness.build_result import BuildSummary
 from engine.tasks.model import Task
 from engine.verdict import Status, Verdict
 
@@ -75,7 +76,7 @@ _TOOLCHAIN: Toolchain | None = None    # detected once per worker process
 
 
 def default_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Compile one candidate into the cache (runs in a CPU worker process). Returns a small JSON dict."""
+    """Compile one candidate into the cache (runs in a CPU worker process). Returns a BuildSummary's JSON."""
     global _TOOLCHAIN
     from engine.harness.build import build_candidate
     from engine.harness.toolchain import ToolchainError, detect
@@ -86,10 +87,8 @@ def default_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: fl
         if _TOOLCHAIN is None:
             _TOOLCHAIN = detect()
     except ToolchainError as exc:
-        return {"ok": False, "error": str(exc), "log": "", "seconds": time.monotonic() - t0, "cache_hit": False}
-    r = build_candidate(cand, Path(cache_root), _TOOLCHAIN, timeout_s=timeout_s)
-    return {"ok": r.ok, "error": r.error, "log": (r.log or "")[-8000:], "seconds": r.seconds,
-            "cache_hit": r.cache_hit, "steps": dict(r.steps or {})}
+        return BuildSummary(ok=False, error=str(exc), seconds=time.monotonic() - t0).to_json()
+    return BuildSummary.of(build_candidate(cand, Path(cache_root), _TOOLCHAIN, timeout_s=timeout_s)).to_json()
 
 
 def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions) -> EvalOutcome:
@@ -109,14 +108,13 @@ def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalO
     return out
 
 
-def compile_verdict(build: dict[str, Any]) -> Verdict:
-    """The `compile` verdict of a build result (default_build's dict, or a stand-in's)."""
-    if build.get("ok"):
-        return Verdict("compile", Status.PASS, "cache hit" if build.get("cache_hit") else "compiled",
-                       {"seconds": round(float(build.get("seconds") or 0.0), 2), "cache_hit": bool(build.get("cache_hit")),
-                        "steps": build.get("steps") or {}})
-    return Verdict("compile", Status.FAIL, build.get("error") or "compilation failed",
-                   {"log": str(build.get("log") or "")[-8000:]})
+def compile_verdict(build: BuildSummary) -> Verdict:
+    """The `compile` verdict of a build (default_build's, or a stand-in's)."""
+    if build.ok:
+        return Verdict("compile", Status.PASS, "cache hit" if build.cache_hit else "compiled",
+                       {"seconds": round(float(build.seconds or 0.0), 2), "cache_hit": build.cache_hit,
+                        "steps": build.steps})
+    return Verdict("compile", Status.FAIL, build.error or "compilation failed", {"log": build.log[-8000:]})
 
 
 def start_resource_tracker() -> None:
@@ -146,10 +144,11 @@ def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def call_build(build_fn: Callable[..., dict[str, Any]], cand: Candidate, options: EvalOptions) -> dict[str, Any]:
+def call_build(build_fn: Callable[..., dict[str, Any]], cand: Candidate, options: EvalOptions) -> BuildSummary:
     """`build_fn` in this thread (the sequential mode); its exception is a failed build."""
     try:
-        return build_fn(cand.to_json(), str(options.cache_root), float(getattr(options, "build_timeout_s", 600.0)))
+        return BuildSummary.from_json(
+            build_fn(cand.to_json(), str(options.cache_root), float(getattr(options, "build_timeout_s", 600.0))))
     except Exception as exc:  # noqa: BLE001
-        return {"ok": False, "error": f"build failed: {exc!r}", "log": traceback.format_exc()}
+        return BuildSummary(ok=False, error=f"build failed: {exc!r}", log=traceback.format_exc())
 

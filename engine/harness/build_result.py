@@ -1,0 +1,78 @@
+"""What a build returns: BuildResult (also what a cache entry's result.json holds), the failure kinds, and
+BuildSummary, the part of a build that crosses a process boundary to an executor.
+Standard library only. Split from engine/harness/build.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+FailureKind = Literal["compile", "link", "timeout", "internal", "invalid"]
+
+
+# ---------------------------------------------------------------------------- results
+@dataclass
+class BuildResult:
+    ok: bool
+    format: str
+    source_hash: str
+    module_name: str | None
+    so_path: Path | None
+    seconds: float                                          # wall time of this call (lookup time on a hit)
+    cache_hit: bool = False
+    log: str = ""                                           # compiler output, trimmed and de-noised
+    error: str | None = None                                # one paragraph: file:line and cause
+    failure: FailureKind | None = None
+    note: str | None = None
+    steps: dict[str, float] = field(default_factory=dict)   # seconds per step of the build that made it;
+                                                            # "nvcc/cxx (cached object)": 0.0 for a reused object
+    pch_used: bool | None = None                            # native only: did g++ accept the PCH (None: no
+                                                            # PCH, or binding.o came from the object cache)
+    toolchain_key: str = ""
+    entry_dir: Path | None = None                           # the cache entry (src/, build.log), if stored
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["so_path"] = str(self.so_path) if self.so_path else None
+        d["entry_dir"] = str(self.entry_dir) if self.entry_dir else None
+        return d
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "BuildResult":
+        d = dict(obj)
+        d["so_path"] = Path(d["so_path"]) if d.get("so_path") else None
+        d["entry_dir"] = Path(d["entry_dir"]) if d.get("entry_dir") else None
+        return cls(**d)
+
+
+@dataclass
+class BuildSummary:
+    """What an executor gets back from a build worker (a process of the pool, a Ray task): the part of a
+    BuildResult the compile verdict is made from, without the paths, which name files on the worker's machine.
+    A build_fn returns its to_json(); from_json also reads a stand-in's partial dict (the tests' fake builds),
+    taking the defaults for what it leaves out."""
+    ok: bool
+    error: str | None = None
+    log: str = ""                                           # the tail of BuildResult.log
+    seconds: float | None = None                            # None: the worker never said (it died)
+    cache_hit: bool = False
+    steps: dict[str, float] = field(default_factory=dict)   # as BuildResult.steps
+
+    LOG_TAIL: ClassVar[int] = 8000
+
+    @classmethod
+    def of(cls, result: BuildResult) -> "BuildSummary":
+        return cls(ok=result.ok, error=result.error, log=(result.log or "")[-cls.LOG_TAIL:], seconds=result.seconds,
+                   cache_hit=result.cache_hit, steps=dict(result.steps or {}))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "BuildSummary":
+        seconds = obj.get("seconds")
+        return cls(ok=bool(obj.get("ok")), error=obj.get("error"), log=str(obj.get("log") or ""),
+                   seconds=float(seconds) if seconds is not None else None, cache_hit=bool(obj.get("cache_hit")),
+                   steps=dict(obj.get("steps") or {}))
