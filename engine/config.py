@@ -7,6 +7,9 @@ so other parts (harness, TUI) can read theirs without touching this loader.
 
 API keys are never read from files: `ANTHROPIC_API_KEY` (or the variable `[llm] api_key_env` names) stays in
 the environment (see engine.llm.availability).
+
+The LLM price table is in engine.config_prices and the KBENCH_* environment registry in engine.config_env;
+this module re-exports both, so callers import from engine.config alone.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import re
 import tomllib
 import types
 import typing
@@ -22,58 +24,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine.errors import KbenchError
-
-
-class ConfigError(KbenchError):
-    """A config file or flag has an unknown key or a value of the wrong type."""
-
-
-@dataclass(frozen=True)
-class Price:
-    """US dollars per million tokens."""
-
-    input: float
-    output: float
-    cache_write: float  # 5-minute cache writes
-    cache_read: float
-
-
-FREE = Price(0.0, 0.0, 0.0, 0.0)
-
-# Anthropic list prices (USD per million tokens: input, output, 5-minute cache write, cache hit), read from
-# the pricing and model pages on 2026-11-23 (docs/formats.md, "LLM: what the API documents"). Matched by
-# exact model id; a dated snapshot id (claude-haiku-4-5-20251001) matches its undated entry, nothing else
-# does, so a model this table does not know costs the "*" entry: deliberately the most expensive tier, so a
-# budget stops early rather than late. Override or add any model with [llm.prices."<model>"].
-DEFAULT_PRICES: dict[str, Price] = {
-    "claude-fable-5-2": Price(8.0, 40.0, 10.0, 0.20),
-    "claude-mythos-5-2": Price(8.0, 40.0, 10.0, 0.20),
-    "claude-fable-5-1": Price(10.0, 50.0, 12.50, 0.25),
-    "claude-mythos-5-1": Price(10.0, 50.0, 12.50, 0.25),
-    "claude-fable-5": Price(10.0, 50.0, 12.50, 1.00),
-    "claude-mythos-5": Price(10.0, 50.0, 12.50, 1.00),
-    "claude-opus-5-5": Price(4.0, 20.0, 5.0, 0.20),
-    "claude-opus-5": Price(5.0, 25.0, 6.25, 0.50),
-    "claude-opus-4-8": Price(5.0, 25.0, 6.25, 0.50),
-    "claude-opus-4-7": Price(5.0, 25.0, 6.25, 0.50),
-    "claude-opus-4-6": Price(5.0, 25.0, 6.25, 0.50),
-    "claude-opus-4-5": Price(5.0, 25.0, 6.25, 0.50),
-    "claude-opus-4-1": Price(15.0, 75.0, 18.75, 1.50),
-    "claude-opus-4": Price(15.0, 75.0, 18.75, 1.50),
-    "claude-sonnet-5-5": Price(2.0, 10.0, 2.50, 0.10),
-    "claude-sonnet-5": Price(2.0, 10.0, 2.50, 0.20),
-    "claude-sonnet-4-6": Price(3.0, 15.0, 3.75, 0.30),
-    "claude-sonnet-4-5": Price(3.0, 15.0, 3.75, 0.30),
-    "claude-sonnet-4": Price(3.0, 15.0, 3.75, 0.30),
-    "claude-haiku-5-5": Price(0.10, 0.50, 0.125, 0.01),   # prompts up to 100k tokens (kbench's are smaller)
-    "claude-haiku-4-5": Price(1.0, 5.0, 1.25, 0.10),
-    "*": Price(15.0, 75.0, 18.75, 1.50),
-}
+# Re-exported: the price table and the environment registry live in their own modules, and ConfigError in
+# engine.errors (below both); `from engine.config import ...` stays the one import path for callers.
+from engine.config_env import (  # noqa: F401
+    ENV_VARS,
+    SECRETS_FD_ENV,
+    Env,
+    EnvVar,
+    cache_dir,
+    cache_root,
+    env_flag,
+    env_float,
+    env_int,
+    env_raw,
+    take_secrets_fd,
+    task_dirs,
+    workspace_dir,
+)
+from engine.config_prices import _SNAPSHOT, DEFAULT_PRICES, FREE, Price, _prices
+from engine.errors import ConfigError
 
 PROVIDERS = ("anthropic", "openai-compatible")
 PROFILE_MODES = ("best", "all", "off")
-_SNAPSHOT = re.compile(r"-(\d{8})$")
 
 
 @dataclass(frozen=True)
@@ -307,35 +279,6 @@ def profile_mode(value: Any, where: str = "[eval] profile") -> str:
                       f"or \"off\" (the older true / false mean \"all\" / \"off\"), got {value!r}.")
 
 
-def _prices(raw: Any, where: str) -> dict[str, Price]:
-    if isinstance(raw, dict) and all(isinstance(v, Price) for v in raw.values()):
-        return dict(raw)
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where} prices: expected tables [llm.prices.\"<model>\"].")
-    out: dict[str, Price] = {}
-    for model, p in raw.items():
-        if isinstance(p, Price):
-            out[model] = p
-            continue
-        if not isinstance(p, Mapping):
-            raise ConfigError(f"{where} prices.{model}: expected a table with input, output, cache_write, "
-                              "cache_read (USD per million tokens).")
-        fields_ = {f.name for f in dataclasses.fields(Price)}
-        if set(p) - fields_:
-            raise ConfigError(f"{where} prices.{model}: unknown key(s) {', '.join(sorted(set(p) - fields_))}.")
-        base = p.get("input")
-        if not isinstance(base, (int, float)) or isinstance(base, bool):
-            raise ConfigError(f"{where} prices.{model}: `input` (USD per million tokens) is required.")
-        # Cache prices default to Anthropic's multipliers of the input price (1.25x write, 0.1x read).
-        defaults = {"output": base * 5, "cache_write": base * 1.25, "cache_read": base * 0.1}
-        vals = {k: p.get(k, defaults.get(k)) for k in fields_}
-        for k, v in vals.items():
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"{where} prices.{model}.{k}: expected a non-negative number, got {v!r}.")
-        out[model] = Price(**{k: float(v) for k, v in vals.items()})
-    return out
-
-
 def _coerce(value: Any, hint: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
@@ -430,118 +373,3 @@ def _validate(cfg: Config) -> None:
         raise ConfigError("[executor] retries must be non-negative, build_cpus positive, build_workers at least 1.")
     if ex.gpus is not None and not all(p.strip().isdigit() for p in ex.gpus.split(",")):
         raise ConfigError(f"[executor] gpus: expected GPU indices like \"0,1\", got {ex.gpus!r}.")
-
-
-# -- environment variables --------------------------------------------------------------------------------
-# Every KBENCH_* variable kbench reads is registered here with what it does, and read only through the
-# accessors below: a misspelt name is a KeyError, a value that does not parse a ConfigError naming the
-# variable. README.md ("Environment variables") lists the same set; tests/test_config_env.py keeps the
-# registry, the README and the readers together. Unset or empty means the default.
-
-Env = Mapping[str, str] | None       # None: os.environ (a mapping lets tests and children pass their own)
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    name: str
-    default: str                     # as the environment would hold it; "" for none
-    doc: str
-    test_only: bool = False          # a hook for kbench's own tests and benchmarks, not a setting
-
-
-ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
-    EnvVar("KBENCH_WORKSPACE", "", "the workspace repository when `--workspace` is not given (else ./workspace)"),
-    EnvVar("KBENCH_TASKS", "", "folders of your own tasks, separated by `:` like PATH; listed after the built-in ones"),
-    EnvVar("KBENCH_CACHE", "", "builds, object files, evaluation records, roofline peaks and the Models API "
-                               "catalogue (else $XDG_CACHE_HOME/kbench, else ~/.cache/kbench)"),
-    EnvVar("KBENCH_CLAIM_WAIT_S", "3", "seconds a session held by another writer is retried before refusing"),
-    EnvVar("KBENCH_GIT_LOCK_WAIT_MS", "3000", "milliseconds a git `*.lock` file of another process is waited for "
-                                              "before a workspace write gives up"),
-    EnvVar("KBENCH_WORKSPACE_GC_EVERY", "200", "run `git gc --auto` in the workspace every this many commits; 0: never"),
-    EnvVar("KBENCH_SECRETS_FD", "", "internal: the pipe through which kbench hands the API keys to itself when it "
-                                    "re-executes without them in its environment (engine.secrets)"),
-    EnvVar("KBENCH_CRASHPOINT", "", "`<point>[:<n>]` or `any:<n>`: the process kills itself at that workspace write "
-                                    "point (crash-safety tests)", test_only=True),
-    EnvVar("KBENCH_CRASHED_DURING_REFS", "", "set by the `during-refs` crash point for the git child it starts, so a "
-                                             "test's git hook can slow that child down", test_only=True),
-    EnvVar("KBENCH_FAKE_EVAL_DELAY", "0", "`kbench evolve --fake-evaluator`: seconds each fake evaluation takes",
-           test_only=True),
-    EnvVar("KBENCH_FAKE_BUILD_S", "", "seconds the fake compile stage sleeps (default: its caller's)", test_only=True),
-    EnvVar("KBENCH_FAKE_GPU_S", "", "seconds the fake GPU stage sleeps (default: its caller's)", test_only=True),
-    EnvVar("KBENCH_FAKE_NO_GPU", "", "set: the fake evaluator reports that no GPU is visible", test_only=True),
-    EnvVar("KBENCH_FAKE_EVAL_HOLD_AFTER", "0", "the fake evaluator holds every evaluation after the first N until "
-                                               "it is closed; 0: never", test_only=True),
-    EnvVar("KBENCH_TUI_FAKE_EVALUATOR", "", "set: the app evaluates with the fake evaluator (`kbench "
-                                            "--fake-evaluator` sets it)", test_only=True),
-    EnvVar("KBENCH_TUI_FAKE_DELAY", "0.3", "seconds each of the app's fake evaluations takes", test_only=True),
-    EnvVar("KBENCH_UPDATE_SNAPSHOTS", "", "set: tests/test_tui_snapshots.py rewrites the snapshots it compares with",
-           test_only=True),
-    EnvVar("KBENCH_TEST_SINGLE_CU", "", "set: run the test that compiles a single-file candidate with nvcc (minutes "
-                                        "on a small machine)", test_only=True),
-    EnvVar("KBENCH_INTEGRITY_TIMEOUT", "240", "seconds each case of tests/test_gpu_integrity.py may take",
-           test_only=True),
-)}
-
-SECRETS_FD_ENV = "KBENCH_SECRETS_FD"
-
-
-def env_raw(name: str, env: Env = None) -> str:
-    """The variable's value, else its registered default ("" for none). Unregistered names are a KeyError."""
-    var = ENV_VARS[name]
-    return (os.environ if env is None else env).get(name) or var.default
-
-
-def env_flag(name: str, env: Env = None) -> bool:
-    """Set to anything non-empty (as the hooks have always read it: "0" is set too)."""
-    return bool(env_raw(name, env))
-
-
-def env_int(name: str, env: Env = None, default: int | None = None) -> int:
-    return int(_number(name, int, env, default))
-
-
-def env_float(name: str, env: Env = None, default: float | None = None) -> float:
-    """`default` stands in for the registered one where the caller has its own (the fake stages' sleeps)."""
-    return float(_number(name, float, env, default))
-
-
-def _number(name: str, kind: type[int] | type[float], env: Env, default: float | None) -> float:
-    var = ENV_VARS[name]
-    raw = (os.environ if env is None else env).get(name) or ""
-    if not raw:
-        return default if default is not None else kind(var.default or 0)
-    try:
-        return kind(raw)
-    except ValueError:
-        what = "an integer" if kind is int else "a number"
-        raise ConfigError(f"${name}: expected {what}, got {raw!r} ({var.doc}).") from None
-
-
-def workspace_dir(env: Env = None) -> Path | None:
-    """$KBENCH_WORKSPACE, None when unset (the caller's fallback is ./workspace)."""
-    raw = env_raw("KBENCH_WORKSPACE", env)
-    return Path(raw).expanduser() if raw else None
-
-
-def task_dirs(raw: str | None = None, env: Env = None) -> list[Path]:
-    """$KBENCH_TASKS split like PATH (`raw` stands in for the variable)."""
-    raw = env_raw("KBENCH_TASKS", env) if raw is None else raw
-    return [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
-
-
-def cache_dir(env: Env = None) -> Path | None:
-    """$KBENCH_CACHE as given; None when unset (each reader picks its fallback: see cache_root)."""
-    raw = env_raw("KBENCH_CACHE", env)
-    return Path(raw) if raw else None
-
-
-def cache_root(env: Env = None) -> Path:
-    """$KBENCH_CACHE, else $XDG_CACHE_HOME/kbench, else ~/.cache/kbench."""
-    e = os.environ if env is None else env
-    return cache_dir(env) or Path(e.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "kbench"
-
-
-def take_secrets_fd() -> int | None:
-    """The key pipe's descriptor, removed from os.environ so no child inherits it; None when absent."""
-    raw = os.environ.pop(SECRETS_FD_ENV, None)
-    return int(raw) if raw is not None else None

@@ -5,6 +5,10 @@ class KbenchError(Exception):
     """Base class: a clear, one-paragraph message that names the file and the cause."""
 
 
+class ConfigError(KbenchError):
+    """A config file or flag has an unknown key or a value of the wrong type (engine.config re-exports it)."""
+
+
 class TaskError(KbenchError):
     """A task folder or file is malformed."""
 
