@@ -9,7 +9,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from kbench_tui import keymap
-from kbench_tui.backend import waiting_count
+from kbench_tui.view_models import waiting_count
 from kbench_tui.screens.actions import CandidateActions
 from kbench_tui.widgets.fitness_plot import FitnessPlot
 from kbench_tui.widgets.line import Line

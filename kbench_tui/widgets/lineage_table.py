@@ -16,7 +16,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from kbench_tui.backend import status_text
+from kbench_tui.view_models import status_text
 
 COLUMNS = (("gen", 5), ("candidate", 12), ("op", 10), ("parents", 18), ("status", 18), ("speedup", 9),
            ("title", 60))

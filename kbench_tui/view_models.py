@@ -1,0 +1,125 @@
+"""What the app's screens display, built from engine records: the rows of the home screen's tables, a
+session's listing with its per-generation statistics, one-line candidate states and re-evaluation summaries.
+
+Plain dataclasses and formatting with no workspace or session of their own: kbench_tui.backend (the adapter
+over the engine's session service) builds them, screens and widgets read them. Split out of backend.py;
+kbench_tui.backend re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.evolve.resume import INFRA_FAILURE
+from engine.gpu_wait import WAITING_FOR_GPU, waiting_for_gpu
+from engine.verdict import STAGES, Status
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    name: str
+    directions: tuple[str, ...]
+    configs: int
+    tags: str
+    error: str = ""
+    ref: str = ""                    # what to start a session with: the name, or the folder of a $KBENCH_TASKS task
+    folder: str = ""                 # set for the user's own tasks ($KBENCH_TASKS), shown beside the name
+
+    @property
+    def key(self) -> str:
+        return self.ref or self.name
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    name: str
+    task: str
+    direction: str
+    proposer: str
+    candidates: int
+    generation: int | None
+    best: str | None
+    best_speedup: float | None
+    status: str                      # running / paused / waiting for a GPU (n) / idle
+
+
+@dataclass(frozen=True)
+class GenerationStat:
+    generation: int
+    count: int
+    best: float | None
+    median: float | None
+
+
+@dataclass
+class SessionData:
+    """What the session screen shows, built off the UI thread."""
+
+    name: str
+    views: list[Any]                                  # CandidateView, by generation
+    index: dict[str, int] = field(default_factory=dict)   # id -> row
+    gen_first: dict[int, int] = field(default_factory=dict)  # generation -> first row
+    stats: list[GenerationStat] = field(default_factory=list)
+
+
+def summarize(name: str, views: list[Any]) -> SessionData:
+    data = SessionData(name, views)
+    per: dict[int, list[float]] = {}
+    counts: dict[int, int] = {}
+    for i, v in enumerate(views):
+        data.index[v.record.id] = i
+        g = v.record.generation
+        data.gen_first.setdefault(g, i)
+        counts[g] = counts.get(g, 0) + 1
+        if v.status.eligible:
+            per.setdefault(g, []).append(v.status.speedup)
+    data.stats = [GenerationStat(g, counts[g], max(per[g]) if g in per else None,
+                                 statistics.median(per[g]) if g in per else None) for g in sorted(counts)]
+    return data
+
+
+def status_text(view: Any) -> str:
+    """One word or two for a candidate's state in lists."""
+    st = view.status
+    if view.problem:
+        return "corrupt note"
+    mark = "*" if st.overrides else ""
+    for s in st.stages.values():
+        if s.status in (Status.FAIL, Status.SUSPICIOUS):
+            return f"{s.status.value} {s.stage}{mark}"
+    if st.speedup is not None:
+        return f"ok{mark}"
+    if waiting_for_gpu(st):
+        return WAITING_FOR_GPU        # compiled without a GPU; measured by a run on a GPU machine
+    if st.events and st.events[-1].event == INFRA_FAILURE:
+        return "infrastructure failure"   # the executor lost it; not judged (evaluated again on resume)
+    if not st.stages:
+        return "pending"
+    last = list(st.stages.values())[-1]
+    return f"{last.stage} {last.status.value}{mark}"
+
+
+def waiting_count(views: list[Any]) -> int:
+    """How many of these candidates are compiled and waiting for a GPU (engine.gpu_wait)."""
+    return sum(1 for v in views if not v.problem and waiting_for_gpu(v.status))
+
+
+@dataclass(frozen=True)
+class Reevaluation:
+    status: Any          # the candidate's CandidateStatus after the new notes
+    summary: str         # what this evaluation found, in one line
+
+
+def _reevaluation_summary(out: Any, meas: Any) -> str:
+    if meas is not None:
+        return f"{meas.speedup_eager:.3f}x on {meas.gpu or 'the GPU'}"
+    if out.failed_stage:
+        return f"failed at {out.failed_stage}: {out.reason}"
+    timing = next((v for v in out.verdicts if v.stage == "timing"), None)
+    return "not measured" + (f": {timing.reason}" if timing is not None and timing.reason else "")
+
+
+def stage_names() -> tuple[str, ...]:
+    return STAGES
