@@ -26,6 +26,7 @@ and two GPU busy fractions:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -41,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.evolve.local_executor import LocalPipelineExecutor
+from engine.evolve.worker_fns import default_gpu
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.pipeline.evaluate import EvalOptions
 from engine.proposers.tuner import TunerProposer
@@ -94,18 +96,6 @@ class SmiSampler:
                 "mean_util": sum(vals) / len(vals) / 100.0}
 
 
-def per_candidate_gpu(task, candidate, direction, options):
-    """The GPU stage as it was before warm judges and session baselines (`--old`): one cold judge per candidate
-    that measures eager and torch.compile itself, the profile stage inside the evaluation."""
-    from dataclasses import replace
-
-    from engine.evolve.executor import EvalOutcome
-    from engine.pipeline.evaluate import evaluate
-    out = EvalOutcome.from_report(evaluate(task, candidate, direction, replace(options, override_static=True)))
-    out.verdicts = [v for v in out.verdicts if v.stage != "static"]
-    return out
-
-
 def run_mode(args: argparse.Namespace, mode: str) -> dict:
     from engine.harness.build import ensure_pch
     from engine.harness.toolchain import detect
@@ -116,8 +106,6 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
     cache = root / "cache"
     fakes: dict = {}
     if args.fake:   # a CPU dry run of this script: sleeps instead of nvcc and the GPU
-        import functools
-
         from engine.evolve.fake import fake_build, fake_gpu
         fakes = {"build_fn": functools.partial(fake_build, sleep_s=args.fake[0]),
                  "gpu_fn": functools.partial(fake_gpu, sleep_s=args.fake[1])}
@@ -131,7 +119,8 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
                        baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
                        profile=profile == "all")
     if args.old:
-        fakes.setdefault("gpu_fn", per_candidate_gpu)
+        # the GPU stage as it was before warm judges and session baselines: a cold judge per candidate
+        fakes.setdefault("gpu_fn", functools.partial(default_gpu, warm=False))
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None
     ex = LocalPipelineExecutor(task, direction, opts, gpus=gpus, build_workers=args.build_workers,
                                pipelined=(mode == "pipelined"), **fakes)

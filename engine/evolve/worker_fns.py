@@ -91,18 +91,20 @@ def default_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: fl
     return BuildSummary.of(build_candidate(cand, Path(cache_root), _TOOLCHAIN, timeout_s=timeout_s)).to_json()
 
 
-def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions) -> EvalOutcome:
+def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions, *,
+                warm: bool = True) -> EvalOutcome:
     """The sandboxed check + time of an already-built candidate (evaluate() finds the build in the cache).
 
     The static integrity stage belongs to the loop (engine.evolve.checks), which runs it before a candidate
     is submitted and honours a person's override; evaluate() is told not to gate on it again, and its
-    repeat of the `static` verdict is dropped so it cannot overrule that override in the notes."""
+    repeat of the `static` verdict is dropped so it cannot overrule that override in the notes. `warm=False`
+    is the behaviour before warm judges (a cold judge measuring every baseline), for benchmarks."""
     from engine.pipeline.evaluate import evaluate
 
     if hasattr(options, "override_static"):
         # a spare judge waits for the worker's next candidate (engine/pipeline/warm.py), and the session's
         # baselines of each config are reused (re-checked, re-measured on drift: engine/pipeline/baselines.py)
-        options = replace(options, override_static=True, warm=True, reuse_baselines=True)
+        options = replace(options, override_static=True, warm=warm, reuse_baselines=warm)
     out = EvalOutcome.from_report(evaluate(task, candidate, direction, options))
     out.verdicts = [v for v in out.verdicts if v.stage != "static"]
     return out
