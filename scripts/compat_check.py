@@ -2,6 +2,7 @@
 
     python scripts/compat_check.py PATH [--check-task] [--eval] [--device cpu|cuda] [--all] [--only SUBSTR]
                                         [--json OUT.json] [--targets upstream,built-in] [--no-timing] [--jobs N]
+                                        [--timeout S]
 
 PATH is a checkout of SakanaAI/robust-kbench or ScalingIntelligence/KernelBench (or any folder inside one):
 - robust-kbench: every task folder (a folder holding func_forward.py or func_backward.py) under tasks/; its own
@@ -20,7 +21,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -178,9 +179,10 @@ def shapes_row(row: Row) -> None:
 
 
 def evaluate_kernels(checkout: Path, targets: tuple[str, ...] = ("upstream", "built-in"), timing: bool = True,
-                     jobs: int = 1, only: str = "") -> list[dict]:
+                     jobs: int = 1, only: str = "", timeout_s: float | None = None) -> list[dict]:
     """Each published robust-kbench kernel, unmodified, on the upstream task and on kbench's built-in task
-    (`jobs` evaluations at a time: each builds in its own jailed compiler and judges in its own process)."""
+    (`jobs` evaluations at a time: each builds in its own jailed compiler and judges in its own process).
+    `timeout_s` is the judge's own deadline: a kernel still running then gets the judge's verdict for it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from engine.candidates import load_candidate
@@ -205,8 +207,10 @@ def evaluate_kernels(checkout: Path, targets: tuple[str, ...] = ("upstream", "bu
             if direction not in task.directions:
                 entry["verdict"] = f"the task has no {direction} direction"
                 return entry
-            rep = evaluate(task, load_candidate(kernel), direction,
-                           EvalOptions(trials=1, profile=False, timing=timing, baselines=("eager",)))
+            opts = EvalOptions(trials=1, profile=False, timing=timing, baselines=("eager",))
+            if timeout_s is not None:
+                opts = replace(opts, timeout_s=timeout_s)
+            rep = evaluate(task, load_candidate(kernel), direction, opts)
         except Exception as exc:  # noqa: BLE001
             entry["verdict"] = f"error: {type(exc).__name__}: {str(exc)[:300]}"
             return entry
@@ -266,6 +270,8 @@ def main() -> int:
                     help="--eval: on the upstream task folders, kbench's built-in tasks, or both")
     ap.add_argument("--no-timing", action="store_true", help="--eval: correctness and integrity only")
     ap.add_argument("--jobs", type=int, default=1, help="--eval: evaluations at a time")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="--eval: the judge's deadline per evaluation in seconds (default: kbench's own)")
     args = ap.parse_args()
     path = args.path.resolve()
     layout = find_layout(path)
@@ -286,7 +292,7 @@ def main() -> int:
     for line in summarise(rows):
         print(line)
     evals = evaluate_kernels(path, tuple(args.targets.split(",")), not args.no_timing, args.jobs,
-                             args.only) \
+                             args.only, args.timeout) \
         if args.eval and layout == "robust-kbench" else []
     if evals:
         print("\n| kernel | on | passed | eager speedup | verdicts |")
