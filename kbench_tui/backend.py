@@ -77,7 +77,7 @@ class Backend:
                 from engine.config import Config
                 config, self.config_error = Config(), str(exc)
         self.config = config
-        from engine.service import SessionService
+        from engine.service.session_service import SessionService
         self.service = SessionService(
             self.ws, config, env=env, target=target, llm_options=llm_options,
             evaluator_factory=lambda task, direction, _config: self._make_evaluator(task, direction))
@@ -221,7 +221,7 @@ class Backend:
         """Create a session through engine.service (the CLI's defaults and wiring, LLM verifiers included) and
         start its loop on a background thread. Events go to `on_event` (called on the loop's thread). An API
         outage pauses the loop as "API unavailable" (space resumes it)."""
-        from engine.service import SessionSpec
+        from engine.service.spec import SessionSpec
         from engine.tasks.loader import load_task
 
         if proposer not in ("anthropic", "openai", "tuner", "replay", "human"):
@@ -241,7 +241,7 @@ class Backend:
 
     def resume_evolution(self, session: str, on_event: Callable[[Any], None] | None = None) -> Any:
         """Run a session of the workspace again with its stored settings (whoever started it)."""
-        from engine.service import SessionSpec
+        from engine.service.spec import SessionSpec
         info = self.ws.session(session)
         cfg = info.config or {}
         proposer = cfg.get("proposer") or info.proposer
