@@ -9,7 +9,8 @@ as `kbench reevaluate` records it, overrides, hand edits through the human propo
 engine.export.
 
 The small dataclasses and formatting the screens display (TaskRow, SessionData, status_text, ...) are in
-kbench_tui.view_models; this module is the adapter that builds them, and re-exports them.
+kbench_tui.view_models, and the queue of re-evaluations a person asks for in kbench_tui.reevaluations; this
+module is the adapter that builds and owns them.
 """
 
 from __future__ import annotations
@@ -23,21 +24,8 @@ from engine.config import env_flag, env_float
 from engine.errors import KbenchError
 from engine.gpu_wait import WAITING_FOR_GPU
 from engine.verdict import Verdict
-
-# The view-models (what the screens display) live in kbench_tui.view_models; re-exported here so
-# `from kbench_tui.backend import TaskRow, status_text, ...` keeps working.
-from kbench_tui.view_models import (  # noqa: F401
-    GenerationStat,
-    Reevaluation,
-    SessionData,
-    SessionRow,
-    TaskRow,
-    _reevaluation_summary,
-    stage_names,
-    status_text,
-    summarize,
-    waiting_count,
-)
+from kbench_tui.reevaluations import ReevaluationQueue
+from kbench_tui.view_models import SessionData, SessionRow, TaskRow, summarize, waiting_count
 
 EvaluatorFactory = Callable[[Any, str], Any]   # (task, direction) -> engine.evolve Evaluator
 
@@ -77,15 +65,13 @@ class Backend:
                 from engine.config import Config
                 config, self.config_error = Config(), str(exc)
         self.config = config
-        from engine.service import SessionService
+        from engine.service.session_service import SessionService
         self.service = SessionService(
             self.ws, config, env=env, target=target, llm_options=llm_options,
             evaluator_factory=lambda task, direction, _config: self._make_evaluator(task, direction))
         self.runners: dict[str, Any] = {}            # session -> live EvolutionSession
-        self._evaluators: dict[str, Any] = {}
-        self._eval_lock = threading.Lock()          # re-evaluations run one at a time (a queue)
-        self._queued = 0
-        self._queue_guard = threading.Lock()
+        self.reevaluations = ReevaluationQueue(self.ws, config, make_evaluator=self._make_evaluator,
+                                               task_of=self.task_of, live_runner=self.live_runner)
 
     def _make_evaluator(self, task: Any, direction: str) -> Any:
         if self._evaluator_factory is default_evaluator_factory:
@@ -98,11 +84,7 @@ class Backend:
                 r.stop(wait_for_evaluations=False)
             except Exception:  # noqa: BLE001
                 pass
-        for e in list(self._evaluators.values()):
-            try:
-                e.close(wait=False)
-            except Exception:  # noqa: BLE001
-                pass
+        self.reevaluations.close()
         self.ws.close()
 
     # ------------------------------------------------------------------------------ environment
@@ -221,7 +203,7 @@ class Backend:
         """Create a session through engine.service (the CLI's defaults and wiring, LLM verifiers included) and
         start its loop on a background thread. Events go to `on_event` (called on the loop's thread). An API
         outage pauses the loop as "API unavailable" (space resumes it)."""
-        from engine.service import SessionSpec
+        from engine.service.spec import SessionSpec
         from engine.tasks.loader import load_task
 
         if proposer not in ("anthropic", "openai", "tuner", "replay", "human"):
@@ -241,7 +223,7 @@ class Backend:
 
     def resume_evolution(self, session: str, on_event: Callable[[Any], None] | None = None) -> Any:
         """Run a session of the workspace again with its stored settings (whoever started it)."""
-        from engine.service import SessionSpec
+        from engine.service.spec import SessionSpec
         info = self.ws.session(session)
         cfg = info.config or {}
         proposer = cfg.get("proposer") or info.proposer
@@ -305,47 +287,11 @@ class Backend:
 
     @property
     def queued(self) -> int:
-        return self._queued
+        return self.reevaluations.queued
 
     def reevaluate(self, cid: str, on_stage: Callable[[Verdict], None] | None = None) -> Any:
-        """Evaluate the candidate again (queued behind any other re-evaluation) and append its verdicts, the
-        measurement and a `reevaluated` event, as `kbench reevaluate` does. Returns the new status and a line
-        saying what this evaluation found (not what the latest measurement says: without a GPU there is none)."""
-        with self._queue_guard:
-            self._queued += 1
-        try:
-            with self._eval_lock:
-                view = self.ws.view(cid)
-                session = view.record.session
-                task = self.task_of(session)
-                direction = self.ws.session(session).direction
-                key = f"{session}"
-                ev = self._evaluators.get(key)
-                if ev is None:
-                    ev = self._evaluators[key] = self._make_evaluator(task, direction)
-                cand = self.ws.files(cid)
-                out = ev.submit(cand, on_stage).result()
-                notes = out.reevaluation_notes(by="tui")
-                status = self.ws.record(cid, notes) if notes else self.ws.status(cid)
-                if getattr(self.config.eval, "profile", "best") == "best":
-                    # on demand: the one candidate a person re-evaluates is profiled too (its evaluation
-                    # leaves the profile stage out with [eval] profile = "best")
-                    from engine.evolve.outcome import profile_now
-                    prof = profile_now(ev, cand, out)
-                    if prof is not None:
-                        if on_stage is not None:
-                            on_stage(prof)
-                        status = self.ws.record_verdict(cid, prof, by="tui")
-                if out.not_judged:
-                    return Reevaluation(status, out.not_judged)
-                meas = out.measurement()
-                runner = self.live_runner(cid)
-                if runner is not None:
-                    runner.notice(cid)      # the running loop takes the new fitness
-                return Reevaluation(status, _reevaluation_summary(out, meas))
-        finally:
-            with self._queue_guard:
-                self._queued -= 1
+        """Evaluate the candidate again, queued behind any other re-evaluation (kbench_tui.reevaluations)."""
+        return self.reevaluations.reevaluate(cid, on_stage)
 
     # ------------------------------------------------------------------------------ hand edits, export
 

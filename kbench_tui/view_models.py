@@ -2,8 +2,7 @@
 session's listing with its per-generation statistics, one-line candidate states and re-evaluation summaries.
 
 Plain dataclasses and formatting with no workspace or session of their own: kbench_tui.backend (the adapter
-over the engine's session service) builds them, screens and widgets read them. Split out of backend.py;
-kbench_tui.backend re-exports every name here.
+over the engine's session service) and kbench_tui.reevaluations build them, screens and widgets read them.
 """
 
 from __future__ import annotations

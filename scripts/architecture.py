@@ -51,7 +51,7 @@ STAGES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "where evaluations run: local worker processes or a Ray cluster"),
     ("LLM proposers", ("engine.proposers.anthropic:LLMProposer", "engine.llm.client:make_client"),
      "translate, mutate, crossover and repair through an LLM"),
-    ("session service", ("engine.service:SessionService",), "what the CLI and the app start sessions through"),
+    ("session service", ("engine.service.session_service:SessionService",), "what the CLI and the app start sessions through"),
 )
 
 

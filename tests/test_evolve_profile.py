@@ -19,7 +19,9 @@ from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.operators import OperatorPolicy
 from engine.pipeline.evaluate import EvalOptions
 from engine.proposers.base import Proposal, ProposalStatus, parent_id, with_provenance
-from engine.service import SessionService, SessionSpec, fake_evaluator_factory
+from engine.service.session_service import SessionService
+from engine.service.spec import SessionSpec
+from engine.service.wiring import fake_evaluator_factory
 from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from engine.workspace import Workspace

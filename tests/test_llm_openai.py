@@ -15,7 +15,7 @@ from llm_testkit import base_config, body, layernorm, parent_candidate, recorded
 from engine.llm.client import LLMRequest, make_client  # noqa: E402
 from engine.llm.errors import APIUnavailable, InvalidRequest, LLMError  # noqa: E402
 from engine.llm.openai_client import OpenAICompatClient  # noqa: E402
-from engine.llm.stub import StubResponse  # noqa: E402
+from engine.llm.stub_server import StubResponse  # noqa: E402
 from engine.llm.stub_openai import (StubOpenAIAPI, completion_from_message, oai_error, text_completion,  # noqa: E402
                                     tool_call_completion)
 from engine.llm.tools import SUBMIT_KERNEL, SUBMIT_VERDICT, kernel_answer  # noqa: E402

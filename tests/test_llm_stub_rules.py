@@ -12,7 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "llm"))
 from llm_testkit import api, recorded  # noqa: E402,F401
 
-from engine.llm.stub import STUB_MODELS, StubMessagesAPI  # noqa: E402
+from engine.llm.stub import StubMessagesAPI  # noqa: E402
+from engine.llm.stub_rules import STUB_MODELS  # noqa: E402
 from engine.llm.tools import SUBMIT_KERNEL  # noqa: E402
 
 MSG = [{"role": "user", "content": "Translate it."}]

@@ -13,7 +13,9 @@ from llm_testkit import API_KEY, api, base_config, kernel_variant, recorded  # n
 
 from engine.errors import KbenchError  # noqa: E402
 from engine.llm.target import TargetInfo  # noqa: E402
-from engine.service import DEFAULTS, SessionService, SessionSpec, fake_evaluator_factory  # noqa: E402
+from engine.service.session_service import SessionService  # noqa: E402
+from engine.service.spec import DEFAULTS, SessionSpec  # noqa: E402
+from engine.service.wiring import fake_evaluator_factory  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
 
 

@@ -153,7 +153,7 @@ def test_hand_edit_and_override_during_a_running_session_reach_its_loop(tmp_path
         log = "\n".join(s.query_one("#log").lines_written)
         assert "joined the running session" in log and "re-evaluate live-g1-1" not in log, log
         assert r.population.get("live-g1-1") is not None and r.population.best().id == "live-g1-1"
-        assert not app.backend._evaluators                   # the app evaluated nothing itself
+        assert not app.backend.reevaluations.evaluators                   # the app evaluated nothing itself
         entry, step = app.backend.override("live-g1-1", "timing", "suspicious", "faster than I believe")
         assert step == "session"                             # the running loop re-reads it
         await wait_until(pilot, lambda: not r.population.get("live-g1-1").eligible)

@@ -306,7 +306,7 @@ def test_fitness_plot_sparklines_and_their_empty_states():
     from textual.app import App
     from textual.widgets import Sparkline
 
-    from kbench_tui.backend import GenerationStat
+    from kbench_tui.view_models import GenerationStat
     from kbench_tui.widgets.fitness_plot import FitnessPlot, series
 
     assert series([1.5, None, 2.0]) == [1.5, 1.5, 2.0]      # unmeasured: drawn at the bottom of the line

@@ -17,7 +17,7 @@ from engine.errors import KbenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from engine.service import DEFAULTS, SESSION_PROPOSERS
+    from engine.service.spec import DEFAULTS, SESSION_PROPOSERS
 
     p = sub.add_parser("evolve", help="evolve faster kernels for a task (resumable: run the same command again)",
                        description="Evolve a population of candidates for TASK. Every candidate is committed to "
@@ -126,7 +126,8 @@ EX_TEMPFAIL = 75    # sysexits: a temporary failure (the LLM API was unavailable
 def _service(args: argparse.Namespace, ws: Any):
     """The session service over this workspace, its config (files + flags) and the evaluator seam."""
     from engine.config import env_float, load_config
-    from engine.service import SessionService, fake_evaluator_factory
+    from engine.service.session_service import SessionService
+    from engine.service.wiring import fake_evaluator_factory
 
     config = load_config(ws.path, _config_flags(args))
     factory, target = None, None
@@ -138,7 +139,7 @@ def _service(args: argparse.Namespace, ws: Any):
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
-    from engine.service import SessionSpec
+    from engine.service.spec import SessionSpec
     from engine.tasks.loader import load_task
 
     check_config_names(load_task(args.task), args.timing_configs, "--time-config")

@@ -1,7 +1,7 @@
 """The fake evaluator: deterministic results from the source text, no compiler, no GPU.
 
 Not only a test double: `kbench --fake-evaluator` (the app's demo, KBENCH_TUI_FAKE_EVALUATOR),
-`kbench evolve --fake-evaluator` (engine.service.fake_evaluator_factory; the CLI's subprocess tests drive it
+`kbench evolve --fake-evaluator` (engine.service.wiring.fake_evaluator_factory; the CLI's subprocess tests drive it
 with KBENCH_FAKE_BUILD_S, KBENCH_FAKE_GPU_S, KBENCH_FAKE_NO_GPU and KBENCH_FAKE_EVAL_HOLD_AFTER),
 kbench_tui.testing and `scripts/bench_evolve.py --fake` run it, and
 Ray workers import `fake_build` / `fake_gpu` by name, so it lives in the package. Doubles only the tests use

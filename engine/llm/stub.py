@@ -10,20 +10,18 @@ tests and offline demos.
 It is a real HTTP server (threading http.server on 127.0.0.1, an ephemeral port), so the real SDK and its
 transport are exercised end to end; nothing leaves the machine.
 
-- `POST /v1/messages` is first checked against the rules the API documents for the requested model (the
-  registry below, written from the model pages, independently of kbench's own table): an unknown top-level
-  parameter, a thinking type the model refuses, a forced `tool_choice` while thinking is on, an effort level
-  the model lacks, a budget at or above max_tokens, max_tokens above the model's limit, `strict` tools on a
-  model without structured outputs, and (the SDK's rule, which kbench applies itself) a non-streamed request
-  whose max_tokens could take longer than 10 minutes: each answers 400 invalid_request_error with the API's
-  wording. A valid request takes the next queued response whose tool matches one the request offers (a
-  recorded answer calling `submit_verdict` only goes to a verifier's request), or any untargeted one; with
-  `"stream": true` it is sent as server-sent events. An empty queue answers 500, which a test will notice.
+- `POST /v1/messages` is first checked against the rules the API documents for the requested model
+  (engine.llm.stub_rules: the registry, STUB_MODELS, and the check): a request the API would refuse answers
+  400 invalid_request_error (404 for an unknown model) with the API's wording. A valid request takes the
+  next queued response whose tool matches one the request offers (a recorded answer calling
+  `submit_verdict` only goes to a verifier's request), or any untargeted one; with `"stream": true` it is
+  sent as server-sent events. An empty queue answers 500, which a test will notice.
 - `outage(status, count, retry_after)` answers the next `count` requests (None: until `end_outage()`) with
   429 rate_limit_error or 529 overloaded_error and a retry-after header, before any rule is checked.
 - `GET /v1/models/{id}` answers the Models API's ModelInfo with its `capabilities` object.
 
-A response file is JSON: {"status": 200, "headers": {...}, "body": {...} or "text", "delay_s": 0}.
+The queue, outages and the server's start and stop are engine.llm.stub_server's StubServer, shared with
+the OpenAI-compatible stub (engine.llm.stub_openai); the bodies sent are built by engine.llm.stub_bodies.
 """
 
 from __future__ import annotations
@@ -31,153 +29,12 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
-
-# Request parameters of POST /v1/messages (the SDK's `messages.create` arguments; `stream` included).
-KNOWN_PARAMS = frozenset({
-    "model", "messages", "max_tokens", "system", "tools", "tool_choice", "thinking", "output_config", "stream",
-    "metadata", "stop_sequences", "temperature", "top_k", "top_p", "service_tier", "container",
-    "context_management", "mcp_servers", "inference_geo", "speed", "diagnostics", "user_profile_id",
-    "workspace_id", "cache_control"})
-
-
-@dataclass(frozen=True)
-class StubModel:
-    """What one model accepts, as its documentation states it."""
-
-    adaptive: bool
-    enabled: bool
-    disabled: bool
-    thinking_by_default: bool         # thinking is on when the request leaves `thinking` out
-    efforts: tuple[str, ...]
-    max_tokens: int
-    structured_outputs: bool = True
-    disabled_max_effort: str | None = None
-
-
-_OPUS_55 = StubModel(adaptive=True, enabled=False, disabled=False, thinking_by_default=True, efforts=EFFORTS,
-                     max_tokens=128000)
-_OPUS_5 = StubModel(adaptive=True, enabled=False, disabled=True, thinking_by_default=True, efforts=EFFORTS,
-                    max_tokens=128000, disabled_max_effort="high")
-_SONNET_46 = StubModel(adaptive=True, enabled=True, disabled=True, thinking_by_default=False,
-                       efforts=("low", "medium", "high", "max"), max_tokens=64000)
-_OPUS_45 = StubModel(adaptive=False, enabled=True, disabled=True, thinking_by_default=False,
-                     efforts=("low", "medium", "high"), max_tokens=64000)
-_HAIKU_45 = StubModel(adaptive=False, enabled=True, disabled=True, thinking_by_default=False, efforts=(),
-                      max_tokens=64000)
-
-STUB_MODELS: dict[str, StubModel] = {
-    "claude-opus-5-5": _OPUS_55, "claude-fable-5-1": _OPUS_55, "claude-opus-5": _OPUS_5,
-    "claude-sonnet-5-5": StubModel(adaptive=True, enabled=False, disabled=True, thinking_by_default=False,
-                                   efforts=EFFORTS, max_tokens=128000),
-    "claude-sonnet-4-6": _SONNET_46, "claude-opus-4-5": _OPUS_45, "claude-opus-4-5-20251101": _OPUS_45,
-    "claude-haiku-4-5": _HAIKU_45, "claude-haiku-4-5-20251001": _HAIKU_45,
-}
-
-
-@dataclass(frozen=True)
-class StubResponse:
-    status: int = 200
-    body: Any = None  # dict/list -> JSON; str -> sent as is
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0  # wait before answering (request-timeout tests)
-    tool: str | None = None  # only for a request offering this tool (default: the tool the body calls; "*": any)
-    midstream_error: dict[str, Any] | None = None  # streamed: this error event after the first block
-
-    @classmethod
-    def from_file(cls, path: str | Path, **override: Any) -> "StubResponse":
-        obj = json.loads(Path(path).read_text())
-        fields = {"status": obj.get("status", 200), "body": obj.get("body"), "headers": dict(obj.get("headers") or {}),
-                  "delay_s": float(obj.get("delay_s", 0.0))}
-        fields.update(override)
-        return cls(**fields)
-
-    def target(self) -> str | None:
-        if self.tool is not None:
-            return None if self.tool == "*" else self.tool
-        if isinstance(self.body, dict):
-            for block in self.body.get("content") or ():
-                if isinstance(block, dict) and block.get("type") == "tool_use":
-                    return block.get("name")
-        return None
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    method: str
-    path: str
-    headers: dict[str, str]  # lower-cased names
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body or b"null")
-
-
-@dataclass
-class _Outage:
-    status: int
-    left: int | None
-    retry_after: str | None
-
-
-class StubServer:
-    """What both loopback stubs (this one and engine/llm/stub_openai.py) share: the queue of recorded answers,
-    simulated outages, the server's start and end. A subclass sets _queue, _outage, _lock, _server, _thread."""
-
-    OUTAGE_STATUS = 529
-    URL_PATH = ""
-    _queue: list[StubResponse]
-    _outage: _Outage | None
-    _lock: threading.Lock
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]  # type: ignore[attr-defined]
-        return f"http://{host}:{port}{self.URL_PATH}"
-
-    def queue(self, *responses: StubResponse) -> None:
-        with self._lock:
-            self._queue.extend(responses)
-
-    def outage(self, status: int | None = None, count: int | None = None, retry_after: str | None = "0") -> None:
-        with self._lock:
-            self._outage = _Outage(status or self.OUTAGE_STATUS, count, retry_after)
-
-    def end_outage(self) -> None:
-        with self._lock:
-            self._outage = None
-
-    def _take_outage(self) -> tuple[_Outage, dict[str, str]] | None:
-        """The outage this request runs into (counting it down), with its retry-after header; else None.
-        Call with the lock held."""
-        o = self._outage
-        if o is None:
-            return None
-        if o.left is not None:
-            o.left -= 1
-            if o.left <= 0:
-                self._outage = None
-        return o, ({"retry-after": o.retry_after} if o.retry_after is not None else {})
-
-    def start(self) -> "StubServer":
-        self._thread.start()  # type: ignore[attr-defined]
-        return self
-
-    def close(self) -> None:
-        self._server.shutdown()  # type: ignore[attr-defined]
-        self._server.server_close()  # type: ignore[attr-defined]
-
-    def __enter__(self) -> Any:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+from engine.llm.stub_bodies import error_body, model_info, sse_events
+from engine.llm.stub_rules import STUB_MODELS, StubModel, check_request
+from engine.llm.stub_server import Outage, RecordedRequest, StubResponse, StubServer
 
 
 class StubMessagesAPI(StubServer):
@@ -187,7 +44,7 @@ class StubMessagesAPI(StubServer):
         self.rejected: list[tuple[RecordedRequest, str]] = []   # requests the rules refused, with the message
         self.enforce = enforce
         self.models = dict(STUB_MODELS if models is None else models)
-        self._outage: _Outage | None = None
+        self._outage: Outage | None = None
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self.active = 0                 # POSTs being answered now
@@ -293,68 +150,8 @@ class StubMessagesAPI(StubServer):
         return StubResponse(500, error_body("api_error", "stub: no recorded response left for this request")), False
 
     def check(self, body: Any) -> tuple[int, str, str] | None:
-        """(status, error type, message) for a request the API would refuse, else None."""
-        bad = "invalid_request_error"
-        if not isinstance(body, dict):
-            return 400, bad, "the request body must be a JSON object"
-        for key in body:
-            if key not in KNOWN_PARAMS:
-                return 400, bad, f"{key}: Extra inputs are not permitted"
-        model_id = body.get("model")
-        model = self.models.get(model_id)
-        if model is None:
-            return 404, "not_found_error", f"model: {model_id}"
-        max_tokens = body.get("max_tokens")
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            return 400, bad, "max_tokens: Field required (a positive integer)"
-        if max_tokens > model.max_tokens:
-            return 400, bad, (f"max_tokens: {max_tokens} > {model.max_tokens}, which is the maximum allowed number "
-                              f"of output tokens for {model_id}")
-        effort = (body.get("output_config") or {}).get("effort")
-        if effort is not None and effort not in model.efforts:
-            return 400, bad, f"output_config.effort: {effort!r} is not supported for this model"
-        thinking = body.get("thinking")
-        kind = thinking.get("type") if isinstance(thinking, dict) else None
-        adaptive_hint = ('Use "thinking.type.adaptive" and "output_config.effort" to control thinking behavior.')
-        if kind == "enabled":
-            if not model.enabled:
-                return 400, bad, f'"thinking.type.enabled" is not supported for this model. {adaptive_hint}'
-            budget = thinking.get("budget_tokens")
-            if not isinstance(budget, int) or budget < 1024:
-                return 400, bad, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
-            if budget >= max_tokens:
-                return 400, bad, "`max_tokens` must be greater than `thinking.budget_tokens`"
-        elif kind == "adaptive":
-            if not model.adaptive:
-                return 400, bad, '"thinking.type.adaptive" is not supported for this model.'
-        elif kind == "disabled":
-            too_high = (model.disabled_max_effort is not None and effort is not None
-                        and EFFORTS.index(effort) > EFFORTS.index(model.disabled_max_effort))
-            if not model.disabled or too_high:
-                return 400, bad, f'"thinking.type.disabled" is not supported for this model. {adaptive_hint}'
-        elif kind is not None:
-            return 400, bad, f"thinking.type: unknown type {kind!r}"
-        thinking_on = kind in ("enabled", "adaptive") or (kind is None and model.thinking_by_default)
-        choice = body.get("tool_choice") or {}
-        if thinking_on and isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
-            return 400, bad, "Thinking may not be enabled when tool_choice forces tool use."
-        if thinking_on and body.get("temperature") not in (None, 1, 1.0):
-            return 400, bad, "`temperature` may only be set to 1 when thinking is enabled."
-        for tool in body.get("tools") or ():
-            if isinstance(tool, dict) and tool.get("strict"):
-                if not model.structured_outputs:
-                    return 400, bad, f"tools: strict tool use is not supported for {model_id}"
-                schema = tool.get("input_schema") or {}
-                if schema.get("additionalProperties") is not False:
-                    return 400, bad, "tools: a strict tool's input_schema must set additionalProperties to false"
-                unsupported = _unsupported_keywords(schema)
-                if unsupported:
-                    return 400, bad, (f"tools.{tool.get('name')}: strict schemas do not support "
-                                      f"{', '.join(sorted(unsupported))}")
-        if not body.get("stream") and 3600 * max_tokens / 128_000 > 600:
-            return 400, bad, ("stub: a request that may take longer than 10 minutes must be streamed "
-                              "(the anthropic SDK's rule)")
-        return None
+        """(status, error type, message) for a request the API would refuse, else None (engine.llm.stub_rules)."""
+        return check_request(self.models, body)
 
     def _models_answer(self, path: str) -> tuple[int, Any]:
         prefix = "/v1/models/"
@@ -380,113 +177,3 @@ class StubMessagesAPI(StubServer):
     def close(self) -> None:
         self._closing.set()
         super().close()
-
-
-# -- realistic bodies ----------------------------------------------------------------------------------
-
-def model_info(model_id: str, m: StubModel) -> dict[str, Any]:
-    def sup(flag: bool) -> dict[str, bool]:
-        return {"supported": bool(flag)}
-
-    return {
-        "type": "model", "id": model_id, "display_name": model_id, "created_at": "2026-09-22T00:00:00Z",
-        "lifecycle": "active", "max_input_tokens": 1_000_000, "max_tokens": m.max_tokens,
-        "capabilities": {
-            "batch": sup(True), "citations": sup(True), "code_execution": sup(False),
-            "context_management": {"supported": False, "clear_thinking_20251015": sup(False),
-                                   "clear_tool_uses_20250919": sup(False), "compact_20260112": sup(False)},
-            "effort": {"supported": bool(m.efforts), **{e: sup(e in m.efforts) for e in EFFORTS}},
-            "image_input": sup(True), "pdf_input": sup(True),
-            "server_tools": {"supported": False},
-            "structured_outputs": sup(m.structured_outputs),
-            "thinking": {"supported": m.adaptive or m.enabled,
-                         "types": {"adaptive": sup(m.adaptive), "enabled": sup(m.enabled),
-                                   "disabled": sup(m.disabled), "between_tools": sup(False)}},
-        },
-    }
-
-
-def sse_events(body: dict[str, Any], midstream_error: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
-    """A message body as the Messages API streams it: message_start, per block start / deltas / stop,
-    message_delta (stop reason, output tokens), message_stop; an error event after the first block when asked."""
-    usage = dict(body.get("usage") or {})
-    start = {k: v for k, v in body.items() if k not in ("content", "stop_reason", "stop_sequence")}
-    start.update(content=[], stop_reason=None, stop_sequence=None, usage={**usage, "output_tokens": 1})
-    events: list[tuple[str, Any]] = [("message_start", {"type": "message_start", "message": start}),
-                                     ("ping", {"type": "ping"})]
-    for i, block in enumerate(body.get("content") or []):
-        kind = block.get("type")
-        if kind == "text":
-            events.append(("content_block_start", {"type": "content_block_start", "index": i,
-                                                   "content_block": {"type": "text", "text": ""}}))
-            for piece in _chunks(block.get("text", "")):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                       "delta": {"type": "text_delta", "text": piece}}))
-        elif kind == "thinking":
-            events.append(("content_block_start", {"type": "content_block_start", "index": i,
-                                                   "content_block": {"type": "thinking", "thinking": "",
-                                                                     "signature": ""}}))
-            for piece in _chunks(block.get("thinking", "")):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                       "delta": {"type": "thinking_delta", "thinking": piece}}))
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                   "delta": {"type": "signature_delta",
-                                                             "signature": block.get("signature", "")}}))
-        elif kind == "tool_use":
-            events.append(("content_block_start", {"type": "content_block_start", "index": i,
-                                                   "content_block": {"type": "tool_use", "id": block["id"],
-                                                                     "name": block["name"], "input": {}}}))
-            for piece in _chunks(json.dumps(block.get("input") or {})):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                       "delta": {"type": "input_json_delta", "partial_json": piece}}))
-        else:
-            events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": block}))
-        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-        if midstream_error is not None and i == 0:
-            events.append(("error", {"type": "error", "error": midstream_error}))
-            return events
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": body.get("stop_reason"), "stop_sequence": None},
-                                     "usage": {"output_tokens": usage.get("output_tokens", 0)}}))
-    events.append(("message_stop", {"type": "message_stop"}))
-    return events
-
-
-_UNSUPPORTED_IN_STRICT = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
-                          "maxLength", "pattern"}
-
-
-def _unsupported_keywords(schema: Any) -> set[str]:
-    """JSON Schema keywords strict tool use does not take (the structured-outputs schema limitations)."""
-    found: set[str] = set()
-    if isinstance(schema, dict):
-        found |= _UNSUPPORTED_IN_STRICT & set(schema)
-        for value in schema.values():
-            found |= _unsupported_keywords(value)
-    elif isinstance(schema, list):
-        for value in schema:
-            found |= _unsupported_keywords(value)
-    return found
-
-
-def _chunks(text: str, size: int = 4096) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
-
-
-def message_body(content: list[dict[str, Any]], *, model: str = "claude-opus-5-5", stop_reason: str = "tool_use",
-                 input_tokens: int = 1200, output_tokens: int = 900, cache_write: int = 0,
-                 cache_read: int = 0) -> dict[str, Any]:
-    return {"id": f"msg_stub_{uuid.uuid4().hex[:16]}", "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": stop_reason, "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                      "cache_creation_input_tokens": cache_write, "cache_read_input_tokens": cache_read,
-                      "service_tier": "standard"}}
-
-
-def tool_use_block(name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "tool_use", "id": f"toolu_stub_{uuid.uuid4().hex[:16]}", "name": name, "input": tool_input}
-
-
-def error_body(kind: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": kind, "message": message},
-            "request_id": f"req_stub_{uuid.uuid4().hex[:12]}"}

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Select, Static
 
-from engine.service import DEFAULTS
+from engine.service.spec import DEFAULTS
 from kbench_tui import keymap
 from kbench_tui.widgets.toggle import Toggle
 from kbench_tui.workers import ThreadedMixin

@@ -1,0 +1,106 @@
+"""Re-evaluation through the session service (`kbench reevaluate`): evaluate candidates again and append the
+verdicts, the measurement and a `reevaluated` event (nothing is rewritten), as the session's one writer,
+with the profile stage run on its own where `[eval] profile = "best"` asks for it.
+
+SessionReevaluation is a base of engine.service.session_service.SessionService and uses its workspace,
+config, task_of and make_evaluator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.config import Config
+from engine.errors import KbenchError
+
+
+@dataclass(frozen=True)
+class Reevaluated:
+    id: str
+    before: float | None                  # the speedup before this evaluation
+    status: Any                           # the candidate's CandidateStatus after its notes
+    outcome: Any                          # EvalOutcome
+    profile: Any = None                   # the `profile` Verdict of a profile run after it ([eval] profile = "best")
+
+
+class SessionReevaluation:
+    """Picks the candidates to evaluate again, evaluates them and records what was found."""
+
+    # Set by SessionService.__init__; task_of and make_evaluator come from SessionService and SessionWiring.
+    ws: Any
+    config: Config
+    task_of: Callable[[str], Any]
+    make_evaluator: Callable[[Any, str], Any]
+
+    def reevaluation_targets(self, target: str, all_: bool = False) -> tuple[Any, list[Any]]:
+        """(session info, candidate views) for `kbench reevaluate TARGET`: a candidate, or a session's measured
+        (or, with all_, every) candidates."""
+        from engine.verdict import Status
+
+        sessions = {s.name: s for s in self.ws.sessions()}
+        if target in sessions:
+            info = sessions[target]
+            views = self.ws.candidates(info.name, strict=False)
+            damaged = [v for v in views if v.problem]
+            if damaged and not self.ws.accept_damage:  # named, never re-evaluated over in silence
+                raise KbenchError(damaged[0].problem)
+            if not all_:
+                views = [v for v in views if v.status.measurement is not None or v.problem
+                         or v.status.status_of("correctness") == Status.PASS]
+            return info, views
+        view = self.ws.view(target)
+        return self.ws.session(view.record.session), [view]
+
+    def reevaluate(self, target: str, *, all_: bool = False, by: str = "reevaluate",
+                   evaluator: Any = None, take_over: bool = False) -> Iterator[Reevaluated]:
+        """Evaluate again and append the verdicts, the measurement and a `reevaluated` event (nothing is
+        rewritten), as the session's one writer. Yields one Reevaluated per candidate as it finishes.
+
+        With `[eval] profile = "best"` the evaluations leave the profile stage out; it then runs on its own
+        for a candidate asked for by id (on demand), and for one that becomes the session's new best when a
+        whole session is re-evaluated ("all": inside every evaluation; "off": never)."""
+        info, views = self.reevaluation_targets(target, all_)
+        if not views:
+            return
+        task = self.task_of(info.name)
+        claim = self.ws.claim(info.name, "kbench reevaluate", take_over=take_over)
+        own = evaluator is None
+        by_id = target != info.name
+        try:
+            if own:
+                evaluator = self.make_evaluator(task, info.direction)
+            best = self.ws.best(info.name)
+            best_id = best.id if best is not None else None
+            files = {v.id: self.ws.files(v.id) for v in views}
+            futs = [(v, evaluator.submit(files[v.id])) for v in views]
+            for v, fut in futs:
+                out = fut.result()
+                r = self.record_reevaluation(v, out, by)
+                if self.config.eval.profile == "best":
+                    now = self.ws.best(info.name)
+                    if by_id or (now is not None and now.id == v.id and now.id != best_id):
+                        r = self.profile_reevaluated(r, evaluator, files[v.id], by)
+                    best_id = now.id if now is not None else None
+                yield r
+        finally:
+            try:
+                if own and evaluator is not None:
+                    evaluator.close()
+            finally:
+                claim.release()
+
+    def record_reevaluation(self, view: Any, outcome: Any, by: str) -> Reevaluated:
+        notes = outcome.reevaluation_notes(by=by)
+        status = self.ws.record(view.id, notes) if notes else self.ws.status(view.id)
+        return Reevaluated(view.id, view.status.speedup, status, outcome)
+
+    def profile_reevaluated(self, r: Reevaluated, evaluator: Any, candidate: Any, by: str) -> Reevaluated:
+        """The profile stage on its own for a candidate just re-evaluated (where it passed and its evaluation
+        did not profile it), its verdict appended to the note."""
+        from engine.evolve.outcome import profile_now
+        verdict = profile_now(evaluator, candidate, r.outcome)
+        if verdict is None:
+            return r
+        return replace(r, status=self.ws.record_verdict(r.id, verdict, by=by), profile=verdict)

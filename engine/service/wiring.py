@@ -1,0 +1,135 @@
+"""The parts a session is built from, built the same way for both front ends: the evaluator (through one
+seam), the LLM client and whether one is available, the proposer, the LLM verifiers and the description
+of the target machine the prompts carry.
+
+Evaluations go through one seam, `EvaluatorFactory(task, direction, config)`: today
+engine.evolve.factory.make_evaluator (the local pipeline or Ray), or the fake evaluator for tests and
+machines without a GPU.
+
+SessionWiring is a base of engine.service.session_service.SessionService and reads the service's settings
+(workspace, config, env, evaluator factory, target, LLM options). The engine modules it builds from are
+imported where they are used: the CLI and the app load the service at start-up, and the anthropic SDK
+under engine.llm.client alone takes about a second to import.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from engine.config import Config
+from engine.errors import KbenchError
+from engine.proposers import LLM_PROPOSERS
+
+if TYPE_CHECKING:
+    from engine.service.spec import SessionPlan
+
+EvaluatorFactory = Callable[[Any, str, Config], Any]   # (task, direction, config) -> engine.evolve Evaluator
+
+
+def default_evaluator_factory(task: Any, direction: str, config: Config, *, sequential: bool = False) -> Any:
+    """The seam to the evaluation harness: the configured executor ([executor], [eval])."""
+    from engine.evolve.factory import make_evaluator
+    return make_evaluator(task, direction, config, sequential=sequential)
+
+
+def fake_evaluator_factory(delay_s: float = 0.0) -> EvaluatorFactory:
+    """The engine's FakeEvaluator (no compiler, no GPU): tests and demos."""
+    def factory(task: Any, direction: str, config: Config) -> Any:
+        from engine.evolve.fake import FakeEvaluator
+        return FakeEvaluator(task, delay_s=delay_s, profile=config.eval.profile == "all")
+    return factory
+
+
+_probe_lock = threading.Lock()
+_probed: Any = None
+
+
+def probed_target() -> Any:
+    """engine.llm.target.probe(), once per process."""
+    global _probed
+    with _probe_lock:
+        if _probed is None:
+            from engine.llm.target import probe
+            _probed = probe()
+        return _probed
+
+
+class SessionWiring:
+    """Builds a session's evaluator, LLM client, proposer and verifier from the service's settings."""
+
+    # Set by SessionService.__init__.
+    ws: Any
+    config: Config
+    env: Mapping[str, str] | None
+    evaluator_factory: EvaluatorFactory
+    _target: Any
+    llm_options: dict[str, Any]
+
+    # ------------------------------------------------------------------------------ availability
+
+    def llm_proposer(self) -> str:
+        """The LLM proposer `[llm] provider` selects: anthropic or openai."""
+        return next(p for p, prov in LLM_PROPOSERS.items() if prov == self.config.llm.provider)
+
+    def llm_available(self) -> bool:
+        from engine.llm.availability import llm_available
+        return llm_available(self.env, self.config.llm)
+
+    def llm_notice(self) -> str:
+        from engine.llm.availability import no_key_message
+        return "" if self.llm_available() else no_key_message(self.config.llm)
+
+    # ------------------------------------------------------------------------------ the parts
+
+    def _evaluator(self, task: Any, direction: str, sequential: bool) -> Any:
+        if self.evaluator_factory is default_evaluator_factory:
+            return default_evaluator_factory(task, direction, self.config, sequential=sequential)
+        return self.evaluator_factory(task, direction, self.config)
+
+    def make_evaluator(self, task: Any, direction: str) -> Any:
+        return self._evaluator(task, direction, False)
+
+    def _llm_client(self, ledger: Any) -> Any:
+        from engine.llm.client import make_client
+        kw = {"env": self.env, **self.llm_options} if self.env is not None else dict(self.llm_options)
+        return make_client(self.config.llm, ledger, **kw)
+
+    def _proposer(self, plan: SessionPlan, ledger: Any) -> Any:
+        from engine.proposers import make_proposer
+        from engine.proposers.replay import ReplayProposer
+
+        if plan.proposer in LLM_PROPOSERS:
+            from engine.proposers.anthropic import LLMProposer
+            client = self._llm_client(ledger)
+            if not client.available:
+                raise KbenchError(self.llm_notice() or "the LLM proposer is not available")
+            return LLMProposer(client, self.config, target=self._target_text())
+        if plan.proposer == "replay":
+            source = plan.session_config.get("replay_from")
+            if not source:
+                raise KbenchError("the replay proposer needs --replay-from DIR|SESSION")
+            if source in {s.name for s in self.ws.sessions()}:
+                return ReplayProposer.from_workspace(self.ws, source)
+            return ReplayProposer.from_directory(source)
+        prop = make_proposer(plan.proposer, self.config)
+        if hasattr(prop, "available") and not prop.available():   # human without $VISUAL / $EDITOR
+            why = prop.unavailable_reason() if hasattr(prop, "unavailable_reason") else ""
+            raise KbenchError(f"the {plan.proposer} proposer cannot run: {why or 'not available'}")
+        return prop
+
+    def _verifier(self, plan: SessionPlan, ledger: Any, proposer: Any) -> Callable[[Any], Any]:
+        from engine.llm.verifiers import verify
+
+        client = getattr(proposer, "client", None) or self._llm_client(ledger)
+        config, task, direction = self.config, plan.task, plan.direction
+        return lambda cand: verify(client, config, task, direction, cand)
+
+    def _target_text(self) -> str:
+        target = self._target
+        if target is None:
+            target = probed_target()
+        elif callable(target):
+            target = target()
+        return target.describe() if hasattr(target, "describe") else str(target or "")
