@@ -1,9 +1,11 @@
 """Helpers for the TUI tests, the benchmark and the demo: a small deterministic workspace, a plain-text render
-of the current screen (the text snapshots), and a backend wired to the engine's FakeEvaluator."""
+of the current screen (for tests that look for a line on it), and a backend wired to the engine's FakeEvaluator.
+The screens' snapshots (colours and all) are pytest-textual-snapshot's: tests/test_tui_snapshots.py."""
 
 from __future__ import annotations
 
-import io
+import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +19,36 @@ AT = "2026-01-01T00:00:00.000Z"
 ENV = dict(gpu="FakeGPU 80GB", driver="0.0", torch="fake", cuda="fake")
 
 
-def screen_text(app: Any) -> str:
-    """The current screen as plain text, as a terminal would show it (no colours)."""
-    from rich.console import Console
+# One run of text in the SVG that App.export_screenshot writes (rich's Console.export_svg): its x in pixels, its
+# width (len(text) cells), the row it is clipped to, and the text with spaces as &#160; and HTML escapes.
+_SVG_TEXT = re.compile(r'<text class="[^"]*" x="([\d.]+)" y="[\d.]+" textLength="([\d.]+)" '
+                       r'clip-path="url\(#[\w-]*-line-(\d+)\)">(.*?)</text>')
 
-    width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, color_system=None,
-                      record=True, legacy_windows=False, safe_box=False)
-    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))  # noqa: SLF001
-    return "\n".join(line.rstrip() for line in console.export_text(styles=False).splitlines())
+
+def screen_text(app: Any) -> str:
+    """The current screen as plain text, as a terminal would show it (no colours), trailing spaces stripped.
+
+    Read back from Textual's public screenshot (App.export_screenshot, an SVG of the screen), which places each
+    run of text at its cell: there is no public plain-text export, and rendering the screen ourselves would mean
+    reading the private compositor. ~10 ms for a 120x35 screen."""
+    from rich.cells import cell_len
+
+    svg = app.export_screenshot()
+    runs: dict[int, list[tuple[int, str]]] = {}
+    cell_px = 0.0
+    for x, length, row, content in _SVG_TEXT.findall(svg):
+        text = html.unescape(content.replace("&#160;", " "))
+        cell_px = cell_px or float(length) / len(text)          # textLength is len(text) cells wide
+        runs.setdefault(int(row), []).append((round(float(x) / cell_px), text))
+    if not runs:        # every screen has a title: the SVG's layout changed, and "not in" checks would pass blindly
+        raise AssertionError("screen_text: no text found in App.export_screenshot()'s SVG (has its format changed?)")
+    lines = []
+    for row in range(app.size.height):
+        line = ""
+        for col, text in sorted(runs.get(row, ())):
+            line += " " * (col - cell_len(line)) + text           # x counts cells (wide characters take two)
+        lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 def _passing(ws: Workspace, cid: str, speedup: float, configs: list[str]) -> None:
@@ -115,11 +138,3 @@ async def wait_until(pilot: Any, pred, timeout: float = 10.0, step: float = 0.02
 async def type_text(pilot: Any, text: str) -> None:
     names = {" ": "space", "-": "minus", ".": "full_stop", ",": "comma", ":": "colon", "/": "slash", "_": "underscore"}
     await pilot.press(*[names.get(c, c) for c in text])
-
-
-def normalise(text: str) -> str:
-    """Snapshot text without what changes from run to run (commit shas, times)."""
-    import re
-    text = re.sub(r"\b[0-9a-f]{12,40}\b", "<sha>", text)
-    text = re.sub(r"\d\d:\d\d:\d\d", "<time>", text)
-    return text

@@ -1,17 +1,17 @@
 """`kbench report` on a workspace built in the test: validity by stage, speedups, fast_p, generations,
-LLM usage and time, the markdown and the PNG beside it."""
+LLM usage and time, the markdown and the PNG beside it (drawn with matplotlib, the `plot` extra; the test extra
+installs it, and a test without it checks that the report says how to get the plot)."""
 
 from __future__ import annotations
 
 import struct
-import zlib
+import sys
 
 import pytest
 
 from engine.candidates import Candidate
 from engine.cli import main as cli_main
-from engine.profile.png import Canvas, line_plot
-from engine.profile.session_report import build_report, to_markdown, write_report
+from engine.profile.session_report import BEST_COLOR, MEDIAN_COLOR, PLOT_NEEDS, build_report, to_markdown, write_report
 from engine.verdict import Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, Workspace
 
@@ -104,28 +104,45 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+def _share_near(pixels, hex_color: str, tol: float = 0.06) -> float:
+    """The share of pixels within `tol` of `hex_color` in every channel."""
+    rgb = [int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    near = (abs(pixels[:, :, 0] - rgb[0]) < tol) & (abs(pixels[:, :, 1] - rgb[1]) < tol) & \
+        (abs(pixels[:, :, 2] - rgb[2]) < tol)
+    return float(near.mean())
+
+
 def test_cli_writes_markdown_and_png(ws_path, tmp_path, capsys):
+    image = pytest.importorskip("matplotlib.image")
     out = tmp_path / "out" / "ln.md"
     assert cli_main(["--workspace", str(ws_path), "report", "ln", "--out", str(out)]) == 0
-    assert "wrote" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "wrote" in printed and "ln.png" in printed and "no plot" not in printed
     assert "![best (red) and median (blue)" in out.read_text() and "(ln.png)" in out.read_text()
-    assert _png_size((tmp_path / "out" / "ln.png").read_bytes()) == (640, 360)
+    assert "pip install" not in out.read_text()
+    png = tmp_path / "out" / "ln.png"
+    assert _png_size(png.read_bytes()) == (640, 360)
+    pixels = image.imread(png)                      # decodes: height x width x RGBA, floats in 0..1
+    assert pixels.shape[:2] == (360, 640)
+    # the two lines are drawn in their colours (each a fraction of a percent of the canvas at least)
+    assert _share_near(pixels, BEST_COLOR) > 0.002 and _share_near(pixels, MEDIAN_COLOR) > 0.002
+    assert _share_near(pixels, "#ffffff") > 0.5     # mostly background
     assert cli_main(["--workspace", str(ws_path), "report", "ln", "--json"]) == 0
     assert '"fast_p"' in capsys.readouterr().out
 
 
-def test_png_pixels_decode(tmp_path):
-    c = Canvas(5, 4)
-    c.line(0, 0, 4, 3, (255, 0, 0))
-    data = c.png()
-    assert _png_size(data) == (5, 4)
-    idat = data.index(b"IDAT")
-    n = struct.unpack(">I", data[idat - 4:idat])[0]
-    raw = zlib.decompress(data[idat + 4:idat + 4 + n])
-    assert len(raw) == 4 * (1 + 15)
-    assert raw[1:4] == b"\xff\x00\x00" and raw[-3:] == b"\xff\x00\x00" and raw[4:7] == b"\xff\xff\xff"
-    p = line_plot([([1.0, None, 2.0], (255, 0, 0)), ([1.0, 1.5, 1.7], (0, 0, 255))], tmp_path / "p.png")
-    assert _png_size(p.read_bytes()) == (640, 360)
+def test_without_matplotlib_the_report_says_how_to_get_the_plot(ws_path, tmp_path, capsys, monkeypatch):
+    # None in sys.modules makes `import matplotlib...` raise ImportError, as where it is not installed
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")] + ["matplotlib"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    out = tmp_path / "out" / "ln.md"
+    assert cli_main(["--workspace", str(ws_path), "report", "ln", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("pip install 'kbench[plot]'") == 1 and f"(no plot: {PLOT_NEEDS})" in printed
+    md = out.read_text()
+    assert f"No plot of speedup per generation: {PLOT_NEEDS}." in md and "![" not in md
+    assert "## Generations" in md and "| eager | 2.50x | 1.40x | 2.50x |" in md     # the rest of the report
+    assert not (tmp_path / "out" / "ln.png").exists()
 
 
 def test_empty_session_report(tmp_path, layernorm_task):
@@ -134,5 +151,7 @@ def test_empty_session_report(tmp_path, layernorm_task):
     rep = build_report(ws, "empty")
     ws.close()
     assert rep.proposed == 0 and rep.fast_p[1.0] == 0.0
-    md_path, png = write_report(rep, tmp_path / "r.md")
-    assert png is None and "(none eligible)" in md_path.read_text()
+    written = write_report(rep, tmp_path / "r.md")
+    assert written.plot is None and written.no_plot == "no generation has a measured speedup"
+    text = written.markdown.read_text()
+    assert "(none eligible)" in text and "No plot" not in text     # nothing to plot: nothing to install either

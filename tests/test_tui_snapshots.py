@@ -1,83 +1,114 @@
-"""Text snapshots of the main screens (120x35), compared with tests/snapshots/*.txt.
+"""Snapshots of the main screens at 120x35, with pytest-textual-snapshot: each test drives the app on the demo
+workspace to a screen, and `snap_compare` compares an SVG screenshot of it (text and colours) with the one in
+tests/__snapshots__/test_tui_snapshots/. On a difference the test fails and snapshot_report.html shows both.
+After an intended change: pytest tests/test_tui_snapshots.py --snapshot-update, and look at the new SVGs.
 
-pytest-textual-snapshot is not installed in this environment, so these are plain-text renders of the
-screen (kbench_tui.testing.screen_text: what a terminal shows, without colours), with commit shas and
-clock times normalised. After an intended change: KBENCH_UPDATE_SNAPSHOTS=1 pytest tests/test_tui_snapshots.py
+What changes from run to run is pinned: the workspace's content (fixed verdict times, kbench_tui.testing), the
+terminal size, no GPU and no API key (fake_backend), animations off, and the commit shas (the session's root
+commit records when and where it was made, the task's absolute path included, so every sha differs from one
+checkout to another): the candidate screen shows a stand-in made from the candidate's id.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
+import hashlib
 
 import pytest
 
-from engine.config import env_flag
-from kbench_tui.testing import build_demo_workspace, fake_backend, normalise, run_app, screen_text, wait_until
+from kbench_tui.testing import build_demo_workspace, fake_backend, screen_text, wait_until
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
-
-
-def check(name: str, text: str) -> None:
-    path = SNAPSHOTS / f"{name}.txt"
-    text = normalise(text) + "\n"
-    if env_flag("KBENCH_UPDATE_SNAPSHOTS") or not path.exists():
-        SNAPSHOTS.mkdir(exist_ok=True)
-        path.write_text(text)
-        if not env_flag("KBENCH_UPDATE_SNAPSHOTS"):
-            pytest.fail(f"wrote a new snapshot {path}; check it and run again")
-        return
-    expected = path.read_text()
-    if text != expected:
-        import difflib
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "screen"))
-        pytest.fail(f"screen differs from {path} (KBENCH_UPDATE_SNAPSHOTS=1 to accept):\n{diff}")
+SIZE = (120, 35)
 
 
 @pytest.fixture(scope="module")
-def shots(tmp_path_factory):
-    ws = tmp_path_factory.mktemp("snap") / "ws"
-    build_demo_workspace(ws).close()
-    out = {}
-
-    async def settle(pilot):
-        # workers' results and the layout they cause (DataTable sizes its columns when idle): wait until
-        # the screen stops changing, so a loaded machine gives the same text
-        app, last = pilot.app, None
-        for _ in range(60):
-            await pilot.pause(0.05)
-            text = screen_text(app)
-            if text == last:
-                return
-            last = text
-
-    async def scenario(app, pilot):
-        await settle(pilot)
-        out["home"] = screen_text(app)
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: getattr(app.screen, "loaded", False))
-        await pilot.press("j", "j")
-        await settle(pilot)
-        out["session"] = screen_text(app)
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: getattr(app.screen, "loaded", False))
-        await pilot.press("v")
-        await settle(pilot)
-        out["candidate_verdicts"] = screen_text(app)
-        await pilot.press("d")
-        await settle(pilot)
-        out["candidate_diff"] = screen_text(app)
-        await pilot.press("o")
-        await wait_until(pilot, lambda: type(app.screen).__name__ == "OverrideScreen")
-        await settle(pilot)
-        out["override"] = screen_text(app)
-        await pilot.press("escape", "escape", "escape", "question_mark")
-        await wait_until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
-        await settle(pilot)
-        out["help"] = screen_text(app)
-    run_app(fake_backend(ws), scenario)
-    return out
+def workspace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("snap") / "ws"          # the home screen shows the folder's name: "ws"
+    build_demo_workspace(path).close()
+    return path
 
 
-@pytest.mark.parametrize("name", ["home", "session", "candidate_verdicts", "candidate_diff", "override", "help"])
-def test_snapshot(shots, name):
-    check(name, shots[name])
+@pytest.fixture
+def app(workspace, monkeypatch):
+    from kbench_tui.app import KbenchApp
+
+    monkeypatch.delenv("KBENCH_TASKS", raising=False)        # the home screen lists the built-in tasks only
+    backend = fake_backend(workspace)
+    view = backend.view
+
+    def pinned_view(cid):
+        v = view(cid)
+        sha = hashlib.sha1(v.record.id.encode()).hexdigest()
+        return dataclasses.replace(v, record=dataclasses.replace(v.record, commit=sha))
+    backend.view = pinned_view
+    app = KbenchApp(backend=backend)                         # closes the backend when it exits
+    app.animation_level = "none"                             # no tab underline caught mid-slide
+    return app
+
+
+async def settle(pilot) -> None:
+    """Until the screen stops changing: workers' results, and the layout they cause (a DataTable sizes its
+    columns when idle), so a loaded machine shows the same screen."""
+    last = None
+    for _ in range(60):
+        await pilot.pause(0.05)
+        text = screen_text(pilot.app)
+        if text == last:
+            return
+        last = text
+
+
+async def wait_loaded(pilot) -> None:
+    app = pilot.app
+    await wait_until(pilot, lambda: getattr(app.screen, "loaded", False))
+
+
+async def at_home(pilot) -> None:
+    app = pilot.app
+    await wait_until(pilot, lambda: getattr(app.screen, "sessions_loaded", None) is not None
+                     and getattr(app.screen, "tasks_loaded", False))
+    await settle(pilot)
+
+
+async def at_session(pilot) -> None:
+    """The demo session, the cursor on its third row (demo-g1-2, which failed correctness)."""
+    await at_home(pilot)
+    await pilot.press("enter")
+    await wait_loaded(pilot)
+    await pilot.press("j", "j")
+    await settle(pilot)
+
+
+async def at_candidate_verdicts(pilot) -> None:
+    await at_session(pilot)
+    await pilot.press("enter")
+    await wait_loaded(pilot)
+    await pilot.press("v")
+    await settle(pilot)
+
+
+async def at_candidate_diff(pilot) -> None:
+    await at_candidate_verdicts(pilot)
+    await pilot.press("d")
+    await settle(pilot)
+
+
+async def at_override(pilot) -> None:
+    await at_candidate_diff(pilot)
+    await pilot.press("o")
+    await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "OverrideScreen")
+    await settle(pilot)
+
+
+async def at_help(pilot) -> None:
+    """Help, opened on the home screen after coming back from the override form."""
+    await at_override(pilot)
+    await pilot.press("escape", "escape", "escape", "question_mark")
+    await wait_until(pilot, lambda: type(pilot.app.screen).__name__ == "HelpScreen")
+    await settle(pilot)
+
+
+@pytest.mark.parametrize("steps", [at_home, at_session, at_candidate_verdicts, at_candidate_diff, at_override,
+                                   at_help], ids=lambda f: f.__name__.removeprefix("at_"))
+def test_snapshot(snap_compare, app, steps):
+    assert snap_compare(app, terminal_size=SIZE, run_before=steps)

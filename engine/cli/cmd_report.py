@@ -11,7 +11,8 @@ from engine.cli.common import workspace_path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="a session's report: validity, speedups, fast_p, generations, LLM cost, time",
                        description="Markdown on stdout, or to FILE.md with the plot of best and median speedup "
-                                   "per generation beside it (FILE.png).")
+                                   "per generation beside it (FILE.png; drawn with matplotlib: "
+                                   "pip install 'kbench[plot]').")
     p.add_argument("session", help="session name")
     p.add_argument("--out", metavar="FILE.md", default=None, help="write the markdown here (and FILE.png)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -30,8 +31,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep.to_json(), indent=2))
     elif args.out:
-        md, png = write_report(rep, args.out)
-        print(f"wrote {md}" + (f" and {png}" if png else " (no plot: no generation has a measured speedup)"))
+        written = write_report(rep, args.out)
+        print(f"wrote {written.markdown}"
+              + (f" and {written.plot}" if written.plot else f" (no plot: {written.no_plot})"))
     else:
         print(to_markdown(rep))
     return 0

@@ -1,20 +1,24 @@
 """`kbench report SESSION`: a session's results from the workspace alone (notes and candidate.json meta).
 
 Validity by stage, speedups vs eager and torch.compile, fast_p, best-so-far per generation, LLM tokens and
-dollars, time per stage; a PNG plot of best and median speedup per generation beside the markdown."""
+dollars, time per stage; a PNG plot of best and median speedup per generation beside the markdown, drawn with
+matplotlib where the `plot` extra is installed (`pip install 'kbench[plot]'`); without it the report says so
+in place of the plot and is otherwise the same."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.verdict import STAGES, Status
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 PASSING = (Status.PASS, Status.SKIPPED)
-BEST_COLOR, MEDIAN_COLOR = (200, 30, 30), (30, 90, 200)
+BEST_COLOR, MEDIAN_COLOR, REFERENCE_COLOR = "#c81e1e", "#1e5ac8", "#bebebe"
+PLOT_SIZE = (640, 360)                             # pixels
+PLOT_NEEDS = "the plot needs matplotlib, which is not installed: pip install 'kbench[plot]'"
 
 
 @dataclass
@@ -160,7 +164,8 @@ def _stats(best: float | None, eligible: list[float], measured: list[float]) -> 
     return f"{_x(best)} | {med} | {_x(max(measured) if measured else None)}"
 
 
-def to_markdown(rep: SessionReport, plot_name: str | None = None) -> str:
+def to_markdown(rep: SessionReport, plot_name: str | None = None, no_plot: str | None = None) -> str:
+    """The report as markdown; `plot_name`: the PNG beside it, else `no_plot`: why a plot is missing."""
     out = [f"# Session report: {rep.session}", "", f"Task `{rep.task}`; {rep.proposed} candidates proposed"
            + (f" (plus baseline {', '.join(rep.baseline)})" if rep.baseline else "") + f", {rep.eligible} eligible"
            + (f" ({rep.eligible / rep.proposed:.0%})" if rep.proposed else "") + ".", "",
@@ -191,6 +196,8 @@ def to_markdown(rep: SessionReport, plot_name: str | None = None) -> str:
                    f"| {_x(g['best_so_far'])} |")
     if plot_name:
         out += ["", f"![best (red) and median (blue) speedup vs eager per generation; grey: 1.0x]({plot_name})"]
+    elif no_plot:
+        out += ["", f"No plot of speedup per generation: {no_plot}."]
     t, u, s = rep.tokens, rep.usd, rep.seconds
     out += ["", "## LLM usage", "", (f"- tokens: {t.get('input_tokens', 0)} in, {t.get('output_tokens', 0)} out, "
              f"{t.get('cache_write_tokens', 0)} cache write, {t.get('cache_read_tokens', 0)} cache read"),
@@ -203,15 +210,58 @@ def to_markdown(rep: SessionReport, plot_name: str | None = None) -> str:
     return "\n".join(out)
 
 
-def write_report(rep: SessionReport, out: Path | str) -> tuple[Path, Path | None]:
-    """The markdown at `out` and the plot beside it (`<stem>.png`; None when no generation has a speedup)."""
-    from engine.profile.png import line_plot
+class WrittenReport(NamedTuple):
+    markdown: Path
+    plot: Path | None
+    no_plot: str | None           # why there is no plot (None when there is one)
 
+
+def plot_generations(rep: SessionReport, path: Path) -> Path | None:
+    """Best (red) and median (blue) eligible speedup vs eager per generation, with a grey 1.0x line, as a
+    640x360 PNG at `path`; None where matplotlib (the `plot` extra) is not installed.
+
+    Drawn on a Figure with its own Agg canvas, not through pyplot: no backend is selected, no figure is
+    registered in pyplot's global list and no rcParams change, so a report written from inside the app (or
+    any other matplotlib user in the process) leaves their state as it was."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    gens = [g["generation"] for g in rep.generations]
+    nan = float("nan")                  # a generation with no eligible speedup: a gap in the line
+    dpi = 100
+    fig = Figure(figsize=(PLOT_SIZE[0] / dpi, PLOT_SIZE[1] / dpi), dpi=dpi)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.axhline(1.0, color=REFERENCE_COLOR, linewidth=1, zorder=1, label="1.0x (eager)")
+    for key, color in (("best", BEST_COLOR), ("median", MEDIAN_COLOR)):
+        ax.plot(gens, [nan if g[key] is None else g[key] for g in rep.generations], color=color,
+                marker="o", linewidth=2, label=f"{key} (eligible)", zorder=2)
+    ax.set_xlabel("generation")
+    ax.set_ylabel("speedup vs eager")
+    ax.set_xticks(gens)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{rep.session} ({rep.task})")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})    # no version stamp: the same data, the same file
+    return path
+
+
+def write_report(rep: SessionReport, out: Path | str) -> WrittenReport:
+    """The markdown at `out` and the plot beside it (`<stem>.png`). No plot when no generation has an eligible
+    speedup, or when matplotlib is not installed: `no_plot` says which, and the markdown says how to get one."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     png: Path | None = None
-    if any(g["best"] is not None for g in rep.generations):
-        png = line_plot([([g["best"] for g in rep.generations], BEST_COLOR),
-                         ([g["median"] for g in rep.generations], MEDIAN_COLOR)], out.with_suffix(".png"))
-    out.write_text(to_markdown(rep, png.name if png else None))
-    return out, png
+    no_plot: str | None = None
+    if not any(g["best"] is not None for g in rep.generations):
+        no_plot = "no generation has a measured speedup"
+    else:
+        png = plot_generations(rep, out.with_suffix(".png"))
+        if png is None:
+            no_plot = PLOT_NEEDS
+    # only a missing extra is worth a line in the report: with nothing measured there is nothing to plot
+    out.write_text(to_markdown(rep, png.name if png else None, no_plot if no_plot == PLOT_NEEDS else None))
+    return WrittenReport(out, png, no_plot)
