@@ -35,12 +35,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def _gpu_name(index: int | None) -> str | None:
-    """The GPU's name without initialising CUDA in this process (nvidia-smi), so the cache can answer."""
-    import subprocess
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-        names = out.stdout.strip().splitlines()
-        return names[index or 0] if out.returncode == 0 and names else None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return None
+    """The GPU's name without initialising CUDA in this process (NVML), so the cache can answer; None
+    without NVML or for an index it does not know."""
+    from engine.harness import nvml
+    return nvml.gpu_name(index or 0)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 import traceback
@@ -56,20 +55,16 @@ def default_profile(task: Task, candidate: Candidate, direction: str, options: E
 
 
 def visible_gpus() -> list[int]:
-    """GPU indices to pin workers to: CUDA_VISIBLE_DEVICES when set (numeric ids), else nvidia-smi -L."""
+    """GPU indices to pin workers to: CUDA_VISIBLE_DEVICES when set (numeric ids), else every GPU NVML counts
+    (none where NVML is unavailable)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         ids = [x.strip() for x in env.split(",") if x.strip()]
         if all(re.fullmatch(r"\d+", x) for x in ids):
             return [int(x) for x in ids]
         return list(range(len(ids)))
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if out.returncode != 0:
-        return []
-    return list(range(sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))))
+    from engine.harness import nvml
+    return list(range(nvml.gpu_count()))
 
 
 _TOOLCHAIN: Toolchain | None = None    # detected once per worker process

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
+
+from engine.harness import nvml
 
 
 def gpu_info() -> dict[str, Any]:
@@ -16,15 +17,7 @@ def gpu_info() -> dict[str, Any]:
     props = torch.cuda.get_device_properties(idx)
     info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
                 memory_gb=round(props.total_memory / 2**30, 1),
-                l2_mb=round(getattr(props, "L2_cache_size", 0) / 2**20, 1), driver=_driver_version(),
+                l2_mb=round(getattr(props, "L2_cache_size", 0) / 2**20, 1), driver=nvml.driver_version(),
                 uuid=str(getattr(props, "uuid", "")) or None)   # tells two GPUs of one model apart
     return info
 
-
-def _driver_version() -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None

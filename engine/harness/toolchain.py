@@ -18,6 +18,8 @@ import sysconfig
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from engine.harness import nvml
+
 # Bump when the flag recipes below change: it is part of key(), so old cache entries stop matching.
 RECIPE_VERSION = 1
 
@@ -159,21 +161,9 @@ def parse_arch_list(text: str) -> tuple[str, ...]:
 
 
 def _visible_gpu_archs() -> tuple[str, ...]:
-    """Compute capabilities of the GPUs this process may use, via nvidia-smi so that the calling process
-    does not initialise CUDA (sandbox children fork from it). Honours a numeric CUDA_VISIBLE_DEVICES."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return ()
-    cmd = [smi, "--query-gpu=index,compute_cap", "--format=csv,noheader"]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    caps = {}
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and re.fullmatch(r"\d+\.\d+", parts[1]):
-            caps[parts[0]] = parts[1]
+    """Compute capabilities of the GPUs this process may use, via NVML so that the calling process does not
+    initialise CUDA (sandbox children fork from it); () without NVML. Honours a numeric CUDA_VISIBLE_DEVICES."""
+    caps = {str(i): cap for i, cap in nvml.compute_capabilities().items()}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and re.fullmatch(r"[\d,\s]*", visible):
         wanted = [v.strip() for v in visible.split(",") if v.strip()]

@@ -1,0 +1,62 @@
+"""What kbench asks the driver about the GPUs, through NVML (nvidia-ml-py's `pynvml`) instead of parsing
+nvidia-smi's output. NVML creates no CUDA context, so a process that forks sandbox children may call it.
+
+Fallback: where pynvml is not installed, or NVML does not initialise (no driver, a CI machine, a container
+without libnvidia-ml), or a query fails, every function answers as on a machine without a GPU (None, an empty
+list or dict), which is what the callers did when nvidia-smi was missing. Indices are NVML's, the same as
+nvidia-smi's (PCI bus order; CUDA_VISIBLE_DEVICES is not applied here).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def _query(fn: Callable[[Any], T]) -> T | None:
+    """fn(pynvml) between nvmlInit and nvmlShutdown; None where pynvml or NVML is unavailable or fn fails."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except (pynvml.NVMLError, OSError):
+        return None
+    try:
+        return fn(pynvml)
+    except (pynvml.NVMLError, OSError):
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except (pynvml.NVMLError, OSError):
+            pass
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)    # older pynvml returned bytes
+
+
+def driver_version() -> str | None:
+    return _query(lambda nv: _text(nv.nvmlSystemGetDriverVersion()))
+
+
+def gpu_count() -> int:
+    return _query(lambda nv: int(nv.nvmlDeviceGetCount())) or 0
+
+
+def gpu_name(index: int = 0) -> str | None:
+    return _query(lambda nv: _text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(index))))
+
+
+def compute_capabilities() -> dict[int, str]:
+    """NVML index -> compute capability ('9.0') of every GPU on the machine."""
+    def caps(nv: Any) -> dict[int, str]:
+        out = {}
+        for i in range(nv.nvmlDeviceGetCount()):
+            major, minor = nv.nvmlDeviceGetCudaComputeCapability(nv.nvmlDeviceGetHandleByIndex(i))
+            out[i] = f"{major}.{minor}"
+        return out
+    return _query(caps) or {}
