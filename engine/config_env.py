@@ -55,8 +55,6 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("KBENCH_TUI_FAKE_EVALUATOR", "", "set: the app evaluates with the fake evaluator (`kbench "
                                             "--fake-evaluator` sets it)", test_only=True),
     EnvVar("KBENCH_TUI_FAKE_DELAY", "0.3", "seconds each of the app's fake evaluations takes", test_only=True),
-    EnvVar("KBENCH_UPDATE_SNAPSHOTS", "", "set: tests/test_tui_snapshots.py rewrites the snapshots it compares with",
-           test_only=True),
     EnvVar("KBENCH_TEST_SINGLE_CU", "", "set: run the test that compiles a single-file candidate with nvcc (minutes "
                                         "on a small machine)", test_only=True),
     EnvVar("KBENCH_INTEGRITY_TIMEOUT", "240", "seconds each case of tests/test_gpu_integrity.py may take",
