@@ -4,9 +4,9 @@ Textual worker thread when the call may take long, and never reach into engine m
 `Backend` wraps a `Workspace` and adds what the screens need around it: task and session summaries, the
 evaluator factory (real `LocalPipelineExecutor`, or the engine's `FakeEvaluator` for tests and machines
 without a GPU when asked), sessions started and resumed through engine.service (the same defaults and wiring
-as `kbench evolve`: the LLM verifiers run, one budget covers proposals and reviews), re-evaluation recorded
-as `kbench reevaluate` records it, overrides, hand edits through the human proposer, and export through
-engine.export.
+as `kbench evolve`: the LLM verifiers run, one budget covers proposals and reviews), re-evaluation through
+the service's own (what `kbench reevaluate` runs), overrides, hand edits through the human proposer, and
+export through engine.export.
 
 The small dataclasses and formatting the screens display (TaskRow, SessionData, status_text, ...) are in
 kbench_tui.view_models, and the queue of re-evaluations a person asks for in kbench_tui.reevaluations; this
@@ -70,8 +70,7 @@ class Backend:
             self.ws, config, env=env, target=target, llm_options=llm_options,
             evaluator_factory=lambda task, direction, _config: self._make_evaluator(task, direction))
         self.runners: dict[str, Any] = {}            # session -> live EvolutionSession
-        self.reevaluations = ReevaluationQueue(self.ws, config, make_evaluator=self._make_evaluator,
-                                               task_of=self.task_of, live_runner=self.live_runner)
+        self.reevaluations = ReevaluationQueue(self.service, live_runner=self.live_runner)
 
     def _make_evaluator(self, task: Any, direction: str) -> Any:
         if self._evaluator_factory is default_evaluator_factory:
