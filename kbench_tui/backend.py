@@ -29,8 +29,6 @@ from kbench_tui.view_models import SessionData, SessionRow, TaskRow, summarize, 
 
 EvaluatorFactory = Callable[[Any, str], Any]   # (task, direction) -> engine.evolve Evaluator
 
-PROPOSERS = ("anthropic", "tuner", "replay", "human")      # the first is the LLM proposer of [llm] provider
-
 
 def default_evaluator_factory(task: Any, direction: str, config: Any = None) -> Any:
     """The configured executor ([eval] and [executor] in the config files: local by default, or Ray)."""

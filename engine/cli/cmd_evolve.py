@@ -13,7 +13,6 @@ from typing import Any
 
 from engine.cli.common import check_config_names, workspace_path
 from engine.cli.evolve_summary import exit_code, summary_lines
-from engine.errors import KbenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
