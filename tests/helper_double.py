@@ -14,7 +14,7 @@ import torch
 
 from engine.harness.runtimes.base import as_outputs
 from engine.pipeline import analysis, wire
-from engine.pipeline.judge import Prepared, _plan_message, prepare
+from engine.pipeline.judge_configs import Prepared, plan_message, prepare
 
 
 def _storages(ts: list[torch.Tensor]) -> list[tuple[int, int]]:
@@ -37,7 +37,7 @@ class Session:
     def __init__(self, runtime: Any, cfg: Any, fn: Callable[..., Any], trials: int = 2):
         self.runtime = runtime
         self.prep: Prepared = prepare(runtime, cfg, trials, "cpu")
-        header, _ = _plan_message(self.prep)
+        header, _ = plan_message(self.prep)
         k, n = header["variants"], header["per_variant"]
         self.variants = [self.prep.tensors[v * n:(v + 1) * n] for v in range(k)]
         self.live = [t.clone() for t in self.variants[0]]

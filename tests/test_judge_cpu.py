@@ -194,7 +194,7 @@ def test_plans_for_every_format_round_trip_through_the_runner_message():
     from pathlib import Path
 
     from engine.pipeline import wire
-    from engine.pipeline.judge import _plan_message, prepare
+    from engine.pipeline.judge_configs import plan_message, prepare
     root = Path(__file__).resolve().parent / "fixtures"
     for ref, direction in ((root / "robust_kbench" / "linear", "forward"),
                            (root / "robust_kbench" / "linear", "backward"),
@@ -202,7 +202,7 @@ def test_plans_for_every_format_round_trip_through_the_runner_message():
         task = load_task(ref)
         rt = runtime_for(task, direction)
         prep = prepare(rt, task.configs[0], 2, "cpu")
-        header, tensors = _plan_message(prep)
+        header, tensors = plan_message(prep)
         assert header["variants"] == 2 and len(prep.variants) == 2
         n = header["per_variant"]
         args = wire.decode_args(header["args"], tensors[:n])

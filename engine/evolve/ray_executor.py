@@ -4,19 +4,10 @@
            ─▶ Ray GPU task (one GPU): unpack the entry into the GPU node's cache, then the sandboxed check +
               time of engine.pipeline.evaluate, exactly as a local GPU worker runs it ─▶ EvalOutcome as JSON
 
-The task travels as JSON plus its reference files (engine.tasks.portable) and the candidate as its files, so
-a node needs kbench's Python dependencies and a CUDA toolkit, not the workspace or the task folder; with
-`ship_code` the driver's `engine/` package goes along in the job's runtime_env. Builds target the GPUs'
-architectures, asked of one GPU node at start-up, so a compile node's entry is a cache hit on the GPU node
-when their toolchains agree (otherwise the GPU node simply compiles again).
-
-Faults. Every task runs with Ray's own retries off; this executor retries instead, so it can tell the two
-kinds of failure apart. A kernel that hangs, faults or corrupts memory is caught by the sandbox inside the
-task and comes back as a `fail` verdict like anywhere else. A Ray error (the worker process or its node
-died, an object was lost, the task raised because the node is misconfigured) is the machinery's fault: the
-evaluation is run again, up to `retries` more times, wherever Ray schedules it (a dead node has left the
-cluster by then), and after that the outcome carries `infra_error`, which the loop records as an
-`infrastructure_failure` event, not a verdict, and which a resumed session evaluates again.
+This module is the driver's side: the executor's queue, the thread that waits on Ray and moves each
+evaluation from task to task, and its statistics. The tasks themselves are engine/evolve/ray_tasks.py,
+connecting and probing the cluster ray_cluster.py, and one evaluation's attempts and the retry policy for
+Ray failures (which are the machinery's, never a verdict on the kernel) ray_jobs.py.
 
 Import this module only where Ray is installed (`pip install 'kbench[ray]'`); `make_evaluator` says so
 plainly when it is not.
@@ -24,150 +15,30 @@ plainly when it is not.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from dataclasses import fields
 from typing import Any
-
-from engine.candidates import Candidate
-from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, StageCallback, Submission
-from engine.evolve.worker_fns import compile_verdict
-from engine.harness.build_result import BuildSummary
-from engine.tasks.model import Task
-from engine.tasks.portable import pack_task, unpack_task
-from engine.verdict import Status, Verdict
 
 try:
     import ray
-    import ray.exceptions
 except ImportError as exc:  # pragma: no cover - exercised where ray is missing
     raise ImportError("the Ray executor needs Ray: pip install 'kbench[ray]' (or pip install ray)") from exc
 
-
-# ------------------------------------------------------------------------------- on the workers
-
-
-def _worker_cache(cache_root: str | None) -> Path:
-    from engine.pipeline.evaluate import default_cache_root
-    return Path(cache_root) if cache_root else default_cache_root()
-
-
-def _where() -> dict[str, Any]:
-    ctx = ray.get_runtime_context()
-    return {"node": ctx.get_node_id(), "host": os.uname().nodename, "pid": os.getpid(),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-
-
-def probe_job() -> dict[str, Any]:
-    """On a GPU node: the architectures builds should target, and what the node is."""
-    from engine.harness.toolchain import ToolchainError, detect
-    out: dict[str, Any] = {"where": _where()}
-    try:
-        tc = detect()
-        out.update(archs=";".join(tc.archs), toolchain_key=tc.key())
-    except ToolchainError as exc:
-        out["error"] = str(exc)
-    return out
-
-
-def build_job(candidate_json: dict[str, Any], cache_root: str | None, timeout_s: float, archs: str | None,
-              build_fn: Callable[..., dict[str, Any]] | None) -> dict[str, Any]:
-    """Compile (or find in this node's cache) and pack the entry for the GPU node. Never raises for a bad
-    candidate: the compile verdict says what went wrong."""
-    from engine.harness.build import build_candidate, entry_dir
-    from engine.harness.build_archive import pack_entry
-    from engine.harness.toolchain import ToolchainError, detect
-
-    t0 = time.time()
-    cand = Candidate.from_json(candidate_json)
-    if build_fn is not None:            # tests: a stand-in compiler
-        res = build_fn(candidate_json, str(_worker_cache(cache_root)), timeout_s)
-        return {"build": res, "archive": None, "toolchain_key": "", "where": _where(), "start": t0, "end": time.time()}
-    cache = _worker_cache(cache_root)
-    try:
-        tc = detect(archs=archs or None)
-    except ToolchainError as exc:
-        return {"build": BuildSummary(ok=False, error=str(exc), seconds=time.time() - t0).to_json(),
-                "archive": None, "toolchain_key": "", "where": _where(), "start": t0, "end": time.time()}
-    r = build_candidate(cand, cache, tc, timeout_s=timeout_s)
-    archive = None
-    if r.ok and cand.format != "kernelbench":
-        archive = pack_entry(entry_dir(cache, tc, cand))
-    return {"build": BuildSummary.of(r).to_json(),
-            "archive": archive, "toolchain_key": tc.key(), "source_hash": cand.source_hash,
-            "where": _where(), "start": t0, "end": time.time()}
-
-
-def _worker_inputs(packed_task: dict[str, Any], candidate_json: dict[str, Any],
-                   options_json: dict[str, Any]) -> tuple[Any, Task, Candidate]:
-    """(EvalOptions, task, candidate) on a worker, from what the driver shipped."""
-    import tempfile
-
-    from engine.pipeline.evaluate import EvalOptions
-
-    known = {f.name for f in fields(EvalOptions)}
-    opts = EvalOptions(**{k: v for k, v in options_json.items() if k in known},
-                       cache_root=_worker_cache(options_json.get("cache_root")))
-    task = unpack_task(packed_task, Path(tempfile.gettempdir()) / "kbench-ray-tasks")
-    return opts, task, Candidate.from_json(candidate_json)
-
-
-def gpu_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], direction: str,
-            options_json: dict[str, Any], built: dict[str, Any] | None,
-            gpu_fn: Callable[..., Any] | None) -> dict[str, Any]:
-    """Install the shipped build, then check and time the candidate on this task's GPU. The outcome as JSON,
-    with where it ran and when."""
-    from engine.evolve.worker_fns import default_gpu
-
-    t0 = time.time()
-    opts, task, cand = _worker_inputs(packed_task, candidate_json, options_json)
-    note = ""
-    if built and built.get("archive"):
-        from engine.harness.build_archive import unpack_entry
-        from engine.harness.toolchain import detect
-        key = detect(archs=options_json.get("archs") or None).key()
-        if key == built.get("toolchain_key"):
-            unpack_entry(built["archive"], opts.cache_root, key, cand.source_hash)
-        else:
-            note = "the compile node's toolchain differs from this GPU node's: compiled again here"
-    out = (gpu_fn or default_gpu)(task, cand, direction, opts)
-    if note:
-        out.data["ray_note"] = note
-    return {"outcome": out.to_json(), "where": _where(), "start": t0, "end": time.time()}
-
-
-def profile_job(packed_task: dict[str, Any], candidate_json: dict[str, Any], direction: str,
-                options_json: dict[str, Any], device: dict[str, Any] | None,
-                profile_fn: Callable[..., Any] | None) -> dict[str, Any]:
-    """The profile stage alone for a candidate evaluated before (a new best), on this task's GPU: the build
-    comes from this node's cache, or is compiled here. The verdict as JSON, with where it ran and when."""
-    from engine.evolve.worker_fns import default_profile
-
-    t0 = time.time()
-    opts, task, cand = _worker_inputs(packed_task, candidate_json, options_json)
-    v = (profile_fn or default_profile)(task, cand, direction, opts, device)
-    return {"verdict": v.to_json(), "where": _where(), "start": t0, "end": time.time()}
-
-
-# ---------------------------------------------------------------------------------- the driver
-
-
-@dataclass
-class _Job(Submission):
-    phase: str = "build"                 # build -> gpu; or profile (alone: its future's result is a Verdict)
-    built: dict[str, Any] | None = None
-    ref: Any = None
-    attempts: list[dict[str, Any]] = field(default_factory=list)   # failed attempts: where and why
-    build_s: float | None = None
-    cancelled: bool = False
-    settled: bool = False                # counted out of RayExecutor._outstanding
-    device: dict[str, Any] | None = None     # profile: the evaluation's device (its GPU model's peaks)
-
+from engine.candidates import Candidate
+from engine.errors import KbenchError
+from engine.evolve.outcome import EvalOutcome, StageCallback
+from engine.evolve.ray_cluster import connect, gpus_and_cpus, probe_archs
+from engine.evolve.ray_jobs import RayJob
+from engine.evolve.ray_tasks import build_job, gpu_job, profile_job
+from engine.evolve.worker_fns import compile_verdict
+from engine.harness.build_result import BuildSummary
+from engine.pipeline.evaluate import EvalOptions
+from engine.tasks.model import Task
+from engine.tasks.portable import pack_task
+from engine.verdict import Status, Verdict
 
 _OPTION_FIELDS_NOT_SHIPPED = ("cache_root", "gpu")
 
@@ -181,8 +52,6 @@ class RayExecutor:
                  build_fn: Callable[..., dict[str, Any]] | None = None, gpu_fn: Callable[..., Any] | None = None,
                  init_kwargs: dict[str, Any] | None = None, poll_s: float = 0.1,
                  profile_fn: Callable[..., Any] | None = None):
-        from engine.pipeline.evaluate import EvalOptions
-
         self.task, self.direction = task, direction
         self.options = options or EvalOptions()
         self.retries = max(0, int(retries))
@@ -190,45 +59,28 @@ class RayExecutor:
         self.build_fn, self.gpu_fn, self.profile_fn = build_fn, gpu_fn, profile_fn
         self.gpu_resources = dict(gpu_resources or {"num_gpus": 1})
         self.poll_s = poll_s
-        self._owns_ray = False
-        if not ray.is_initialized():
-            kw: dict[str, Any] = {"address": address, "include_dashboard": False, "log_to_driver": False,
-                                  "configure_logging": False, **(init_kwargs or {})}
-            if ship_code if ship_code is not None else bool(address):
-                kw.setdefault("runtime_env", {"py_modules": [str(Path(__file__).resolve().parents[1])]})
-            try:
-                _check_reachable(address)
-                ray.init(**kw)
-            except Exception as exc:  # noqa: BLE001 - say which cluster and why, in one paragraph
-                from engine.errors import KbenchError
-                where = address or "a new local Ray instance"
-                raise KbenchError(f"cannot connect to the Ray cluster ({where}): {type(exc).__name__}: {exc}") from None
-            self._owns_ray = True
+        self._owns_ray = connect(address, ship_code, init_kwargs)
         self._packed_task = pack_task(task)
         self._options_json = {f.name: getattr(self.options, f.name) for f in fields(self.options)
                               if f.name not in _OPTION_FIELDS_NOT_SHIPPED}
         self._options_json["timing_configs"] = list(self.options.timing_configs or []) or None
         self._options_json["configs"] = list(self.options.configs or []) or None
         self._options_json["baselines"] = list(self.options.baselines)
-        resources = ray.cluster_resources()
-        gpu_key = next(iter(self.gpu_resources.get("resources", {}) or {}), None)
-        self.gpus = int(resources.get(gpu_key, 0) if gpu_key else resources.get("GPU", 0))
-        self.cpus = int(resources.get("CPU", 0))
-        if self.gpus < 1:
-            from engine.errors import KbenchError
-            self.close()
-            raise KbenchError(f"the Ray cluster has no GPU to evaluate on (its resources: {dict(resources)}); "
-                              "start its GPU nodes with `ray start --num-gpus N`")
-        self.archs = ""
+        try:
+            self.gpus, self.cpus = gpus_and_cpus(self.gpu_resources)
+            # stand-ins for the compiler and the GPU stage (tests) need no architectures from a GPU node
+            self.archs = probe_archs(self.gpu_resources) if self.build_fn is None and self.gpu_fn is None else ""
+        except KbenchError:
+            self.close()      # a Ray instance this executor started goes with it
+            raise
+        # Ray's own retries off: a lost task comes back here, to be told apart from a verdict (ray_jobs.py)
         self._remote_build = ray.remote(build_job).options(num_cpus=build_cpus, max_retries=0)
         self._remote_gpu = ray.remote(gpu_job).options(max_retries=0, **self.gpu_resources)
         self._remote_profile = ray.remote(profile_job).options(max_retries=0, **self.gpu_resources)
-        if self.build_fn is None and self.gpu_fn is None:
-            self._probe()
         self._options_json["archs"] = self.archs or None
         self._lock = threading.Lock()
-        self._jobs: dict[Any, _Job] = {}          # ObjectRef -> job
-        self._waiting: list[_Job] = []            # submitted, not yet sent to Ray (capacity)
+        self._jobs: dict[Any, RayJob] = {}          # ObjectRef -> job
+        self._waiting: list[RayJob] = []            # submitted, not yet sent to Ray (capacity)
         self._busy: dict[str, list[tuple[float, float]]] = {}
         self._build_busy: list[tuple[float, float]] = []
         self._first: float | None = None
@@ -244,20 +96,6 @@ class RayExecutor:
         self._thread = threading.Thread(target=self._poll, name="kbench-ray", daemon=True)
         self._thread.start()
 
-    def _probe(self) -> None:
-        probe = ray.remote(probe_job).options(max_retries=1, **self.gpu_resources)
-        try:
-            info = ray.get(probe.remote(), timeout=300)
-        except Exception as exc:  # noqa: BLE001
-            from engine.errors import KbenchError
-            self.close()
-            raise KbenchError(f"no GPU node of the Ray cluster answered: {type(exc).__name__}: {exc}") from None
-        if info.get("error"):
-            from engine.errors import KbenchError
-            self.close()
-            raise KbenchError(f"the Ray GPU node {info['where'].get('host')} cannot compile: {info['error']}")
-        self.archs = str(info.get("archs") or "")
-
     @property
     def capacity(self) -> int:
         return 2 * self.gpus + max(1, self.cpus - self.gpus)
@@ -267,7 +105,7 @@ class RayExecutor:
     def submit(self, candidate: Candidate, on_stage: StageCallback | None = None) -> Future[EvalOutcome]:
         if self._closed:
             raise RuntimeError("executor is closed")
-        job = _Job(candidate, on_stage, Future(), time.time())
+        job = RayJob(candidate, on_stage, Future(), time.time())
         with self._lock:
             self._outstanding += 1
             if self._first is None:
@@ -280,7 +118,7 @@ class RayExecutor:
         `profile` Verdict (`skipped` with the reason when the task was lost on every attempt)."""
         if self._closed:
             raise RuntimeError("executor is closed")
-        job = _Job(candidate, None, Future(), time.time(), phase="profile", device=dict(device or {}))
+        job = RayJob(candidate, None, Future(), time.time(), phase="profile", device=dict(device or {}))
         with self._lock:
             self._outstanding += 1
         self._launch(job)
@@ -295,7 +133,7 @@ class RayExecutor:
                 del self._jobs[ref]
         return self._drop(jobs)
 
-    def _drop(self, jobs: list[tuple[Any, _Job]]) -> int:
+    def _drop(self, jobs: list[tuple[Any, RayJob]]) -> int:
         """Cancel these Ray tasks and end their futures cancelled (the loop re-queues them on resume)."""
         for ref, j in jobs:
             try:
@@ -304,7 +142,7 @@ class RayExecutor:
                 pass
             j.cancelled = True
             self._settle(j)
-            _cancel(j.future)
+            j.future.cancel()     # still pending (never set running): the loop sees a cancelled evaluation
         return len(jobs)
 
     def close(self, wait: bool = True) -> None:
@@ -344,7 +182,7 @@ class RayExecutor:
 
     # -- internals -----------------------------------------------------------------------------------------
 
-    def _launch(self, job: _Job) -> None:
+    def _launch(self, job: RayJob) -> None:
         cj = job.candidate.to_json()
         if job.phase == "profile":
             ref = self._remote_profile.remote(self._packed_task, cj, self.direction, self._options_json, job.device,
@@ -389,12 +227,9 @@ class RayExecutor:
                 except Exception as exc:  # noqa: BLE001 - a Ray error: the machinery failed, not the kernel
                     self._attempt_failed(job, exc)
 
-    def _landed(self, job: _Job, result: dict[str, Any]) -> None:
+    def _landed(self, job: RayJob, result: dict[str, Any]) -> None:
         if job.phase == "profile":
-            where = result["where"]
-            with self._lock:
-                self._busy.setdefault(f"{where.get('host')}:{where.get('cuda_visible_devices')}", []).append(
-                    (float(result["start"]), float(result["end"])))
+            self._gpu_busy(result)
             self._finish_profile(job, Verdict.from_json(result["verdict"]))
             return
         if job.phase == "build":
@@ -412,46 +247,27 @@ class RayExecutor:
             job.phase = "gpu"
             self._launch(job)
             return
+        self._gpu_busy(result)
+        self._finish(job, job.gpu_outcome(result))
+
+    def _gpu_busy(self, result: dict[str, Any]) -> None:
+        """Count a GPU task's time to the GPU it ran on (host and CUDA_VISIBLE_DEVICES name it)."""
         where = result["where"]
         gpu_id = f"{where.get('host')}:{where.get('cuda_visible_devices')}"
         with self._lock:
             self._busy.setdefault(gpu_id, []).append((float(result["start"]), float(result["end"])))
-        out = EvalOutcome.from_json(result["outcome"])
-        verdicts = out.verdicts
-        if job.built is not None:
-            cv = compile_verdict(BuildSummary.from_json(job.built["build"]))
-            rest = [x for x in verdicts if not (x.stage == "compile" and x.status == Status.PASS)]
-            verdicts = rest if any(x.stage == "compile" for x in rest) else [cv] + rest
-        for x in verdicts:
-            if x.stage != "compile" or job.built is None:
-                job.notify(x)
-        out.verdicts = verdicts
-        out.build_s = job.build_s
-        out.gpu_s = float(result["end"]) - float(result["start"])
-        out.attempts = len(job.attempts) + 1
-        out.data["ray"] = {"gpu": where, "failed_attempts": job.attempts} if job.attempts else {"gpu": where}
-        self._finish(job, out)
 
-    def _attempt_failed(self, job: _Job, exc: BaseException) -> None:
-        reason = _describe(exc)
-        job.attempts.append({"phase": job.phase, "error": reason, "at": time.time()})
-        if len(job.attempts) <= self.retries and not self._abandon:
+    def _attempt_failed(self, job: RayJob, exc: BaseException) -> None:
+        reason = job.failed(exc)
+        if not self._abandon and job.retry(reason, self.retries, self.compile_on_cluster):
             with self._lock:
                 self._retried += 1
-            _notify_log(job, reason)
-            if job.phase == "gpu" and job.built is None and self.compile_on_cluster:
-                job.phase = "build"
             self._launch(job)
             return
-        if job.phase == "profile":      # feedback, not a judgement: a skipped verdict says what happened
-            self._finish_profile(job, Verdict(PROFILE_STAGE, Status.SKIPPED, (
-                f"the profile task was lost on all {len(job.attempts)} attempt(s); last: {reason}")))
-            return
-        with self._lock:
-            self._infra += 1
-        why = (f"{job.phase} task lost on all {len(job.attempts)} attempt(s); last: {reason}")
-        self._finish(job, EvalOutcome([], build_s=job.build_s, infra_error=why, attempts=len(job.attempts),
-                                      data={"ray": {"failed_attempts": job.attempts}}))
+        if job.phase != "profile":
+            with self._lock:
+                self._infra += 1
+        self._end(job, job.lost(reason))
 
     def _abandon_all(self, reason: str) -> None:
         """No Ray any more: every outstanding evaluation ends as an infrastructure failure (re-run on resume)."""
@@ -460,25 +276,28 @@ class RayExecutor:
             self._jobs.clear()
             self._infra += sum(1 for j in jobs if j.phase != "profile")
         for job in jobs:
-            if job.phase == "profile":
-                self._finish_profile(job, Verdict(PROFILE_STAGE, Status.SKIPPED, reason))
-                continue
-            self._finish(job, EvalOutcome([], build_s=job.build_s, infra_error=reason, attempts=len(job.attempts) + 1))
+            self._end(job, job.abandoned(reason))
 
-    def _settle(self, job: _Job) -> None:
+    def _end(self, job: RayJob, end: EvalOutcome | Verdict) -> None:
+        if isinstance(end, Verdict):       # a profile job's result is its verdict
+            self._finish_profile(job, end)
+        else:
+            self._finish(job, end)
+
+    def _settle(self, job: RayJob) -> None:
         with self._lock:
             if not job.settled:
                 job.settled = True
                 self._outstanding -= 1
 
-    def _finish_profile(self, job: _Job, verdict: Verdict) -> None:
+    def _finish_profile(self, job: RayJob, verdict: Verdict) -> None:
         with self._lock:
             self._profiled += 1
         self._settle(job)
         if not job.future.done():
             job.future.set_result(verdict)
 
-    def _finish(self, job: _Job, out: EvalOutcome) -> None:
+    def _finish(self, job: RayJob, out: EvalOutcome) -> None:
         out.seconds = out.seconds or (time.time() - job.submitted)
         with self._lock:
             self._done += 1
@@ -486,44 +305,4 @@ class RayExecutor:
         self._settle(job)
         if not job.future.done():
             job.future.set_result(out)
-
-
-def _check_reachable(address: str | None, timeout_s: float = 5.0) -> None:
-    """Ray keeps retrying an address nobody answers for minutes; a plain TCP connect says it at once."""
-    import socket
-
-    if not address or address in ("auto", "local"):
-        return
-    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        return                     # a form we do not parse: let Ray judge it
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        raise ConnectionError(f"nothing answers at {host}:{port} ({exc.strerror or exc})") from None
-
-
-def _notify_log(job: _Job, reason: str) -> None:
-    """Retries are not verdicts; they show up in the outcome's data and in the log of the CLI/TUI."""
-    import logging
-    logging.getLogger("kbench.ray").warning("%s: %s task lost (%s); retrying (attempt %d)",
-                                            job.candidate.name, job.phase, reason, len(job.attempts) + 1)
-
-
-def _cancel(f: Future) -> None:
-    f.cancel()     # still pending (never set running): the loop sees a cancelled evaluation
-
-
-def _describe(exc: BaseException) -> str:
-    """One line for a Ray failure: the kind, and the first line of its message."""
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        cause = getattr(exc, "cause", None)
-        kind = type(cause).__name__ if cause is not None else "RayTaskError"
-        first = str(cause or exc).strip().splitlines()
-        tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return f"{kind} in the task: {first[-1] if first else tb}"[:400]
-    first = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {first[0] if first else ''}"[:400]
 

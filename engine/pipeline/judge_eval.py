@@ -1,0 +1,211 @@
+"""One evaluation in the judge process: warm up (torch, the CUDA context, the runner), load the candidate,
+check every config against the judge's references, then time the candidate and, with its runner stopped,
+the null loop and the baselines. Every step lands in the result file as it happens.
+
+torch is imported inside the methods on purpose: the runner is spawned first, so the two processes import
+torch and start CUDA at the same time.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import TYPE_CHECKING, Any, Callable
+
+from engine.harness.device_info import gpu_info
+from engine.harness.runtimes import runtime_for
+from engine.pipeline import analysis, wire
+from engine.pipeline.judge_configs import Prepared, composer, plan_message, prepare
+from engine.pipeline.judge_runner import RunnerLink
+from engine.pipeline.judge_timer import LocalTimer
+from engine.pipeline.judge_timing import TimingJudge
+from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
+from engine.tasks.model import Task
+
+if TYPE_CHECKING:
+    from engine.pipeline.judge import ResultFile
+
+SETTLE_MS = 20.0        # the pause before the async-completeness comparison of a checked call
+STANDBY_START_S = 180.0  # how long a standby judge's runner may take to come up before any request
+
+
+class Judge:
+    """One evaluation. Started cold (request first) or warm (`warm_up` before the request is `attach`ed)."""
+
+    def __init__(self, timer: TimerSpec):
+        self.timer = timer
+        self.req: JudgeRequest = None  # type: ignore[assignment]  # set by attach
+        self.out: ResultFile = None    # type: ignore[assignment]
+        self.task: Task | None = None
+        self.deadline = time.monotonic() + STANDBY_START_S
+        self.runner = RunnerLink(timer)
+        self.local: LocalTimer | None = None
+        self.t0 = time.monotonic()
+        self.device: dict[str, Any] | None = None
+        self.has_gpu = False
+        self.not_up: str | None = None     # why the runner did not come up, if it did not
+
+    def attach(self, req: JudgeRequest, out: ResultFile) -> None:
+        if req.timer != self.timer:
+            raise RuntimeError(f"this judge runs timer {self.timer}, the request names {req.timer}")
+        self.req, self.out = req, out
+        self.task = Task.from_json(req.task)
+        self.deadline = time.monotonic() + req.deadline_s
+        self.t0 = time.monotonic()
+
+    def spent(self, phase: str, since: float) -> float:
+        """Add the time since `since` to a phase of the result's `seconds` (where an evaluation's time goes)."""
+        now = time.monotonic()
+        sec = self.out.data.seconds
+        sec[phase] = round(sec.get(phase, 0.0) + now - since, 3)
+        return now
+
+    def warm_up(self) -> None:
+        """Everything that needs no request: torch and its CUDA context here, the runner up to its hello."""
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        self.device = gpu_info()
+        self.has_gpu = torch.cuda.is_available()
+        if self.has_gpu:
+            torch.zeros(1, device="cuda")   # the context, now rather than inside the first measurement
+            self.local = LocalTimer(self.timer.so_path, self.timer.module_name)
+        self.not_up = self.runner.up(self.deadline)
+
+    def note_forgery(self) -> None:
+        """A record the helper did not sign arrived at any point (even between jobs): the stream is void."""
+        forged = self.runner.forged
+        if forged and self.req.integrity:
+            self.out.data.integrity["@result-channel"] = analysis.fail(analysis.FORGERY, forged).__dict__
+            self.out.data.error = self.out.data.error or f"the result channel was forged: {forged}"
+
+    def run(self) -> None:
+        """The evaluation of the attached request, on a warmed-up judge."""
+        import torch
+        assert self.task is not None
+        self.out.data.device = self.device
+        self.out.data.jail = self.runner.jail_report
+        if not self.has_gpu:
+            self.out.data.error = NO_GPU
+            return
+        if self.not_up:
+            self.out.data.error = self.not_up
+            return
+        device = torch.device("cuda")
+        self.out.progress("load")
+        runtime = runtime_for(self.task, self.req.direction)
+        t = self.spent("task_setup", self.t0)
+        why = self.runner.load(self.req.candidate, self.req.direction, self.deadline)
+        self.spent("candidate_load", t)
+        if why:
+            self.out.data.error = why
+            return
+        wanted = self.req.configs
+        configs = [c for c in self.task.configs if not wanted or c.name in wanted]
+        tol = analysis.Tolerance(runtime.spec.tolerance.atol, runtime.spec.tolerance.rtol,
+                                 runtime.spec.max_mismatch_fraction)
+        prepared: dict[str, Prepared] = {}
+        all_ok = True
+        assert self.local is not None
+        decode = self.runner.decoder(self.local)
+        for cfg in configs:
+            self.out.progress("correctness", cfg.name)
+            t0 = time.monotonic()
+            try:
+                prep = prepare(runtime, cfg, self.req.trials, device)
+                t = self.spent("reference", t0)
+            except Exception as exc:  # noqa: BLE001 - the task's own code: a task problem, named as such
+                self.out.data.error = (f"the task's reference failed on config {cfg.name}: {type(exc).__name__}: "
+                                       f"{str(exc).strip()[:600]}")
+                return
+            header, tensors = plan_message(prep)
+            reply = self.runner.configure(header, tensors, self.deadline)
+            t = self.spent("send_inputs", t)
+            if reply.get("type") != "configured":
+                res = {"ok": False, "reason": f"the candidate could not be set up: {reply.get('message')}"}
+                self.out.data.correctness[cfg.name] = res
+                all_ok = False
+                self.out.write()
+                continue
+            k = len(prep.variants)
+            job, done = self.runner.run_job(cfg.name, {"mode": "check", "schedule": list(range(k)) * 2,
+                                                       "flush": True, "probe_inputs": True, "settle_ms": SETTLE_MS},
+                                            decode, self.deadline)
+            compose = composer(runtime, prep)
+            try:
+                corr, integ = analysis.judge_check(job, [v.ref for v in prep.variants], compose, tol,
+                                                   [v.seed for v in prep.variants])
+            except Exception as exc:  # noqa: BLE001 - kbench's own failure: say so, keep the trace, go on
+                self.out.data.traces[cfg.name] = traceback.format_exc(limit=12)[-6000:]
+                corr = CorrectnessResult(False, f"the judge could not compare config {cfg.name} "
+                                                f"({type(exc).__name__}: {str(exc).strip()[:400]}); a kbench "
+                                                "failure, not a verdict on the kernel")
+                integ = IntegrityResult(True)
+            self.spent("check", t)
+            corr.seconds = round(time.monotonic() - t0, 3)
+            self.out.data.correctness[cfg.name] = corr.__dict__
+            if self.req.integrity:
+                self.out.data.integrity[cfg.name] = integ.__dict__
+            all_ok &= corr.ok and (integ.ok or not self.req.integrity)
+            self.out.write()
+            if job.forged:
+                self.out.data.error = f"the result channel was forged during config {cfg.name}: {job.forged}"
+                return
+            if done.get("fatal"):
+                self.out.data.error = f"CUDA error after config {cfg.name}: {done.get('message')}"
+                return
+            if self.req.timing and all_ok and self._timed(cfg.name):
+                prepared[cfg.name] = prep
+            else:  # nothing more runs on this config (nor, once one failed, on any kept for timing): free
+                # their tensors on both sides, a config can take GBs
+                for name in [cfg.name] if all_ok else [*prepared, cfg.name]:
+                    self.runner.drop(name, self.deadline)
+                if not all_ok:
+                    prepared.clear()
+            del job, prep, compose, header, tensors
+        if not (self.req.timing and all_ok):
+            return
+        self._time(configs, prepared, runtime, tol, decode)
+
+    def _time(self, configs: list[Any], prepared: dict[str, Prepared], runtime: Any, tol: analysis.Tolerance,
+              decode: Callable[[wire.Record, int], Any]) -> None:
+        """The timing phase, on the configs that passed the checks."""
+        # The candidate first, on every timed config; then its runner is stopped (with anything it left
+        # running) before the judge times the null loop and the baselines, so no candidate code shares the
+        # GPU with a baseline (and none can slow one down for this or, through the session, later candidates).
+        jobs: dict[str, tuple[analysis.Job, dict[str, Any]]] = {}
+        for cfg in configs:
+            if not self._timed(cfg.name):
+                continue
+            self.out.progress("timing", cfg.name)
+            t = time.monotonic()
+            p = self.req.timing_params
+            jobs[cfg.name] = self.runner.run_job(cfg.name, {"mode": "time", "warmup": p.warmup,
+                                                            "min_iters": p.min_iters, "max_iters": p.max_iters,
+                                                            "budget_s": p.budget_s, "checks": p.checks,
+                                                            "flush": p.flush_l2}, decode, self.deadline)
+            self.spent("timing", t)
+            job, done = jobs[cfg.name]
+            if job.forged:
+                self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
+            elif done.get("fatal"):
+                self.out.data.error = f"CUDA error while timing {cfg.name}: {done.get('message')}"
+            if self.out.data.error:
+                break
+        self.close()
+        t = time.monotonic()
+        assert self.local is not None
+        timing = TimingJudge(self.req, self.local, self.out.data)
+        for name, (job, _) in jobs.items():
+            self.out.progress("baselines", name)
+            self.out.data.timing[name] = timing.verdict(runtime, prepared[name], tol, job)
+            self.out.write()
+        self.spent("baselines", t)
+
+    def _timed(self, name: str) -> bool:
+        return not self.req.timing_configs or name in self.req.timing_configs
+
+    def close(self) -> None:
+        """Stop the runner (once): after the candidate's last job, and whatever happens."""
+        self.runner.close()

@@ -1,0 +1,127 @@
+"""The judge's end of its jailed runner: spawning it, waiting for it to come up, having it load the candidate
+and take a config's arguments, running one job on it, and decoding the outputs its helper signs.
+
+Every wait is bounded by the judge's deadline (an absolute `time.monotonic()`), passed in by the caller: a
+standby judge's deadline moves when its request arrives. A runner that dies or overruns raises RunnerGone
+(engine/pipeline/runner_process.py), which the judge's entry point turns into the result's error.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from engine.pipeline import analysis, wire
+from engine.pipeline.judge_timer import collect
+from engine.pipeline.runner_process import RunDir, RunnerProcess, make_run_dir, stage_candidate, stage_readonly
+from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec
+
+if TYPE_CHECKING:
+    from engine.pipeline.judge_timer import LocalTimer
+
+
+class RunnerLink:
+    """One jailed runner, seen from the judge. Nothing it sends is trusted but the helper's signed records."""
+
+    def __init__(self, timer: TimerSpec):
+        self.timer = timer
+        self.process: RunnerProcess | None = None
+        self.jail_report: dict[str, Any] | None = None
+        self.job_id = 0
+        self._run: RunDir | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Spawn the jailed runner (it jails itself, imports torch and starts CUDA while we do the same)."""
+        run = make_run_dir()
+        self._run = run
+        timer = stage_readonly(run.ro, Path(self.timer.so_path))
+        self.process = RunnerProcess.spawn(run)
+        self.process.send({"type": "setup", "jail": run.spec(die_with_parent=True).to_json(),
+                           "timer_so": str(timer), "timer_module": self.timer.module_name})
+
+    def up(self, deadline: float) -> str | None:
+        """Wait for the jail report, the runner's start and its helper's hello; None when up, else why not."""
+        assert self.process is not None
+        jailed = self.process.reply(deadline - time.monotonic())
+        if jailed.get("type") != "jailed":
+            return f"the runner did not start: {jailed.get('message') or jailed}"
+        self.jail_report = jailed["report"]
+        ready = self.process.reply(deadline - time.monotonic())
+        if ready.get("type") == "no_gpu":
+            return NO_GPU
+        if ready.get("type") != "ready":
+            return f"the runner did not start: {ready.get('message') or ready}"
+        try:  # the helper's first signed record: it holds the key and writes to the judge
+            hello = self.process.next_record(deadline)
+        except wire.Forgery as exc:
+            return f"the timing helper's first record is not valid: {exc}"
+        if hello.type != wire.HELLO:
+            return f"the timing helper's first record is a {hello.name}, not its hello"
+        return None
+
+    def load(self, candidate: CandidateSpec, direction: str, deadline: float) -> str | None:
+        """Stage the candidate into the runner's read-only folder and have it imported; None, else why not."""
+        assert self.process is not None and self._run is not None
+        load = stage_candidate(self._run, candidate)
+        if candidate.format != "kernelbench":
+            load["entry"] = "forward" if direction == "forward" else "backward"
+        self.process.send(load)
+        loaded = self.process.reply(deadline - time.monotonic())
+        if loaded.get("type") != "loaded":
+            return f"the candidate failed to load: {loaded.get('message') or loaded}"
+        return None
+
+    def configure(self, header: dict[str, Any], tensors: list[Any], deadline: float) -> dict[str, Any]:
+        """Send a config's `config` message (engine/pipeline/judge_configs.py); the runner's reply."""
+        assert self.process is not None
+        self.process.send(header, tensors)
+        return self.process.reply(deadline - time.monotonic())
+
+    def drop(self, cid: str, deadline: float) -> None:
+        """Have the runner free a config's tensors (a config can take GBs)."""
+        assert self.process is not None
+        self.process.send({"type": "drop", "cid": cid})
+        self.process.reply(deadline - time.monotonic())
+
+    def run_job(self, cid: str, header: dict[str, Any], decode: Callable[[wire.Record, int], Any],
+                deadline: float) -> tuple[analysis.Job, dict[str, Any]]:
+        """One job on a configured config: its signed records, then the runner's closing reply ({} if forged)."""
+        assert self.process is not None
+        self.job_id += 1
+        self.process.send({"type": "job", "job": self.job_id, "cid": cid, **header})
+        job = collect(self.process.next_record, self.job_id, deadline, decode)
+        if job.forged:
+            return job, {}
+        return job, self.process.reply(deadline - time.monotonic())
+
+    def decoder(self, local: LocalTimer) -> Callable[[wire.Record, int], Any]:
+        """Output records to tensors, each checked against the fingerprint the helper signed for it."""
+        assert self.process is not None
+        key = self.process.key
+
+        def decode(rec: wire.Record, k: int) -> Any:
+            b = rec.body
+            if b.get("kind") == "none":
+                return None
+            if b.get("kind") == "scalar":
+                return float(b["value"])
+            flat = wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"", "cuda")
+            if local.fingerprint(flat, wire.fingerprint_seed(key, rec.seq, k)) != int(str(b["fp"]), 16):
+                raise wire.Forgery(f"the bytes of output {k} of iteration {b.get('i')} do not match their signed "
+                                   "fingerprint (they were changed after the helper sent them)")
+            device = "cpu" if str(b.get("device", "")).startswith("cpu") else "cuda"
+            return wire.restride(flat, b.get("strides"), device)
+        return decode
+
+    @property
+    def forged(self) -> str | None:
+        """Why the record stream is void (a record the helper did not sign arrived at any point), if it is."""
+        return self.process.forged if self.process is not None else None
+
+    def close(self) -> None:
+        """Stop the runner (once): after the candidate's last job, and whatever happens."""
+        if self.process is not None and not self._closed:
+            self._closed = True
+            self.process.close()

@@ -1,0 +1,97 @@
+"""The judge's side of the compiled timing helper: reading one job's signed records (`collect`), and the
+judge's own instance of the helper (`LocalTimer`), which times the null loop and the baselines and checks
+output fingerprints.
+
+`collect` reads the records of the candidate's helper (through the runner, engine/pipeline/judge_runner.py)
+and of the judge's own alike; a forged stream ends the job with `forged` set, never with an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.harness.build import load_extension
+from engine.pipeline import analysis, wire
+
+
+class LocalTimer:
+    """The judge's own instance of the compiled helper: baselines and the null loop are timed with exactly
+    the protocol the candidate is timed with; output fingerprints are checked with its kernel.
+
+    Its records go to an unlinked temporary file, read back after each job: a thread draining a pipe would
+    compete for the GIL with the timed calls' Python and slow the baselines down."""
+
+    def __init__(self, so_path: str, module_name: str):
+        self.mod = load_extension(Path(so_path), module_name)
+        self.key = os.urandom(32)
+        key_r, key_w = os.pipe()
+        os.write(key_w, self.key)
+        os.close(key_w)
+        fd, path = tempfile.mkstemp(prefix="kbench-judge-records-")
+        write_fd = os.open(path, os.O_WRONLY | os.O_APPEND)   # its own offset: the reader keeps another
+        self.log = open(path, "rb")
+        os.unlink(path)
+        os.close(fd)
+        self.reader = wire.RecordReader(self.log, self.key)
+        self.mod.init(key_r, write_fd)
+        hello = self.reader.read()
+        if hello.type != wire.HELLO:
+            raise RuntimeError(f"the timing helper did not start: {hello.name}")
+        self._job = 1 << 40
+
+    def fingerprint(self, t: Any, seed: int) -> int:
+        return int(self.mod.fingerprint(t, seed)) & (2**64 - 1)
+
+    def time(self, call: Callable[[], Any], live: list[Any], variants: list[list[Any]],
+             p: Any, checks: int = 0) -> analysis.Job:
+        self._job += 1
+        job_id = self._job
+        self.mod.run(job_id, "time", call, live, variants, [], p.warmup, p.min_iters, p.max_iters, p.budget_s,
+                     checks, p.flush_l2, False, -1.0)
+        job = collect(lambda deadline: self.reader.read(), job_id, 0.0, decode=lambda rec, k: None)
+        for c in job.calls:  # our own clock, written by the helper as it went
+            c.received = c.t_ns / 1e9
+        return job
+
+
+def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: float,
+            decode: Callable[[wire.Record, int], Any]) -> analysis.Job:
+    """Read one job's records (JOB_BEGIN .. JOB_END). A forged stream ends the job with `forged` set."""
+    job = analysis.Job()
+    current: analysis.Call | None = None
+    while True:
+        try:
+            rec = next_record(deadline)
+        except wire.Forgery as exc:
+            job.forged = str(exc)
+            return job
+        if rec.job != job_id:
+            job.forged = f"a signed record of job {rec.job} arrived during job {job_id} (the helper was driven " \
+                         "by someone other than the judge)"
+            return job
+        b = rec.body
+        if rec.type == wire.ITER:
+            current = analysis.Call(int(b["i"]), str(b["phase"]), int(b["v"]), float(b["ms"]), float(b["ms_all"]),
+                                    bool(b.get("checked")), bool(b.get("alias_input")),
+                                    bool(b.get("persistent_output")), int(b.get("mutated_input", -1)),
+                                    int(b.get("async_diff", -1)), [] if b.get("checked") else None, rec.received,
+                                    int(b.get("t_ns", 0)))
+            job.calls.append(current)
+        elif rec.type == wire.OUTPUT:
+            if current is None or current.outputs is None or int(b.get("i", -1)) != current.index:
+                job.forged = f"an output record for iteration {b.get('i')} arrived out of place"
+                return job
+            try:
+                current.outputs.append(decode(rec, int(b.get("k", 0))))
+            except wire.Forgery as exc:
+                job.forged = str(exc)
+                return job
+        elif rec.type == wire.ERROR:
+            job.error, job.error_where, job.error_index = str(b.get("message", "")), str(b.get("where", "")), \
+                int(b.get("i", -1))
+        elif rec.type == wire.JOB_END:
+            job.end = b
+            return job
