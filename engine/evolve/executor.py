@@ -3,7 +3,8 @@
     outcome.py         the Evaluator protocol, EvalOutcome (what an evaluation hands back), Submission
     worker_fns.py      what the workers run: build, check + time, profile; visible_gpus
     local_executor.py  LocalPipelineExecutor: CPU compile pool + one worker per GPU, pipelined
-    ray_executor.py    RayExecutor: the same on a Ray cluster
+    ray_executor.py    RayExecutor: the same on a Ray cluster (the driver's queue and poll thread)
+    ray_tasks.py       what runs on the Ray nodes; ray_cluster.py connect and probe; ray_jobs.py retry policy
     fake.py            FakeEvaluator: no compiler, no GPU (`--fake-evaluator`, tests)
 
 `engine.evolve.factory.make_evaluator` picks the local or the Ray executor from the config. The names below

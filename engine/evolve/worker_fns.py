@@ -1,7 +1,7 @@
 """The real work an executor's workers do: compile a candidate into the build cache (a CPU worker process),
 check and time a built one, or profile it (a GPU worker), and the compile verdict of a build.
 
-Both executors run these (engine.evolve.local_executor on this machine, engine.evolve.ray_executor on a
+Both executors run these (engine.evolve.local_executor on this machine, engine.evolve.ray_tasks on a
 cluster). The heavy imports (the harness, the pipeline) stay inside the functions: they run in worker
 processes, and importing this module must stay cheap for the CLI.
 """
