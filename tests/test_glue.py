@@ -266,7 +266,7 @@ def test_evaluate_refuses_kernel_only_where_the_task_has_no_glue(tmp_path):
     assert not rep.passed and v.status.value == "fail" and "dimension `Ho`" in v.reason
 
 
-# ---------------------------------------------------------------------------- proposers
+# ---------------------------------------------------------------------------- proposers and the LLM
 class _Hand:
     name, operators = "hand", frozenset({"translate", "mutate"})
 
@@ -296,6 +296,62 @@ def test_a_proposer_s_kernel_only_candidate_is_committed_with_its_binding():
     assert again.status == ProposalStatus.FAILED and "repeats" in again.reason
     refused = guarded(_Hand(ko), ProposalRequest(task=load_task("resnet_block"), operator="translate"))
     assert refused.status == ProposalStatus.FAILED and "dimension `Ho`" in refused.reason and refused.candidate is None
+
+
+sys.path.insert(0, str(REPO / "tests" / "fixtures" / "llm"))
+from llm_testkit import api, harness, layernorm, recorded, reply_from  # noqa: E402,F401
+
+LN_KERNEL = """#include <cuda_runtime.h>
+__global__ void ln(const float* x, float* y, int64_t n) { }
+void kb_forward(const float* x, const float* weight, const float* bias, double eps, float* y, int64_t B, int64_t N,
+                cudaStream_t stream) {
+    ln<<<1, 1, 0, stream>>>(x, y, B * N);
+}
+"""
+
+
+def test_submit_kernel_takes_kernel_cu_alone():
+    from engine.llm.errors import AnswerError
+    from engine.llm.tools import SUBMIT_KERNEL, kernel_answer
+    assert SUBMIT_KERNEL["input_schema"]["required"] == ["name", "rationale", "kernel_cu"]
+    base = reply_from("ok_translate")
+    alone = {k: v for k, v in base.tool_input.items() if k != "binding_cpp"}
+    ans = kernel_answer(replace(base, tool_input={**alone, "kernel_cu": LN_KERNEL}))
+    assert ans.files == {"kernel.cu": LN_KERNEL}
+    with pytest.raises(AnswerError, match="must define the launcher kb_backward"):
+        kernel_answer(replace(base, tool_input={**alone, "kernel_cu": LN_KERNEL}), direction="backward")
+    with pytest.raises(AnswerError, match="PYBIND11_MODULE but no binding_cpp"):
+        kernel_answer(replace(base, tool_input={**alone, "kernel_cu": LN_KERNEL + "PYBIND11_MODULE(x, m) {}\n"}))
+
+
+def test_the_task_context_declares_the_launcher(layernorm):
+    from engine.llm import render
+    from engine.llm.prompts import load_template
+    ctx = load_template("context").render(render.context_values(layernorm, "forward"))
+    assert "## Kernel-only answers" in ctx and launcher_abi(layernorm, "forward").declaration() in ctx
+    assert render.context_values(load_task("unet_conv2d"), "forward")["launcher_abi"] == ""
+    assert "## Kernel-only answers" not in load_template("context").render(
+        render.context_values(load_task("unet_conv2d"), "forward"))
+
+
+def test_the_llm_proposer_materialises_a_kernel_only_answer(harness, layernorm):
+    from engine.proposers import ProposalRequest, ProposalStatus
+    from engine.proposers.anthropic import AnthropicProposer
+    cfg = harness.config()
+    proposer = AnthropicProposer(harness.client(cfg), cfg)
+    resp = recorded("ok_translate")
+    body = json.loads(json.dumps(resp.body))
+    tool = next(c for c in body["content"] if c["type"] == "tool_use")
+    tool["input"] = {k: v for k, v in tool["input"].items() if k != "binding_cpp"} | {"kernel_cu": LN_KERNEL}
+    harness.api.queue(replace(resp, body=body))
+    p = proposer.propose(ProposalRequest(task=layernorm, operator="translate"))
+    assert p.status == ProposalStatus.OK, p.reason
+    c = p.candidate
+    assert c.format == "native" and c.files == {"kernel.cu": LN_KERNEL, "binding.cpp": glue_binding(layernorm, "forward")}
+    assert proposer.client.ledger.for_key(c.source_hash).calls == 1
+    sent = harness.api.messages()[0].json
+    assert "kb_forward" in sent["messages"][0]["content"][0]["text"]
+    assert sent["tools"][0]["input_schema"]["required"] == ["name", "rationale", "kernel_cu"]
 
 
 # ---------------------------------------------------------------------------- CLI
