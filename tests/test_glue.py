@@ -251,12 +251,25 @@ def test_the_generated_bindings_pass_the_static_integrity_scan():
 
 def test_build_candidate_refuses_an_unmaterialised_kernel_only_candidate(tmp_path):
     from engine.harness.build import build_candidate
-    from engine.harness.toolchain import Toolchain
-    tc = Toolchain(cuda_home="/nowhere", nvcc="/nowhere/nvcc", nvcc_version="0", cxx="/nowhere/g++", cxx_version="0",
-                   cxx_is_gcc=True, torch_version="0", cuda_version="0", python_include="/nowhere",
-                   ext_suffix=".so", include_dirs=(), library_dirs=(), defines=(), cxx_std="c++17", archs=("9.0",))
-    res = build_candidate(load_candidate(FIXTURE), tmp_path, tc)
+    res = build_candidate(load_candidate(FIXTURE), tmp_path, _fake_toolchain())
     assert not res.ok and res.failure == "invalid" and "materialise" in res.error
+
+
+def _fake_toolchain():
+    from engine.harness.toolchain import Toolchain
+    return Toolchain(cuda_home="/nowhere", nvcc="/nowhere/nvcc", nvcc_version="0", cxx="/nowhere/g++", cxx_version="0",
+                     cxx_is_gcc=True, torch_version="0", cuda_version="0", python_include="/nowhere",
+                     ext_suffix=".so", include_dirs=(), library_dirs=(), defines=(), cxx_std="c++17", archs=("9.0",))
+
+
+def test_the_background_warm_up_never_builds_the_precompiled_header(tmp_path):
+    from engine.harness.glue_warm import prebuild_glue, warm_glue_in_background
+    task = load_task("llama_rmsnorm")
+    got = prebuild_glue(task, "forward", tmp_path, _fake_toolchain(), build_pch=False)
+    assert got.status == "no-pch" and not (tmp_path / "pch").exists() and not (tmp_path / "objects").exists()
+    assert prebuild_glue(load_task("resnet_block"), "forward", tmp_path, _fake_toolchain()).status == "refused"
+    assert warm_glue_in_background(load_task("resnet_block"), "forward", tmp_path) is None
+    assert warm_glue_in_background(task, "backward", tmp_path) is not None
 
 
 def test_evaluate_refuses_kernel_only_where_the_task_has_no_glue(tmp_path):
@@ -424,6 +437,40 @@ def test_a_kernel_only_candidate_builds_and_the_next_reuses_the_glue_object(tool
     _import(res2)
     print(f"\nkernel-only llama_rmsnorm forward: first build {first_s:.1f} s {res.steps}; "
           f"second (kernel.cu changed) {second_s:.1f} s {res2.steps}")
+
+
+@pytest.mark.slow
+def test_prebuilt_glue_serves_the_first_candidate_and_every_dtype_compiles(toolchain, native_cache_root):
+    """One g++ run covers the generated binding's every path (f16/bf16/integer/bool tensors, an optional tensor, a
+    0-dim output, dimension expressions, clashing names); prebuild_binding puts it in the object cache, and the
+    first candidate's build takes it from there."""
+    from engine.harness.build import build_candidate
+    from engine.harness.build_native import prebuild_binding
+    sig = ("forward(x: f16[B,N], idx: i64[B], mask: bool[N], bias: f32[N] | None, scale: float, k: int, flag: bool, "
+           "half: bf16[(B+1)//2, N % 7 + k], new: u8[3]) -> (y: bf16[B,N], s: f32[], z: i32[2*B-1])")
+    abi = abi_from_signature(sig, "forward")
+    status, detail = prebuild_binding(abi.binding(), native_cache_root, toolchain)
+    assert status == "compiled", detail
+    assert prebuild_binding(abi.binding(), native_cache_root, toolchain)[0] == "cached"
+    stub = f"#include <cstdint>\n#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" \
+           f"__global__ void stub() {{}}\n{abi.declaration()[:-1]} {{ stub<<<1, 1, 0, stream>>>(); }}\n"
+    cand = Candidate("native", {"kernel.cu": stub, "binding.cpp": abi.binding()}, "glue-kitchen-sink")
+    t0 = time.monotonic()
+    res = build_candidate(cand, native_cache_root, toolchain)
+    assert res.ok, f"{res.error}\n{res.log}"
+    assert "cxx (cached object)" in res.steps and "cxx" not in res.steps
+    print(f"\nfirst candidate after the glue prebuild: {time.monotonic() - t0:.1f} s {res.steps}")
+    assert "(kbench generated glue)" in _import(res)
+
+
+@pytest.mark.slow
+def test_prebuild_glue_of_a_task(toolchain, native_cache_root):
+    from engine.harness.glue_warm import prebuild_glue
+    assert prebuild_glue(load_task("unet_conv2d"), "forward", native_cache_root, toolchain).status == "refused"
+    task = load_task("llama_rmsnorm")
+    first = prebuild_glue(task, "forward", native_cache_root, toolchain)
+    assert first.status in ("compiled", "cached"), first.detail   # cached: the build test above ran first
+    assert prebuild_glue(task, "forward", native_cache_root, toolchain).status == "cached"
 
 
 # ---------------------------------------------------------------------------- on a GPU
