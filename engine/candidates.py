@@ -10,10 +10,14 @@ from typing import Any, Literal
 
 from engine.errors import CandidateError
 
-CandidateFormat = Literal["native", "robust-kbench", "kernelbench"]
+# kernel-only: kernel.cu (and its headers) without binding.cpp, defining the task's launcher (engine/tasks/glue.py);
+# it becomes a native candidate with the generated binding.cpp where it meets its task (glue.materialise).
+CandidateFormat = Literal["native", "robust-kbench", "kernelbench", "kernel-only"]
 NATIVE_FILES = ("kernel.cu", "binding.cpp")
+HEADER_SUFFIXES = (".cuh", ".h")
 _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(")
 _MODELNEW = re.compile(r"^class\s+ModelNew\b", re.MULTILINE)
+_LAUNCHER = re.compile(r"\bkb_(?:forward|backward)\s*\(")     # what a kernel-only kernel.cu defines
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class Candidate:
 
     @property
     def main_file(self) -> str:
-        if self.format == "native":
+        if self.format in ("native", "kernel-only"):
             return "kernel.cu"
         return next(iter(self.files))
 
@@ -57,6 +61,8 @@ def detect_format(files: dict[str, str]) -> CandidateFormat:
     names = set(files)
     if set(NATIVE_FILES) <= names:
         return "native"
+    if _is_kernel_only(files):
+        return "kernel-only"
     if len(files) == 1:
         (rel, text), = files.items()
         if rel.endswith(".cu") and _PYBIND.search(text):
@@ -64,7 +70,8 @@ def detect_format(files: dict[str, str]) -> CandidateFormat:
         if rel.endswith(".py") and _MODELNEW.search(text):
             return "kernelbench"
     raise CandidateError(
-        f"cannot tell the candidate format of {sorted(names)}: expected kernel.cu + binding.cpp (native), "
+        f"cannot tell the candidate format of {sorted(names)}: expected kernel.cu + binding.cpp (native), kernel.cu "
+        "alone defining the task's launcher kb_forward / kb_backward (kernel-only: `kbench glue TASK` prints it), "
         "one .cu file with PYBIND11_MODULE (robust-kbench), or one .py defining class ModelNew (KernelBench).")
 
 
@@ -73,10 +80,17 @@ def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
 
     A `.cu` with `PYBIND11_MODULE` is a robust-kbench candidate whatever its name, `kernel.cu` included (as
     robust-kbench publishes its kernels), unless a `binding.cpp` beside it makes the folder a native candidate.
-    A folder with no binding.cpp but exactly one such `.cu` is that robust-kbench candidate."""
+    A folder with no binding.cpp but exactly one such `.cu` is that robust-kbench candidate. A `kernel.cu` without
+    PYBIND11_MODULE, defining kb_forward or kb_backward, and without a binding.cpp beside it (given as the file or
+    its folder) is a kernel-only candidate: kernel.cu and the .cuh/.h files beside it; engine/tasks/glue.py
+    generates its binding.cpp."""
     p = Path(path)
     if not p.exists():
         raise CandidateError(f"{p}: no such file or folder.")
+    if p.is_file() and p.name == "kernel.cu" and not (p.parent / "binding.cpp").is_file():
+        kernel_only = _kernel_only_folder(p.parent)
+        if kernel_only is not None:
+            return Candidate("kernel-only", kernel_only, name or p.parent.name)
     if p.is_dir() or (p.name in NATIVE_FILES and (p.parent / "binding.cpp").is_file()):
         folder = p if p.is_dir() else p.parent
         missing = [f for f in NATIVE_FILES if not (folder / f).is_file()]
@@ -84,12 +98,15 @@ def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
             single = _single_file_candidate(folder) if "binding.cpp" in missing else None
             if single is not None:
                 return load_candidate(single, name or folder.name)
+            kernel_only = _kernel_only_folder(folder) if missing == ["binding.cpp"] else None
+            if kernel_only is not None:
+                return Candidate("kernel-only", kernel_only, name or folder.name)
             raise CandidateError(f"{folder}: a native candidate needs {' and '.join(NATIVE_FILES)}; "
                                  f"missing {', '.join(missing)} (a robust-kbench candidate is one .cu file with "
-                                 "PYBIND11_MODULE).")
+                                 "PYBIND11_MODULE; a kernel-only candidate is a kernel.cu defining the task's "
+                                 "launcher kb_forward / kb_backward, see `kbench glue TASK`).")
         files = {f: (folder / f).read_text() for f in NATIVE_FILES}
-        for extra in sorted(folder.glob("*.cuh")) + sorted(folder.glob("*.h")):
-            files[extra.name] = extra.read_text()
+        files.update(_headers(folder))
         return Candidate("native", files, name or folder.name)
     try:
         text = p.read_text()
@@ -97,6 +114,31 @@ def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
         raise CandidateError(f"{p}: cannot read it as text ({exc}).") from None
     files = {p.name: text}
     return Candidate(detect_format(files), files, name or p.stem)
+
+
+def _headers(folder: Path) -> dict[str, str]:
+    return {extra.name: extra.read_text()
+            for extra in sorted(folder.glob("*.cuh")) + sorted(folder.glob("*.h"))}
+
+
+def _is_kernel_only(files: dict[str, str]) -> bool:
+    """kernel.cu naming a launcher (kb_forward / kb_backward) without PYBIND11_MODULE, no binding.cpp, and nothing
+    else but headers."""
+    kernel = files.get("kernel.cu")
+    return (kernel is not None and "binding.cpp" not in files and not _PYBIND.search(kernel)
+            and bool(_LAUNCHER.search(kernel)) and all(rel == "kernel.cu" or rel.endswith(HEADER_SUFFIXES)
+                                                      for rel in files))
+
+
+def _kernel_only_folder(folder: Path) -> dict[str, str] | None:
+    """The files of a kernel-only candidate in `folder` (kernel.cu + headers), or None when it is not one."""
+    kernel = folder / "kernel.cu"
+    try:
+        text = kernel.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    files = {"kernel.cu": text, **_headers(folder)}
+    return files if _is_kernel_only(files) else None
 
 
 def _single_file_candidate(folder: Path) -> Path | None:

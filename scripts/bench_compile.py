@@ -12,6 +12,11 @@ Rows (each a median over --repeats fresh builds; every build gets unique source 
 - load_inline (torch headers in .cu): the same kernel and glue as one .cu, built by
   torch.utils.cpp_extension.load_inline in a fresh build directory (what KernelBench candidates do).
 - single .cu (kbench robust-kbench path): the same .cu through build_candidate (nvcc with torch headers).
+- kernel-only (--task, default llama_rmsnorm forward, with tests/fixtures/kernel_only/llama_rmsnorm_forward): a
+  kernel.cu alone, materialised with the binding.cpp its task's signature generates (engine/tasks/glue.py):
+  "generated glue, both cold" compiles both objects (the split build of that candidate); "glue object warm" is a new
+  kernel.cu each time with the glue's binding.o compiled beforehand (engine/harness/glue_warm.py, timed as its own
+  row): everything cold but the glue object, i.e. the first candidate of a session after the warm-up.
 The one-off PCH build time is reported separately.
 """
 
@@ -36,7 +41,10 @@ sys.path.insert(0, str(REPO))
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
 from engine.harness.build import build_candidate, ensure_pch  # noqa: E402
+from engine.harness.glue_warm import prebuild_glue  # noqa: E402
 from engine.harness.toolchain import detect  # noqa: E402
+from engine.tasks.glue import materialise  # noqa: E402
+from engine.tasks.loader import load_task  # noqa: E402
 
 
 def _nonce(files: dict[str, str], tag: str) -> dict[str, str]:
@@ -87,6 +95,35 @@ def bench_kernel_only(last: Candidate, cache: Path, tc, repeats: int) -> list[fl
             print(f"warning: kernel-only build {i} compiled binding.cpp again ({res.steps})", file=sys.stderr)
         times.append(res.seconds)
     return times
+
+
+def bench_glue(kernel_only: Candidate, task_ref: str, direction: str, cache: Path, tc,
+               repeats: int) -> tuple[list[float], list[float], float, list[dict]]:
+    """The kernel-only path: (both objects cold, glue object warm, the glue prebuild's seconds, steps of the warm
+    builds). Each build gets a new kernel.cu; the cold ones a new binding.cpp too (the generated text plus a nonce)."""
+    task = load_task(task_ref)
+    native = materialise(kernel_only, task, direction)
+    cold, warm, steps = [], [], []
+    for i in range(repeats):
+        files = _nonce(native.files, f"glue-cold-{i}-{uuid.uuid4().hex}")
+        res = build_candidate(Candidate("native", files, native.name), cache, tc)
+        if not res.ok:
+            raise SystemExit(f"kernel-only (cold) build failed: {res.error}\n{res.log}")
+        cold.append(res.seconds)
+    pre = prebuild_glue(task, direction, cache, tc)
+    if pre.status not in ("compiled", "cached"):
+        raise SystemExit(f"glue prebuild: {pre.status}: {pre.detail}")
+    for i in range(repeats):
+        files = dict(native.files)
+        files["kernel.cu"] += f"\n// bench nonce glue-warm-{i}-{uuid.uuid4().hex}\n"
+        res = build_candidate(Candidate("native", files, native.name), cache, tc)
+        if not res.ok:
+            raise SystemExit(f"kernel-only (glue warm) build failed: {res.error}\n{res.log}")
+        if "cxx (cached object)" not in res.steps:
+            print(f"warning: kernel-only build {i} compiled the glue again ({res.steps})", file=sys.stderr)
+        warm.append(res.seconds)
+        steps.append(res.steps)
+    return cold, warm, pre.seconds, steps
 
 
 def bench_hits(cand: Candidate, cache: Path, tc, repeats: int) -> list[float]:
@@ -170,6 +207,12 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=None, help="cache root (default: a fresh temp dir)")
     ap.add_argument("--skip-load-inline", action="store_true")
     ap.add_argument("--skip-single-cu", action="store_true")
+    ap.add_argument("--kernel-only", type=Path,
+                    default=REPO / "tests" / "fixtures" / "kernel_only" / "llama_rmsnorm_forward",
+                    help="a kernel-only candidate (kernel.cu without binding.cpp) for --task")
+    ap.add_argument("--task", default="llama_rmsnorm", help="the task of --kernel-only (default llama_rmsnorm)")
+    ap.add_argument("--direction", default="forward", choices=["forward", "backward"])
+    ap.add_argument("--skip-kernel-only", action="store_true", help="skip the kernel-only (generated glue) rows")
     ap.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
     ap.add_argument("--host-opt", default=None, help="override the binding's optimisation level (e.g. -O2) for an A/B")
     args = ap.parse_args()
@@ -196,6 +239,15 @@ def main() -> None:
     rows.append(_row("kernel.cu changed, binding.o from the object cache", bench_kernel_only(last, cache, tc,
                                                                                             args.repeats)))
     rows.append(_row("cache hit", bench_hits(last, cache, tc, args.repeats)))
+    if not args.skip_kernel_only:
+        ko = load_candidate(args.kernel_only)
+        if ko.format != "kernel-only":
+            raise SystemExit(f"{args.kernel_only}: a {ko.format} candidate, not kernel-only (kernel.cu alone)")
+        cold, warm, pre_s, warm_steps = bench_glue(ko, args.task, args.direction, cache, tc, args.repeats)
+        rows.append(_row(f"kernel-only {args.task} {args.direction}: generated glue, both cold", cold))
+        rows.append(_row("glue prebuild (once per task signature and toolchain)", [pre_s]))
+        rows.append(_row(f"kernel-only {args.task} {args.direction}: glue object warm, kernel.cu cold", warm))
+        extra["kernel_only_steps"] = warm_steps
     source = single_cu_source(native)
     if not args.skip_load_inline:
         rows.append(_row("load_inline, torch headers in .cu", bench_load_inline(source, tc, args.repeats, tmp / "li")))

@@ -35,7 +35,7 @@ def test_fenced_files_are_unwrapped_and_names_slugged():
     ("truncated_braces", ["kernel_cu looks truncated", "unclosed '{'"]),
     ("not_cuda", ["does not look like CUDA", "no __global__"]),
     ("torch_in_kernel", ["torch headers"]),
-    ("wrong_files", ["wrong files", "kernel.cu", "main.cpp", "missing kernel_cu, binding_cpp"]),
+    ("wrong_files", ["wrong files", "kernel.cu", "main.cpp", "missing kernel_cu", "binding_cpp unless"]),
     ("wrong_tool", ["unknown tool 'write_file'"]),
     ("elided", ["elides code", "rest of the kernel unchanged"]),
     ("empty_binding", ["binding_cpp is empty"]),

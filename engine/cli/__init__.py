@@ -13,6 +13,7 @@ from engine.errors import KbenchError
 COMMAND_MODULES = (
     "engine.cli.cmd_tasks",
     "engine.cli.cmd_eval",
+    "engine.cli.cmd_glue",
     "engine.cli.cmd_roofline",
     "engine.cli.cmd_workspace",
     "engine.cli.cmd_fsck",

@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 
-from engine.candidates import load_candidate
 from engine.cli.common import check_config_names
 from engine.pipeline.evaluate import EvalOptions, evaluate
 from engine.pipeline.report import render
+from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
 
 
@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a candidate: compile, correctness on every config, timing",
                        description="Exit code 0 only when the candidate compiles and passes every config.")
     p.add_argument("task", help="built-in task name, task folder, or KernelBench .py")
-    p.add_argument("candidate", help="native folder (kernel.cu + binding.cpp), robust-kbench .cu, or ModelNew .py")
+    p.add_argument("candidate", help="native folder (kernel.cu + binding.cpp), kernel-only kernel.cu (its binding "
+                                     "generated from the task signature: `kbench glue TASK`), robust-kbench .cu, or "
+                                     "ModelNew .py")
     p.add_argument("--backward", action="store_true", help="evaluate the backward direction")
     p.add_argument("--config", action="append", dest="configs", metavar="NAME", help="only this config (repeatable)")
     p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
@@ -43,7 +45,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     task.spec(direction)                       # a missing direction is bad input, before any compile
     check_config_names(task, args.configs, "--config")
     check_config_names(task, args.timing_configs, "--time-config")
-    candidate = load_candidate(args.candidate)
+    candidate = load_for_task(args.candidate, task, direction)   # kernel-only: binding.cpp generated here
     policy = args.library_policy
     if policy is None:
         from engine.config import load_config

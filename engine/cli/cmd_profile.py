@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from engine.candidates import load_candidate
+    from engine.tasks.glue import load_for_task
     from engine.cli.cmd_roofline import _gpu_name
     from engine.pipeline.evaluate import default_cache_root
     from engine.harness.roofline import load_peaks
@@ -42,7 +42,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return _no_gpu(args)
     ws = None
     if Path(args.candidate).exists():
-        candidate, cid = load_candidate(args.candidate), None
+        candidate, cid = load_for_task(args.candidate, task, "backward" if args.backward else "forward"), None
     else:
         from engine.workspace import Workspace
         ws = Workspace.open(workspace_path(args))

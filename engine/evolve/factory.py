@@ -49,5 +49,9 @@ def make_evaluator(task: Any, direction: str, config: Any, options: Any = None, 
                            compile_on_cluster=ex.compile_on_cluster, build_cpus=ex.build_cpus,
                            ship_code=ex.ship_code if ex.ray_address else False)
     from engine.evolve.local_executor import LocalPipelineExecutor
+    from engine.harness.glue_warm import warm_glue_in_background
+    # the task's generated binding.o, compiled while the first proposals are written, so that the first kernel-only
+    # candidate (kernel.cu alone) builds as fast as the later ones; nothing when the PCH is not built yet
+    warm_glue_in_background(task, direction, opts.cache_root)
     return LocalPipelineExecutor(task, direction, opts, gpus=parse_gpus(ex.gpus), build_workers=ex.build_workers,
                                  pipelined=not sequential)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable, Sequence
 
-from engine.candidates import Candidate, load_candidate
+from engine.candidates import Candidate
 from engine.evolve import events as ev
 from engine.evolve.loop_state import LoopState
 from engine.evolve.outcome import BLOCKING, CanProfile, EvalOutcome, needs_profile
@@ -20,6 +20,7 @@ from engine.evolve.population import DONE, Member
 from engine.evolve.resume import DIRECTIVES, EVALUATED, PROPOSAL_FAILED, title_of
 from engine.evolve.search_state import search_state
 from engine.proposers.base import Proposal
+from engine.tasks.glue import load_for_task
 from engine.verdict import Verdict
 from engine.workspace.records import CandidateRecord, Event, Measurement, VerdictNote, now_iso
 
@@ -47,7 +48,7 @@ class SessionRecorder(LoopState):
     def _commit_baseline(self) -> None:
         path = self.task.baseline_dir(self.direction)
         assert path is not None
-        cand = load_candidate(path, name=f"{self.task.name}-{self.direction}-baseline")
+        cand = load_for_task(path, self.task, self.direction, name=f"{self.task.name}-{self.direction}-baseline")
         if cand.source_hash in self.population.known_hashes:
             return
         rec = self.ws.commit_candidate(self.session, cand, parents=(), operator=BASELINE, proposer=BASELINE,

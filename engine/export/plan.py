@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.candidates import Candidate, load_candidate
+from engine.candidates import Candidate
 from engine.errors import KbenchError
 from engine.export import names
 from engine.export.errors import ExportError
 from engine.export.schema import CppEntry, OpSchema, backward_schema, find_entry, forward_schema
+from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
 from engine.tasks.model import Task
 from engine.verdict import Status
@@ -176,7 +177,7 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
     def kernel(path: str | Path, direction: str) -> KernelSource:
         p = Path(path)
         try:
-            cand = load_candidate(p)
+            cand = load_for_task(p, task, direction)   # a kernel-only folder gets the generated binding
         except KbenchError as exc:
             raise ExportError(str(exc)) from None
         where = f"{p}"

@@ -22,14 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.export.errors import ExportError
+from engine.tasks import signature as _signature
+from engine.tasks.signature import SignatureError, classify_annotation, returns_list_of, split_top
 
 KINDS = ("Tensor", "float", "int", "bool", "int[]", "float[]")
 CPP_TYPES = {"Tensor": "at::Tensor", "float": "double", "int": "int64_t", "bool": "bool",
              "int[]": "at::IntArrayRef", "float[]": "at::ArrayRef<double>"}
 LISTS = ("int[]", "float[]")
-_SEQUENCE = re.compile(r"^(?:typing\.)?(tuple|Tuple|list|List|Sequence|collections\.abc\.Sequence)\b(?:\[(.*)\])?$")
-_TENSOR_ANNOT = re.compile(r"^(?:(?:f|bf|i|u|c)\d+|bool)\s*\[.*\]$")   # f32[B,N], i64[B], bf16[N], f32[]
-_OPTIONAL = re.compile(r"^(?:typing\.)?Optional\[(.*)\]$")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 # Words the schema parser would misread as a type or keyword where an argument name belongs.
 _SCHEMA_WORDS = {"Tensor", "float", "int", "bool", "str", "None", "Scalar", "SymInt", "Device", "Layout",
@@ -83,93 +82,16 @@ class OpSchema:
 
 
 # ------------------------------------------------------------------------------------------- parsing
-
-
-def split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at `sep` outside brackets, parentheses and angle brackets."""
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            depth -= 1
-        if ch == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
+# The signature reader lives with the task model (engine/tasks/signature.py): the generated glue of kernel-only
+# candidates reads the same text. Here a signature that cannot be read is an export failure.
 
 
 def parse_signature(signature: str) -> tuple[str, list[tuple[str, str]], str]:
     """`name(a: T, b) -> R` -> (name, [(a, "T"), (b, "")], "R")."""
-    sig = signature.strip()
-    m = re.match(r"^([A-Za-z_]\w*)\s*\(", sig)
-    if not m:
-        raise ExportError(f"cannot read the task signature {signature!r}: expected `name(arg: type, ...) -> type`.")
-    depth, end = 0, -1
-    for i in range(m.end() - 1, len(sig)):
-        if sig[i] in "([":
-            depth += 1
-        elif sig[i] in ")]":
-            depth -= 1
-            if depth == 0:
-                end = i
-                break
-    if end < 0:
-        raise ExportError(f"cannot read the task signature {signature!r}: unbalanced parentheses.")
-    params = []
-    for part in split_top(sig[m.end():end]):
-        if part.startswith("*"):
-            raise ExportError(f"task signature {signature!r} takes {part}: an op schema needs named arguments.")
-        name, _, annot = part.partition(":")
-        name = name.split("=")[0].strip()
-        annot = annot.split("=")[0].strip() if "=" not in part.partition(":")[0] else ""
-        params.append((name, annot))
-    rest = sig[end + 1:].strip()
-    ret = rest[2:].strip() if rest.startswith("->") else ""
-    return m.group(1), params, ret
-
-
-def classify_annotation(annot: str) -> tuple[str | None, bool] | None:
-    """(kind, optional) for a signature annotation; (None, False) when unannotated; None when unsupported."""
-    a = annot.strip()
-    if not a:
-        return None, False
-    optional = False
-    m = _OPTIONAL.match(a)
-    if m:
-        a, optional = m.group(1).strip(), True
-    else:
-        parts = [p.strip() for p in a.split("|")]
-        if len(parts) == 2 and "None" in parts:
-            a, optional = next(p for p in parts if p != "None"), True
-    if _TENSOR_ANNOT.match(a) or a in ("Tensor", "torch.Tensor", "torch.nn.Parameter", "nn.Parameter"):
-        return "Tensor", optional
-    if a in ("float", "int", "bool"):
-        return a, optional
-    if m := _SEQUENCE.match(a):
-        items = {p.strip() for p in split_top(m.group(2) or "") if p.strip() != "..."}
-        if not items:
-            return "list", optional          # element type from the binding, else int
-        if items <= {"int"}:
-            return "int[]", optional
-        if items <= {"float", "int"}:
-            return "float[]", optional
-    return None
-
-
-def returns_list_of(ret: str) -> bool | None:
-    """True for a tuple/list of outputs, False for one tensor, None when the signature does not say."""
-    r = ret.strip()
-    if not r:
-        return None
-    if r.startswith("(") or re.match(r"^(?:typing\.)?(?:tuple|Tuple|list|List)\b", r):
-        inner = r[1:-1] if r.startswith("(") and r.endswith(")") else r
-        return len(split_top(inner)) > 1 or not r.startswith("(") or r.rstrip(")").rstrip().endswith(",")
-    return False
+    try:
+        return _signature.parse_signature(signature)
+    except SignatureError as exc:
+        raise ExportError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------- C++ bindings

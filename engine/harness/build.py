@@ -101,6 +101,10 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
         elif candidate.format == "kernelbench":
             module_name, so_name = None, None
             _build_kernelbench(candidate, cache_root, toolchain, src, start + timeout_s, steps, timings)
+        elif candidate.format == "kernel-only":
+            raise _Failed("invalid", "a kernel-only candidate (kernel.cu without binding.cpp) builds with the binding "
+                                     "its task generates: materialise it for the task first "
+                                     "(engine.tasks.glue.materialise; evaluate() and `kbench eval` do)")
         else:
             raise _Failed("invalid", f"unknown candidate format {candidate.format!r}")
         failure, error = None, None

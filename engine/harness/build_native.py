@@ -5,7 +5,10 @@ link. Split from engine/harness/build.py; build_candidate calls it.
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +18,7 @@ from engine.harness import object_cache
 from engine.harness.build_diagnose import _check_export, _check_link, _diagnose
 from engine.harness.build_steps import (StepResult, _declares_extension_name, _Failed, _vendor_link, compile_jail,
                                         run_tool)
-from engine.harness.pch import PchInfo, _pch_used, ensure_pch, pch_dir
+from engine.harness.pch import PCH_BASENAME, PchInfo, _pch_used, ensure_pch, pch_dir
 from engine.harness.toolchain import Toolchain
 
 # TORCH_EXTENSION_NAME for every binding.cpp, so that binding.o is the same whatever candidate it is linked into
@@ -76,17 +79,8 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
 
     def prepare_binding() -> tuple[_Object, PchInfo]:
         pch = ensure_pch(cache_root, tc)
-        binding.cmd = [tc.cxx, "-c", "binding.cpp", "-o", str(binding.path), *tc.host_flags(BINDING_MODULE)]
-        if pch.header is not None:
-            # -H lists the headers g++ opens: "! x.gch" = PCH used, "x x.gch" = found but rejected.
-            binding.cmd += ["-include", str(pch.header), "-Winvalid-pch", "-H"]
-        binding.cmd += ["-MD", "-MF", str(binding.depfile)]
-        try:
-            binding.key = object_cache.object_key("binding.cpp", binding.keyed,
-                                                  object_cache.key_flags(binding.cmd), tc_key,
-                                                  object_cache.pch_identity(pch.header))
-        except OSError:  # the .gch vanished under us: compile, cache nothing
-            binding.key = None
+        binding.cmd = _binding_cmd(tc, pch.header, binding)
+        binding.key = _binding_key(binding, pch.header, tc_key)
         # the PCH is shared work, not this candidate's: its time does not eat the candidate's budget
         binding.extra_s = pch.seconds
         return obtain(binding, reuse_objects), pch
@@ -146,6 +140,64 @@ def _build_native(candidate: Candidate, cache_root: Path, tc: Toolchain, work: P
     _raise_compile_failures(reused, src, candidate.files)
     link_and_check()
     return pch_used
+
+
+def _binding_cmd(tc: Toolchain, pch_header: Path | None, binding: _Object) -> list[str]:
+    cmd = [tc.cxx, "-c", "binding.cpp", "-o", str(binding.path), *tc.host_flags(BINDING_MODULE)]
+    if pch_header is not None:
+        # -H lists the headers g++ opens: "! x.gch" = PCH used, "x x.gch" = found but rejected.
+        cmd += ["-include", str(pch_header), "-Winvalid-pch", "-H"]
+    return cmd + ["-MD", "-MF", str(binding.depfile)]
+
+
+def _binding_key(binding: _Object, pch_header: Path | None, tc_key: str) -> str | None:
+    try:
+        return object_cache.object_key("binding.cpp", binding.keyed, object_cache.key_flags(binding.cmd), tc_key,
+                                       object_cache.pch_identity(pch_header))
+    except OSError:  # the .gch vanished under us: compile, cache nothing
+        return None
+
+
+def prebuild_binding(binding_cpp: str, cache_root: Path, tc: Toolchain, timeout_s: float = 300.0,
+                     build_pch: bool = True) -> tuple[str, str]:
+    """Compile `binding_cpp` into the object cache as the binding.o of a candidate whose only other file is
+    kernel.cu (a kernel-only candidate's generated glue, engine/tasks/glue.py), so that candidate's build finds it
+    there and costs an nvcc run and a link. Returns (status, detail): "cached" (already there), "compiled",
+    "no-pch" (`build_pch` False and no precompiled header yet: nothing done), or "failed" with the reason."""
+    cache_root = Path(cache_root)
+    tc_key = tc.key()
+    if build_pch:
+        pch = ensure_pch(cache_root, tc)
+    else:
+        header = pch_dir(cache_root, tc) / PCH_BASENAME
+        if not Path(f"{header}.gch").is_file():
+            return "no-pch", "no precompiled header yet for this toolchain"
+        pch = PchInfo(header, False, 0.0)
+    parent = cache_root / "builds" / tc_key
+    work = parent / f".tmp-glue-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    src = work / "src"
+    try:
+        src.mkdir(parents=True)
+        (src / "binding.cpp").write_text(binding_cpp)
+        binding = _Object("binding.o", work / "binding.o", "g++ binding.cpp", "cxx",
+                          object_cache.keyed_files({"binding.cpp": binding_cpp.encode()}, "binding.cpp"))
+        binding.cmd = _binding_cmd(tc, pch.header, binding)
+        binding.key = _binding_key(binding, pch.header, tc_key)
+        if binding.key is not None and object_cache.object_path(cache_root, tc_key, binding.key).is_file():
+            return "cached", f"objects/{tc_key}/{binding.key}.o"
+        jail = compile_jail(work, [pch_dir(cache_root, tc)], tc)
+        binding.step = run_tool(binding.cmd, src, timeout_s, binding.step_name, jail)
+        if not binding.step.ok:
+            return "failed", _diagnose(binding.step, src, {"binding.cpp": binding_cpp})[1]
+        notes: list[StepResult] = []
+        _store_objects((binding,), cache_root, tc_key, src, work, notes)
+        if binding.key is None or not object_cache.object_path(cache_root, tc_key, binding.key).is_file():
+            return "failed", "compiled, but not stored in the object cache" + (f": {notes[0].output}" if notes else "")
+        return "compiled", f"objects/{tc_key}/{binding.key}.o in {binding.step.seconds:.1f} s"
+    except OSError as exc:
+        return "failed", f"{work}: {exc}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _record(obj: _Object, steps: list[StepResult], timings: dict[str, float]) -> None:

@@ -45,8 +45,18 @@ def context_values(task: Task, direction: str, target: str = "") -> dict[str, An
         "rtol": f"{spec.tolerance.rtol:g}", "reference": reference, "fn_name": fn_name,
         "configs": render_configs(task), "init_schemes": render_inits(task),
         "backward_contract": _backward_contract(task) if direction == "backward" else "",
-        "target": target,
+        "target": target, "launcher_abi": launcher_abi_text(task, direction),
     }
+
+
+def launcher_abi_text(task: Task, direction: str) -> str:
+    """The launcher a kernel-only answer defines (engine/tasks/glue.py); "" where the signature has no generated
+    glue (then every answer carries its binding.cpp)."""
+    from engine.tasks.glue import GlueError, glue_header
+    try:
+        return glue_header(task, direction).rstrip()
+    except GlueError:
+        return ""
 
 
 def render_inits(task: Task) -> str:

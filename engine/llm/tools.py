@@ -17,8 +17,10 @@ from engine.llm.errors import AnswerError
 SUBMIT_KERNEL: dict[str, Any] = {
     "name": "submit_kernel",
     "description": ("Submit one complete candidate in the native split format: kernel.cu (CUDA device code and "
-                    "launchers, no torch headers) and binding.cpp (torch glue with PYBIND11_MODULE). "
-                    "Both files are compiled exactly as sent."),
+                    "launchers, no torch headers) and binding.cpp (torch glue with PYBIND11_MODULE). Omit "
+                    "binding_cpp when kernel_cu defines the launcher the task context declares (kb_forward / "
+                    "kb_backward): kbench then generates binding.cpp from the task signature. "
+                    "The files are compiled exactly as sent."),
     "input_schema": {
         "type": "object",
         "properties": {
@@ -29,9 +31,10 @@ SUBMIT_KERNEL: dict[str, Any] = {
                           "description": "The complete kernel.cu: device code and launchers; CUDA only."},
             "binding_cpp": {"type": "string",
                             "description": "The complete binding.cpp: argument checks, allocation, launcher calls "
-                                           "on the current stream, PYBIND11_MODULE."},
+                                           "on the current stream, PYBIND11_MODULE. Omit it to have kbench "
+                                           "generate it, where the task context declares a launcher ABI."},
         },
-        "required": ["name", "rationale", "kernel_cu", "binding_cpp"],
+        "required": ["name", "rationale", "kernel_cu"],
         "additionalProperties": False,
     },
 }
@@ -68,6 +71,7 @@ SUBMIT_DIRECTIVES: dict[str, Any] = {
 
 # tool field -> candidate file
 KERNEL_FIELDS = {"kernel_cu": "kernel.cu", "binding_cpp": "binding.cpp"}
+REQUIRED_KERNEL_FIELDS = ("kernel_cu",)   # binding_cpp omitted: a kernel-only candidate (engine/tasks/glue.py)
 
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
 _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(")
@@ -122,11 +126,12 @@ def tool_input(reply: LLMReply, tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def kernel_answer(reply: LLMReply, direction: str = "forward") -> KernelAnswer:
-    """Check a submit_kernel answer and return its files (kernel.cu, binding.cpp)."""
+    """Check a submit_kernel answer and return its files: kernel.cu and binding.cpp, or kernel.cu alone (a
+    kernel-only candidate, whose binding the task's signature generates: it must define kb_<direction>)."""
     data = tool_input(reply, SUBMIT_KERNEL)
     allowed = set(SUBMIT_KERNEL["input_schema"]["properties"])
     unexpected = sorted(set(data) - allowed)
-    missing = [f for f in KERNEL_FIELDS if f not in data]
+    missing = [f for f in REQUIRED_KERNEL_FIELDS if f not in data]
     if unexpected or missing:
         parts = []
         if unexpected:
@@ -134,9 +139,10 @@ def kernel_answer(reply: LLMReply, direction: str = "forward") -> KernelAnswer:
         if missing:
             parts.append(f"missing {', '.join(missing)}")
         raise AnswerError(f"wrong files in submit_kernel: {'; '.join(parts)} "
-                          "(expected kernel_cu and binding_cpp)")
+                          "(expected kernel_cu, and binding_cpp unless kernel_cu defines the task's launcher)")
     files: dict[str, str] = {}
-    for field_name, rel in KERNEL_FIELDS.items():
+    fields = {f: rel for f, rel in KERNEL_FIELDS.items() if f in data}
+    for field_name, rel in fields.items():
         value = data[field_name]
         if not isinstance(value, str):
             raise AnswerError(f"{field_name} is not text")
@@ -144,16 +150,25 @@ def kernel_answer(reply: LLMReply, direction: str = "forward") -> KernelAnswer:
         if not text.strip():
             raise AnswerError(f"{field_name} is empty")
         files[rel] = text if text.endswith("\n") else text + "\n"
-    kernel, binding = files["kernel.cu"], files["binding.cpp"]
+    kernel, binding = files["kernel.cu"], files.get("binding.cpp")
     if not _GLOBAL.search(kernel):
         raise AnswerError(f"kernel_cu does not look like CUDA: no __global__ kernel in it ({_clip(kernel, 120)})")
     if _TORCH_INCLUDE.search(kernel):
         raise AnswerError("kernel_cu includes torch headers (torch/, ATen/ or c10/); they belong in binding_cpp")
-    if not _PYBIND.search(binding):
-        raise AnswerError("binding_cpp has no PYBIND11_MODULE")
-    if f'"{direction}"' not in binding:
-        raise AnswerError(f'binding_cpp does not export "{direction}" from its PYBIND11_MODULE')
-    for field_name, rel in KERNEL_FIELDS.items():
+    if binding is None:
+        launcher = f"kb_{direction}"
+        if _PYBIND.search(kernel):
+            raise AnswerError("kernel_cu has a PYBIND11_MODULE but no binding_cpp came with it: the torch glue "
+                              f"belongs in binding_cpp (or omit the glue and define {launcher})")
+        if not re.search(rf"\b{launcher}\s*\(", kernel):
+            raise AnswerError(f"binding_cpp was omitted, so kernel_cu must define the launcher {launcher} that the "
+                              "task context declares (kbench generates the binding that calls it)")
+    else:
+        if not _PYBIND.search(binding):
+            raise AnswerError("binding_cpp has no PYBIND11_MODULE")
+        if f'"{direction}"' not in binding:
+            raise AnswerError(f'binding_cpp does not export "{direction}" from its PYBIND11_MODULE')
+    for field_name, rel in fields.items():
         if m := _ELIDED.search(files[rel]):
             raise AnswerError(f"{field_name} elides code ({m.group(0).strip()!r}); files must be complete")
         problem = unbalanced(files[rel])

@@ -184,6 +184,15 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     task.spec(direction)  # raises a clear KeyError for a missing direction
     if candidate.format == "kernelbench" and direction != "forward":
         raise ValueError("KernelBench ModelNew candidates have a forward direction only")
+    if candidate.format == "kernel-only":   # kernel.cu alone: the binding the task's signature generates
+        from engine.tasks.glue import GlueError, materialise
+        try:
+            candidate = materialise(candidate, task, direction)
+        except GlueError as exc:
+            report = EvalReport(task.name, direction, candidate.source_hash, candidate.format, [], [], {}, {})
+            report.verdicts.append(Verdict("compile", Status.FAIL, str(exc)))
+            report.seconds = time.monotonic() - t0
+            return report
     report = EvalReport(task.name, direction, candidate.source_hash, candidate.format, [], [], {}, {})
 
     if opts.integrity:  # engine.integrity.static: reward-hack scan of the sources, before any build or GPU time

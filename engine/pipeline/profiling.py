@@ -107,6 +107,12 @@ def profile_candidate(task: Any, candidate: Any, direction: str = "forward", opt
     t0 = time.monotonic()
     opts = options or ProfileOptions()
     cache_root = cache_root or default_cache_root()
+    if getattr(candidate, "format", None) == "kernel-only":
+        from engine.tasks.glue import GlueError, materialise
+        try:
+            candidate = materialise(candidate, task, direction)
+        except GlueError as exc:
+            return Verdict(STAGE, Status.SKIPPED, str(exc))
     toolchain = detect_toolchain()
     build = build_candidate(candidate, cache_root, toolchain)
     if not build.ok:

@@ -24,6 +24,7 @@ from engine.llm.prompts import PromptError, load_template
 from engine.llm.tools import SUBMIT_DIRECTIVES, SUBMIT_KERNEL, directives_answer, kernel_answer
 from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed,
                                    new_proposal_id, parent_id, with_provenance)
+from engine.tasks.glue import GlueError, materialise
 
 _PARENTS = {"translate": 0, "mutate": 1, "crossover": 2, "repair": 1, "meta": 0}
 
@@ -121,7 +122,12 @@ class LLMProposer:
             ans = kernel_answer(reply, request.direction)
         except LLMError as exc:
             return replace(base, status=ProposalStatus.FAILED, reason=str(exc), data={**base.data, "error": exc.kind})
-        cand = Candidate("native", ans.files, ans.name)
+        cand = Candidate("native" if "binding.cpp" in ans.files else "kernel-only", ans.files, ans.name)
+        try:
+            cand = materialise(cand, request.task, request.direction)   # kernel-only: the generated binding
+        except GlueError as exc:
+            return replace(base, status=ProposalStatus.FAILED, rationale=ans.rationale, reason=str(exc),
+                           data={**base.data, "error": "glue"})
         parent_hashes = {p.source_hash for p in request.parents}
         if cand.source_hash in parent_hashes or cand.source_hash in request.known_hashes:
             return replace(base, status=ProposalStatus.FAILED, rationale=ans.rationale,

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.candidates import Candidate
 from engine.llm.accounting import Usage
+from engine.tasks.glue import GlueError, materialise
 from engine.tasks.model import Task
 
 OPERATORS = ("translate", "mutate", "crossover", "repair", "meta", "tune")
@@ -172,7 +173,27 @@ def guarded(proposer: Proposer, request: ProposalRequest) -> Proposal:
         return failed(proposer.name, request, f"the {proposer.name} proposer does not do {request.operator!r} "
                       f"(it does: {', '.join(sorted(proposer.operators))})")
     try:
-        return proposer.propose(request)
+        proposal = proposer.propose(request)
     except Exception as exc:  # noqa: BLE001 - the loop must survive a proposer bug and show it
         return failed(proposer.name, request, f"internal error in the {proposer.name} proposer: {exc!r}",
                       data={"traceback": traceback.format_exc()})
+    return with_glue(proposal, request)
+
+
+def with_glue(proposal: Proposal, request: ProposalRequest) -> Proposal:
+    """A proposal of a kernel-only candidate (kernel.cu without binding.cpp) as one of the native candidate with
+    the binding the task's signature generates (engine/tasks/glue.py), so that what is committed builds and diffs
+    like any other; a failed proposal, naming the reason, where the signature has no generated glue."""
+    cand = proposal.candidate
+    if cand is None or cand.format != "kernel-only" or not proposal.ok:
+        return proposal
+    try:
+        native = materialise(cand, request.task, request.direction)
+    except GlueError as exc:
+        return replace(proposal, status=ProposalStatus.FAILED, candidate=None, reason=str(exc),
+                       data={**proposal.data, "error": "glue"})
+    if native.source_hash in request.known_hashes:
+        return replace(proposal, status=ProposalStatus.FAILED, candidate=None,
+                       reason="the answer repeats a candidate this session already has (same source)",
+                       data={**proposal.data, "error": "duplicate", "source_hash": native.source_hash})
+    return replace(proposal, candidate=native)

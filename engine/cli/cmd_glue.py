@@ -1,0 +1,64 @@
+"""`kbench glue TASK [--backward] [--binding]`: the launcher a kernel-only candidate defines, and the binding.cpp
+kbench generates for it from the task's signature (engine/tasks/glue.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from engine.tasks.glue import GlueError, launcher_abi, refusal
+from engine.tasks.loader import builtin_task_names, load_task
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("glue", help="print the launcher ABI a kernel-only candidate (kernel.cu alone) defines for a "
+                                    "task, or the binding.cpp kbench generates for it",
+                       description="A kernel-only candidate is a kernel.cu (plus headers) without binding.cpp: it "
+                                   "defines the launcher printed here and kbench generates binding.cpp from the task's "
+                                   "signature. Exit 2 when the signature cannot be expressed (the reason is printed).")
+    p.add_argument("task", help="built-in task name, task folder or KernelBench .py; `all`: which built-in task "
+                                "directions have generated glue")
+    direction = p.add_mutually_exclusive_group()
+    direction.add_argument("--direction", choices=["forward", "backward"], default=None,
+                           help="the direction (default forward)")
+    direction.add_argument("--backward", action="store_true", help="the backward direction (--direction backward)")
+    p.add_argument("--binding", action="store_true", help="print the generated binding.cpp instead of the header")
+    p.add_argument("--json", action="store_true", help="print the ABI (declaration, header, binding) as JSON")
+    p.set_defaults(func=cmd_glue)
+
+
+def cmd_glue(args: argparse.Namespace) -> int:
+    if args.task == "all":
+        return _all(args.json)
+    task = load_task(args.task)
+    direction = "backward" if args.backward else (args.direction or "forward")
+    task.spec(direction)                       # a missing direction is bad input
+    try:
+        abi = launcher_abi(task, direction)
+    except GlueError as exc:                   # bad input (exit 2), naming what cannot be expressed
+        raise GlueError(f"task {task.name} ({direction}) has no generated glue, so no kernel-only candidates: "
+                        f"{exc}") from None
+    if args.json:
+        print(json.dumps({"task": task.name, "direction": direction, "signature": abi.signature,
+                          "launcher": abi.launcher, "declaration": abi.declaration(),
+                          "dims": [d for d, _ in abi.dims], "header": abi.header(task.name),
+                          "binding": abi.binding()}, indent=2))
+    else:
+        print(abi.binding() if args.binding else abi.header(task.name), end="")
+    return 0
+
+
+def _all(as_json: bool) -> int:
+    rows = []
+    for name in builtin_task_names():
+        task = load_task(name)
+        for direction in task.directions:
+            rows.append({"task": name, "direction": direction, "refused": refusal(task, direction)})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(f"{r['task']} {r['direction']}") for r in rows) if rows else 0
+    for r in rows:
+        label = f"{r['task']} {r['direction']}"
+        print(f"{label:<{width}}  " + (f"refused: {r['refused']}" if r["refused"] else f"kb_{r['direction']}"))
+    return 0
