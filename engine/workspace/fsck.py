@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.workspace import gitio, listing_cache, writers
+from engine.workspace import claim_holders, gitio, listing_cache, writers
 from engine.workspace.errors import SessionBusyError, WorkspaceDamagedError, WorkspaceError
 from engine.workspace.records import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
 from engine.workspace.views import best_of
@@ -113,7 +113,7 @@ def _claims(ws, report: FsckReport, dry_run: bool) -> None:
         if locked and state != "dead":
             report.add(NOTE, f"session {session}", f"being written by {holder.describe()}")
         elif locked:
-            report.add(WARNING, f"session {session}", writers.busy_message(session, holder, age))
+            report.add(WARNING, f"session {session}", claim_holders.busy_message(session, holder, age))
         elif state == "alive":
             report.add(NOTE, f"session {session}", f"claimed by {holder.describe()} (its lock is free)")
         elif dry_run:
@@ -121,7 +121,7 @@ def _claims(ws, report: FsckReport, dry_run: bool) -> None:
                                                    "would be removed")
         else:
             try:
-                (writers.claim_dir(ws.git_dir) / f"{session}.holder.json").unlink()
+                (claim_holders.claim_dir(ws.git_dir) / f"{session}.holder.json").unlink()
                 report.add(REPAIRED, f"session {session}", f"removed the writer record of {holder.describe()}, "
                                                            "which is gone")
             except OSError:
