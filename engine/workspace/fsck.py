@@ -17,7 +17,7 @@ from typing import Callable
 
 from engine.workspace import claim_holders, gitio, listing_cache, writers
 from engine.workspace.errors import SessionBusyError, WorkspaceDamagedError, WorkspaceError
-from engine.workspace.records import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
+from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
 from engine.workspace.views import best_of
 
 OK, REPAIRED, DAMAGED, WARNING, NOTE = "ok", "repaired", "damaged", "warning", "note"

@@ -17,8 +17,9 @@ from engine.workspace.errors import (CorruptNoteError, DamagedObjectError, Works
 from engine.workspace.listing_cache import ListingCache
 from engine.workspace.notes import note_text
 from engine.workspace.reader import FSCK_HINT, CandidateReader
-from engine.workspace.records import (CANDIDATE_NS, ROOT_LEAF, CandidateRecord, SessionInfo, branch_ref,
-                                      candidate_ref, make, parse_note, parse_notes_bulk, split_ref)
+from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, branch_ref, candidate_ref, split_ref
+from engine.workspace.note_parsing import parse_note, parse_notes_bulk
+from engine.workspace.records import CandidateRecord, SessionInfo, make
 from engine.workspace.views import (EMPTY_STATUS, CandidateStatus, CandidateView, best_of, by_generation, fold,
                                     fold_objs)
 

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Sequence
 
 from engine.workspace import gitio, gitobjects
 from engine.workspace.errors import CorruptNoteError, WorkspaceDamagedError, WorkspaceError
-from engine.workspace.records import NOTES_REF
+from engine.workspace.naming import NOTES_REF
 from engine.workspace.repo import WorkspaceRepo, crashpoint
 
 

@@ -14,8 +14,11 @@ from engine.workspace import commits, gitio, gitobjects
 from engine.workspace.errors import (CorruptNoteError, DamagedObjectError, UnknownCandidateError,
                                      UnknownSessionError, WorkspaceDamagedError)
 from engine.workspace.notes import NotesStore
-from engine.workspace.records import (CANDIDATE_NS, ROOT_LEAF, CandidateRecord, NoteEntry, candidate_ref,
-                                      check_session_name, parse_candidate_id, parse_note, root_ref, split_ref)
+from engine.workspace.naming import (CANDIDATE_NS, ROOT_LEAF, candidate_ref, check_session_name, parse_candidate_id,
+                                     root_ref, split_ref)
+from engine.workspace.note_entries import NoteEntry
+from engine.workspace.note_parsing import parse_note
+from engine.workspace.records import CandidateRecord
 from engine.workspace.repo import WorkspaceRepo
 
 FSCK_HINT = ("`kbench fsck` lists all damage and repairs what is safe; a lost object can be copied back from a "

@@ -9,7 +9,8 @@ from typing import Any
 
 from engine.workspace import commits, gitio, writers
 from engine.workspace.errors import WorkspaceError
-from engine.workspace.records import CANDIDATE_NS, branch_ref, check_session_name, check_token, now_iso, root_ref
+from engine.workspace.naming import CANDIDATE_NS, branch_ref, check_session_name, check_token, root_ref
+from engine.workspace.records import now_iso
 from engine.workspace.repo import WorkspaceRepo
 
 

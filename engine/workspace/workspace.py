@@ -18,9 +18,11 @@ from engine.workspace.listing import Listing
 from engine.workspace.notes import NotesStore
 from engine.workspace.paths import default_export_dir, default_path
 from engine.workspace.reader import CandidateReader
-from engine.workspace.records import (CANDIDATE_NS, CandidateRecord, Event, Measurement, NoteEntry, Override,
-                                      SessionInfo, VerdictNote, branch_ref, candidate_id, candidate_ref, check_token,
-                                      entry_line, now_iso, parse_candidate_id, parse_note, split_ref)
+from engine.workspace.naming import (CANDIDATE_NS, branch_ref, candidate_id, candidate_ref, check_token,
+                                     parse_candidate_id, split_ref)
+from engine.workspace.note_entries import Event, Measurement, NoteEntry, Override, VerdictNote, entry_line
+from engine.workspace.note_parsing import parse_note
+from engine.workspace.records import CandidateRecord, SessionInfo, now_iso
 from engine.workspace.repo import WorkspaceRepo
 from engine.workspace.views import CandidateStatus, CandidateView, best_of, better, fold
 
