@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.workspace import claim_holders, gitio, listing_cache, writers
+from engine.workspace import claim_holders, gitio, gitrefs, listing_cache, writers
 from engine.workspace.errors import SessionBusyError, WorkspaceDamagedError, WorkspaceError
 from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
 from engine.workspace.views import best_of
@@ -181,7 +181,7 @@ def _branch(ws, name: str, views, damaged: int, report: FsckReport, dry_run: boo
         return
     try:
         with wr.writing(), writers.write_guard(ws.git_dir, name):
-            update = gitio.RefUpdate(ref, want, head) if head else gitio.RefUpdate(ref, want)
+            update = gitrefs.RefUpdate(ref, want, head) if head else gitrefs.RefUpdate(ref, want)
             wr.update_refs([update], f"kbench fsck: {name} best is {want_name}")
     except SessionBusyError as exc:
         report.add(WARNING, ref, f"{at}, not the session's best, {want_name}; not re-pointed: {exc}")

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from engine.workspace import commits, gitio, gitobjects
+from engine.workspace import commits, gitobjects, gitread, gitrefs
 from engine.workspace.errors import (CorruptNoteError, DamagedObjectError, UnknownCandidateError,
                                      UnknownSessionError, WorkspaceDamagedError)
 from engine.workspace.notes import NotesStore
@@ -111,7 +111,7 @@ class CandidateReader:
         if len(matches) > 1:
             shown = ", ".join(matches[:8]) + (f" and {len(matches) - 8} more" if len(matches) > 8 else "")
             raise UnknownCandidateError(f"{q!r} is ambiguous: it starts {len(matches)} candidate ids ({shown})")
-        sha = gitio.rev_parse_commit(wr.git_dir, q)
+        sha = gitrefs.rev_parse_commit(wr.git_dir, q)
         if sha:
             ids = {s: i for i, s in by_id.items()}
             if sha in ids:
@@ -139,7 +139,7 @@ class CandidateReader:
             queue.extend(rec.parent_commits)
         return out
 
-    def read_or_damage(self, rev: str) -> gitio.GitObject | None | WorkspaceDamagedError:
+    def read_or_damage(self, rev: str) -> gitread.GitObject | None | WorkspaceDamagedError:
         try:
             return self.repo.reader.read(rev)
         except WorkspaceDamagedError as exc:
@@ -171,7 +171,7 @@ class CandidateReader:
         if not isinstance(names, list) or not names:
             # A commit made by hand: everything but the task's files and .kbench/.
             task = {e.name for e in self.task_entries_of(rec.session)} if rec.session else set()
-            names = [p for p in gitio.ls_tree_names(self.repo.git_dir, rec.commit)
+            names = [p for p in gitread.ls_tree_names(self.repo.git_dir, rec.commit)
                      if p.split("/")[0] not in task and not p.startswith(commits.META_DIR + "/")]
         return [str(n) for n in names], meta
 
