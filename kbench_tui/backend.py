@@ -145,7 +145,7 @@ class Backend:
         return "paused" if r.paused else "running"
 
     def sessions(self, with_generations: bool = True) -> list[SessionRow]:
-        from engine.workspace.records import parse_candidate_id
+        from engine.workspace.naming import parse_candidate_id
         rows = []
         for s in self.ws.sessions():
             best_speedup, gen = None, None
@@ -265,7 +265,7 @@ class Backend:
 
     def live_runner(self, cid: str) -> Any:
         """The running loop of the candidate's session, if there is one (it must hear of changes)."""
-        from engine.workspace.records import parse_candidate_id
+        from engine.workspace.naming import parse_candidate_id
         parsed = parse_candidate_id(cid)
         r = self.runners.get(parsed[0]) if parsed else None
         return r if r is not None and r.running else None

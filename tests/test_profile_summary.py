@@ -19,7 +19,7 @@ from engine.profile.runner import (
 )
 from engine.profile.summarise import ProfileSummary, classify
 from engine.verdict import Status
-from engine.workspace.records import VerdictNote
+from engine.workspace.note_entries import VerdictNote
 from engine.workspace.views import fold
 
 FIX = Path(__file__).parent / "fixtures" / "ncu"

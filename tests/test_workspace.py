@@ -391,7 +391,7 @@ def test_fast_listing_fold_matches_the_reference_fold():
     import random
 
     from engine.workspace import parse_note
-    from engine.workspace.records import Event, Override, VerdictNote, entry_line
+    from engine.workspace.note_entries import Event, Override, VerdictNote, entry_line
     from engine.workspace.views import fold, fold_objs
 
     rng = random.Random(7)

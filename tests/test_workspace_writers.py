@@ -19,7 +19,7 @@ from kbench_procs import (ENV, REPO, evaluated_counts, evolve_args, git_fsck_cle
                           shape, start, wait_until)
 
 from engine.workspace import Workspace
-from engine.workspace import writers
+from engine.workspace import claim_holders
 from engine.workspace.errors import SessionBusyError, SessionTakenOverError
 
 HOST = socket.gethostname()
@@ -27,7 +27,7 @@ SLOW = {"KBENCH_FAKE_EVAL_DELAY": "0.3"}
 
 
 def holder_file(ws: Path, session: str) -> Path:
-    return ws / ".git" / writers.CLAIM_DIR / f"{session}.holder.json"
+    return ws / ".git" / claim_holders.CLAIM_DIR / f"{session}.holder.json"
 
 
 def test_a_second_evolve_on_the_session_is_refused_and_the_first_is_unaffected(tmp_path):
@@ -95,7 +95,7 @@ def test_a_dead_writers_record_is_replaced_without_asking(tmp_path):
     Workspace.create(ws).close()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    claim_dir = ws / ".git" / writers.CLAIM_DIR
+    claim_dir = ws / ".git" / claim_holders.CLAIM_DIR
     claim_dir.mkdir()
     (claim_dir / "s.holder.json").write_text(json.dumps(
         {"pid": gone.pid, "host": HOST, "started": None, "since": "2026-01-01T00:00:00Z",
@@ -109,7 +109,7 @@ def test_a_dead_writers_record_is_replaced_without_asking(tmp_path):
 def test_a_live_writer_on_another_host_is_respected_until_taken_over(tmp_path):
     ws = tmp_path / "ws"
     Workspace.create(ws).close()
-    claim_dir = ws / ".git" / writers.CLAIM_DIR
+    claim_dir = ws / ".git" / claim_holders.CLAIM_DIR
     claim_dir.mkdir()
     (claim_dir / "s.holder.json").write_text(json.dumps(
         {"pid": 4242, "host": "gpu-node-7", "started": 1, "since": "2026-01-01T00:00:00Z",

@@ -22,7 +22,8 @@ from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome
 from engine.evolve.population import DONE, PENDING, Member
 from engine.evolve.resume import member_from_view
 from engine.verdict import Status, Verdict
-from engine.workspace.records import VerdictNote, now_iso
+from engine.workspace.note_entries import VerdictNote
+from engine.workspace.records import now_iso
 
 
 @dataclass

@@ -34,7 +34,7 @@ from engine.harness.build_result import BuildSummary
 from engine.pipeline.types import NO_GPU
 from engine.tasks.model import Task
 from engine.verdict import Status, Verdict
-from engine.workspace.records import ConfigTiming
+from engine.workspace.note_entries import ConfigTiming
 
 if TYPE_CHECKING:
     from engine.pipeline.evaluate import EvalOptions

@@ -22,7 +22,8 @@ from engine.evolve.population import DONE, PENDING, Member
 from engine.evolve.resume import EVALUATED
 from engine.proposers.base import Proposal
 from engine.verdict import Status, Verdict
-from engine.workspace.records import Event, VerdictNote, now_iso
+from engine.workspace.note_entries import Event, VerdictNote
+from engine.workspace.records import now_iso
 
 if TYPE_CHECKING:
     from engine.llm.verifiers import Verification

@@ -21,7 +21,8 @@ from engine.evolve.resume import INFRA_FAILURE
 from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU
 from engine.pipeline.types import NO_GPU
 from engine.verdict import Status, Verdict
-from engine.workspace.records import ConfigTiming, Event, Measurement, VerdictNote, now_iso
+from engine.workspace.note_entries import ConfigTiming, Event, Measurement, VerdictNote
+from engine.workspace.records import now_iso
 
 if TYPE_CHECKING:
     from engine.pipeline.evaluate import EvalReport

@@ -22,7 +22,8 @@ from engine.evolve.search_state import search_state
 from engine.proposers.base import Proposal
 from engine.tasks.glue import load_for_task
 from engine.verdict import Verdict
-from engine.workspace.records import CandidateRecord, Event, Measurement, VerdictNote, now_iso
+from engine.workspace.note_entries import Event, Measurement, VerdictNote
+from engine.workspace.records import CandidateRecord, now_iso
 
 
 class SessionRecorder(LoopState):

@@ -7,9 +7,11 @@ overrides and events, list and read them back) and the dataclasses it returns. S
 
 from engine.workspace.errors import (CorruptNoteError, LockTimeoutError, NotAWorkspaceError,
                                      UnknownCandidateError, UnknownSessionError, WorkspaceError)
-from engine.workspace.records import (BRANCH_NS, CANDIDATE_NS, NOTES_REF, CandidateRecord, Comment, ConfigTiming,
-                                      Event, Measurement, NoteEntry, Override, SessionInfo, UnknownEntry,
-                                      VerdictNote, branch_ref, candidate_ref, parse_note, root_ref)
+from engine.workspace.naming import BRANCH_NS, CANDIDATE_NS, NOTES_REF, branch_ref, candidate_ref, root_ref
+from engine.workspace.note_entries import (Comment, ConfigTiming, Event, Measurement, NoteEntry, Override, UnknownEntry,
+                                           VerdictNote)
+from engine.workspace.note_parsing import parse_note
+from engine.workspace.records import CandidateRecord, SessionInfo
 from engine.workspace.views import CandidateStatus, CandidateView, StageState, best_of, fold
 from engine.workspace.paths import default_export_dir, default_path
 from engine.workspace.workspace import Workspace

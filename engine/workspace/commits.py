@@ -15,9 +15,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from engine.candidates import Candidate
 from engine.workspace import gitobjects
+from engine.workspace.crashpoints import crashpoint
 from engine.workspace.errors import WorkspaceError
-from engine.workspace.records import CandidateRecord, iso_from_epoch, make, parse_candidate_id
-from engine.workspace.repo import WorkspaceRepo, crashpoint
+from engine.workspace.naming import parse_candidate_id
+from engine.workspace.records import CandidateRecord, iso_from_epoch, make
+from engine.workspace.repo import WorkspaceRepo
 
 META_DIR = ".kbench"
 SESSION_JSON = f"{META_DIR}/session.json"

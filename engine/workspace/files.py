@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.candidates import Candidate, detect_format
 from engine.errors import CandidateError
-from engine.workspace import commits, gitio, gitobjects
+from engine.workspace import commits, gitobjects, gitread
 from engine.workspace.errors import WorkspaceError
 from engine.workspace.reader import CandidateReader
 from engine.workspace.records import CandidateRecord
@@ -52,7 +52,7 @@ def checkout(reader: CandidateReader, rec: CandidateRecord, directory: str | Pat
     """Write the candidate's files (with `with_task`, the whole commit tree) into `directory`. Refuses
     to overwrite existing files unless `force`; nothing is written when it refuses."""
     repo = reader.repo
-    tree = {e.path: (e.mode, e.sha) for e in gitio.ls_tree(repo.git_dir, rec.commit) if e.type == "blob"}
+    tree = {e.path: (e.mode, e.sha) for e in gitread.ls_tree(repo.git_dir, rec.commit) if e.type == "blob"}
     wanted = sorted(tree) if with_task else reader.candidate_file_names(rec)[0]
     for p in wanted:
         if p not in tree:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.workspace import gitio, listing_cache, writers
+from engine.workspace import claim_holders, gitio, gitrefs, listing_cache, writers
 from engine.workspace.errors import SessionBusyError, WorkspaceDamagedError, WorkspaceError
-from engine.workspace.records import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
+from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
 from engine.workspace.views import best_of
 
 OK, REPAIRED, DAMAGED, WARNING, NOTE = "ok", "repaired", "damaged", "warning", "note"
@@ -113,7 +113,7 @@ def _claims(ws, report: FsckReport, dry_run: bool) -> None:
         if locked and state != "dead":
             report.add(NOTE, f"session {session}", f"being written by {holder.describe()}")
         elif locked:
-            report.add(WARNING, f"session {session}", writers.busy_message(session, holder, age))
+            report.add(WARNING, f"session {session}", claim_holders.busy_message(session, holder, age))
         elif state == "alive":
             report.add(NOTE, f"session {session}", f"claimed by {holder.describe()} (its lock is free)")
         elif dry_run:
@@ -121,7 +121,7 @@ def _claims(ws, report: FsckReport, dry_run: bool) -> None:
                                                    "would be removed")
         else:
             try:
-                (writers.claim_dir(ws.git_dir) / f"{session}.holder.json").unlink()
+                (claim_holders.claim_dir(ws.git_dir) / f"{session}.holder.json").unlink()
                 report.add(REPAIRED, f"session {session}", f"removed the writer record of {holder.describe()}, "
                                                            "which is gone")
             except OSError:
@@ -181,7 +181,7 @@ def _branch(ws, name: str, views, damaged: int, report: FsckReport, dry_run: boo
         return
     try:
         with wr.writing(), writers.write_guard(ws.git_dir, name):
-            update = gitio.RefUpdate(ref, want, head) if head else gitio.RefUpdate(ref, want)
+            update = gitrefs.RefUpdate(ref, want, head) if head else gitrefs.RefUpdate(ref, want)
             wr.update_refs([update], f"kbench fsck: {name} best is {want_name}")
     except SessionBusyError as exc:
         report.add(WARNING, ref, f"{at}, not the session's best, {want_name}; not re-pointed: {exc}")

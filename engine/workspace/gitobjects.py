@@ -1,16 +1,11 @@
-"""Git's object formats, in pure Python: tree entries, commits and identities (parse and serialise), and
-the in-process loose-object writer (gitdb: temp file + rename, so a killed writer leaves no torn object).
-Nothing here runs git; `gitio` does that."""
+"""Git's object formats, in pure Python: tree entries, commits and identities (parse and serialise).
+Nothing here touches the repository: `gitread` reads objects, `gitwrite` writes them (see `gitio`)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from io import BytesIO
-from pathlib import Path
 from typing import Iterable, Sequence
-
-from gitdb import IStream, LooseObjectDB
 
 from engine.workspace.errors import WorkspaceError
 
@@ -56,42 +51,6 @@ def serialize_tree(entries: Iterable[TreeEntry]) -> bytes:
         mode = "40000" if e.is_tree else e.mode
         out += mode.encode() + b" " + e.name.encode("utf-8", "surrogateescape") + b"\0" + bytes.fromhex(e.sha)
     return bytes(out)
-
-
-class ObjectWriter:
-    """Writes loose objects in-process. gitdb writes each to a temp file and renames it into place, so an
-    object either exists whole or not at all; concurrent writers of the same object are harmless."""
-
-    def __init__(self, git_dir: Path):
-        self._db = LooseObjectDB(str(git_dir / "objects"))
-
-    def write(self, type_: str, data: bytes) -> str:
-        istream = self._db.store(IStream(type_.encode(), len(data), BytesIO(data)))
-        return istream.hexsha.decode() if isinstance(istream.hexsha, bytes) else istream.hexsha
-
-    def blob(self, data: bytes | str) -> str:
-        return self.write("blob", data.encode() if isinstance(data, str) else data)
-
-    def tree(self, entries: Iterable[TreeEntry]) -> str:
-        return self.write("tree", serialize_tree(entries))
-
-    def tree_from_files(self, files: dict[str, str | TreeEntry]) -> str:
-        """Build nested trees from {path: blob sha or TreeEntry}. Paths use '/'."""
-        top: dict[str, TreeEntry] = {}
-        sub: dict[str, dict[str, str | TreeEntry]] = {}
-        for path, item in files.items():
-            head, sep, rest = path.partition("/")
-            if sep:
-                sub.setdefault(head, {})[rest] = item
-            elif isinstance(item, TreeEntry):
-                top[head] = TreeEntry(item.mode, head, item.sha)
-            else:
-                top[head] = TreeEntry(MODE_BLOB, head, item)
-        for head, children in sub.items():
-            if head in top:
-                raise WorkspaceError(f"{head!r} is both a file and a folder")
-            top[head] = TreeEntry(MODE_TREE, head, self.tree_from_files(children))
-        return self.tree(top.values())
 
 
 # --------------------------------------------------------------------------------------------- commits

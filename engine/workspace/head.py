@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.workspace import gitio
-from engine.workspace.records import BRANCH_NS, NOTES_REF
+from engine.workspace.naming import BRANCH_NS, NOTES_REF
 
 INDEX_BRANCH = "refs/heads/index"
 INDEX_MESSAGE = f"""kbench workspace

@@ -11,14 +11,15 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from engine.workspace import commits, gitio, gitobjects
+from engine.workspace import commits, gitio, gitobjects, gitread, gitrefs
 from engine.workspace.errors import (CorruptNoteError, DamagedObjectError, WorkspaceDamagedError,
                                      WorkspaceError)
 from engine.workspace.listing_cache import ListingCache
 from engine.workspace.notes import note_text
 from engine.workspace.reader import FSCK_HINT, CandidateReader
-from engine.workspace.records import (CANDIDATE_NS, ROOT_LEAF, CandidateRecord, SessionInfo, branch_ref,
-                                      candidate_ref, make, parse_note, parse_notes_bulk, split_ref)
+from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, branch_ref, candidate_ref, split_ref
+from engine.workspace.note_parsing import parse_note, parse_notes_bulk
+from engine.workspace.records import CandidateRecord, SessionInfo, make
 from engine.workspace.views import (EMPTY_STATUS, CandidateStatus, CandidateView, best_of, by_generation, fold,
                                     fold_objs)
 
@@ -66,15 +67,15 @@ class Listing:
         for i, n in enumerate(names):
             blob, head = objs[i], objs[len(names) + i]
             best = None
-            if isinstance(head, gitio.GitObject) and head.type == "commit" and head.sha != roots[n]:
+            if isinstance(head, gitread.GitObject) and head.type == "commit" and head.sha != roots[n]:
                 best = commits.candidate_trailer(gitobjects.parse_commit(head.sha, head.data))
             data, problem = {}, None
-            if isinstance(blob, gitio.GitObject):
+            if isinstance(blob, gitread.GitObject):
                 try:
                     data = json.loads(blob.data)
                 except ValueError:
                     data = None
-            if not isinstance(data, dict) or not isinstance(blob, gitio.GitObject) or isinstance(head, Exception):
+            if not isinstance(data, dict) or not isinstance(blob, gitread.GitObject) or isinstance(head, Exception):
                 try:                 # say what exactly is wrong (or find a hand-made root without a record)
                     data = self.reader.session_json(n)
                     self.session(n)
@@ -127,7 +128,7 @@ class Listing:
         # then the commit metadata (formatted by git) of the commits not parsed before, and the note blobs
         # not seen before.
         notes_listing = self.reader.notes.start_listing()
-        ref_list = gitio.PendingGit(wr.git_dir, ["for-each-ref", f"--format={gitio.REF_LIST_FORMAT}", prefix])
+        ref_list = gitio.PendingGit(wr.git_dir, ["for-each-ref", f"--format={gitrefs.REF_LIST_FORMAT}", prefix])
         disk = self.disk_cache.load_once()        # first listing of this Workspace: what earlier ones parsed
         if disk is not None:                          # (read while the git processes run)
             with self.reader.cache_guard:
@@ -137,7 +138,7 @@ class Listing:
         records, statuses = self.records, self.statuses  # this call's view of the caches
         known = len(records) + len(statuses)
         leaves: dict[str, str] = {}
-        for sha, ref in gitio.parse_ref_list(ref_list.result()):
+        for sha, ref in gitrefs.parse_ref_list(ref_list.result()):
             parts = split_ref(ref)
             if parts and parts[0] == session and parts[1] != ROOT_LEAF:
                 leaves[parts[1]] = sha
@@ -145,10 +146,10 @@ class Listing:
         ref_rows = None
         if unknown:   # a few: name them; many: the whole prefix
             patterns = [prefix] if len(unknown) > _NAMED_REFS_MAX else [candidate_ref(session, x) for x in unknown]
-            ref_rows = gitio.PendingGit(wr.git_dir, ["for-each-ref", f"--format={gitio.REF_RECORD_FORMAT}",
+            ref_rows = gitio.PendingGit(wr.git_dir, ["for-each-ref", f"--format={gitrefs.REF_RECORD_FORMAT}",
                                                      *patterns])
         try:
-            blobs = gitio.parse_notes_listing(notes_listing.result()) if notes_listing else {}
+            blobs = gitread.parse_notes_listing(notes_listing.result()) if notes_listing else {}
         except gitio.GitCommandError as exc:
             raise _named_damage(exc, {}, "the notes tree of refs/notes/kbench") from None
         new_blobs = list({blobs[sha] for sha in leaves.values() if sha in blobs} - statuses.keys())
@@ -160,7 +161,7 @@ class Listing:
             except gitio.GitCommandError as exc:
                 raise _named_damage(exc, {sha: f"candidate {leaf}'s commit" for leaf, sha in leaves.items()}) \
                     from None
-            for sha, ref, parents, when, author, message in gitio.parse_ref_records(rows):
+            for sha, ref, parents, when, author, message in gitrefs.parse_ref_records(rows):
                 if sha not in records and sha in id_of:
                     records[sha] = commits.record_from_parts(sha, parents, when, author, message, id_of.get)
         try:

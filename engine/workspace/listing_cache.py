@@ -30,9 +30,9 @@ _digest_cache: list[str] = []
 def code_digest() -> str:
     """A digest of the modules whose classes are pickled: a change there invalidates old files."""
     if not _digest_cache:
-        from engine.workspace import commits, records, views
+        from engine.workspace import commits, naming, note_entries, note_parsing, records, views
         h = hashlib.sha256()
-        for mod in (records, views, commits):
+        for mod in (records, naming, note_entries, note_parsing, views, commits):
             h.update(Path(mod.__file__).read_bytes())
         _digest_cache.append(h.hexdigest()[:16])
     return _digest_cache[0]

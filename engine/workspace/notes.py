@@ -14,10 +14,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from engine.workspace import gitio, gitobjects
+from engine.workspace import gitio, gitobjects, gitread, gitrefs
+from engine.workspace.crashpoints import crashpoint
 from engine.workspace.errors import CorruptNoteError, WorkspaceDamagedError, WorkspaceError
-from engine.workspace.records import NOTES_REF
-from engine.workspace.repo import WorkspaceRepo, crashpoint
+from engine.workspace.naming import NOTES_REF
+from engine.workspace.repo import WorkspaceRepo
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class NotesHead:
 
 @dataclass(frozen=True)
 class PreparedAppend:
-    update: gitio.RefUpdate          # the notes ref move, to apply in the caller's transaction
+    update: gitrefs.RefUpdate        # the notes ref move, to apply in the caller's transaction
     texts: dict[str, str]            # annotated commit -> its full new note text
 
 
@@ -64,7 +65,7 @@ class NotesStore:
     def listing(self) -> dict[str, str]:
         """{annotated commit sha: note blob sha} for every note, from one `git ls-tree -r`."""
         pending = self.start_listing()
-        return gitio.parse_notes_listing(pending.result()) if pending else {}
+        return gitread.parse_notes_listing(pending.result()) if pending else {}
 
     def start_listing(self) -> gitio.PendingGit | None:
         head = self.head()
@@ -115,7 +116,7 @@ class NotesStore:
         committer = self.wr.committer()
         commit_sha = self.wr.objects.write(
             "commit", gitobjects.format_commit(tree, [head.commit] if head else [], committer, committer, message))
-        update = gitio.RefUpdate(NOTES_REF, commit_sha, head.commit if head else None)
+        update = gitrefs.RefUpdate(NOTES_REF, commit_sha, head.commit if head else None)
         return PreparedAppend(update, texts)
 
     # -------------------------------------------------------------------------------------- internals
@@ -173,7 +174,7 @@ class NotesStore:
         return sha
 
 
-def note_text(obj: gitio.GitObject | None, blob: str) -> str:
+def note_text(obj: gitread.GitObject | None, blob: str) -> str:
     """A note blob's text; CorruptNoteError where the object is missing, not a blob, or not text."""
     def bad(reason: str) -> CorruptNoteError:
         return CorruptNoteError(f"note (object {blob}) {reason}", obj=blob, reason=reason)

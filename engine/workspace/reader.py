@@ -10,12 +10,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from engine.workspace import commits, gitio, gitobjects
+from engine.workspace import commits, gitobjects, gitread, gitrefs
 from engine.workspace.errors import (CorruptNoteError, DamagedObjectError, UnknownCandidateError,
                                      UnknownSessionError, WorkspaceDamagedError)
 from engine.workspace.notes import NotesStore
-from engine.workspace.records import (CANDIDATE_NS, ROOT_LEAF, CandidateRecord, NoteEntry, candidate_ref,
-                                      check_session_name, parse_candidate_id, parse_note, root_ref, split_ref)
+from engine.workspace.naming import (CANDIDATE_NS, ROOT_LEAF, candidate_ref, check_session_name, parse_candidate_id,
+                                     root_ref, split_ref)
+from engine.workspace.note_entries import NoteEntry
+from engine.workspace.note_parsing import parse_note
+from engine.workspace.records import CandidateRecord
 from engine.workspace.repo import WorkspaceRepo
 
 FSCK_HINT = ("`kbench fsck` lists all damage and repairs what is safe; a lost object can be copied back from a "
@@ -108,7 +111,7 @@ class CandidateReader:
         if len(matches) > 1:
             shown = ", ".join(matches[:8]) + (f" and {len(matches) - 8} more" if len(matches) > 8 else "")
             raise UnknownCandidateError(f"{q!r} is ambiguous: it starts {len(matches)} candidate ids ({shown})")
-        sha = gitio.rev_parse_commit(wr.git_dir, q)
+        sha = gitrefs.rev_parse_commit(wr.git_dir, q)
         if sha:
             ids = {s: i for i, s in by_id.items()}
             if sha in ids:
@@ -136,7 +139,7 @@ class CandidateReader:
             queue.extend(rec.parent_commits)
         return out
 
-    def read_or_damage(self, rev: str) -> gitio.GitObject | None | WorkspaceDamagedError:
+    def read_or_damage(self, rev: str) -> gitread.GitObject | None | WorkspaceDamagedError:
         try:
             return self.repo.reader.read(rev)
         except WorkspaceDamagedError as exc:
@@ -168,7 +171,7 @@ class CandidateReader:
         if not isinstance(names, list) or not names:
             # A commit made by hand: everything but the task's files and .kbench/.
             task = {e.name for e in self.task_entries_of(rec.session)} if rec.session else set()
-            names = [p for p in gitio.ls_tree_names(self.repo.git_dir, rec.commit)
+            names = [p for p in gitread.ls_tree_names(self.repo.git_dir, rec.commit)
                      if p.split("/")[0] not in task and not p.startswith(commits.META_DIR + "/")]
         return [str(n) for n in names], meta
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.workspace import commits, gitio, writers
+from engine.workspace import commits, gitio, gitrefs, writers
 from engine.workspace.errors import WorkspaceError
-from engine.workspace.records import CANDIDATE_NS, branch_ref, check_session_name, check_token, now_iso, root_ref
+from engine.workspace.naming import CANDIDATE_NS, branch_ref, check_session_name, check_token, root_ref
+from engine.workspace.records import now_iso
 from engine.workspace.repo import WorkspaceRepo
 
 
@@ -41,7 +42,7 @@ def create(wr: WorkspaceRepo, name: str, task: Any, direction: str, proposer: st
                                  "choose another name")
         root = commits.write_session_root(wr, name, files, session_json, task.name, direction, proposer,
                                           session_json["description"])
-        wr.update_refs([gitio.RefUpdate(root_ref(name), root), gitio.RefUpdate(branch_ref(name), root)],
+        wr.update_refs([gitrefs.RefUpdate(root_ref(name), root), gitrefs.RefUpdate(branch_ref(name), root)],
                        f"kbench: start session {name}")
 
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from engine.verdict import STAGES, Status
-from engine.workspace.records import (CandidateRecord, Comment, Event, Measurement, NoteEntry, Override,
-                                      UnknownEntry, VerdictNote, event_from_obj, make, override_from_obj,
-                                      status_of, verdict_from_obj)
+from engine.workspace.note_entries import (Comment, Event, Measurement, NoteEntry, Override, UnknownEntry, VerdictNote,
+                                           status_of)
+from engine.workspace.note_parsing import event_from_obj, override_from_obj, verdict_from_obj
+from engine.workspace.records import CandidateRecord, make
 
 BLOCKING = (Status.FAIL, Status.SUSPICIOUS)
 

@@ -1,8 +1,8 @@
 """`Workspace`: the public face of the git store, and its write path. It holds no state of its own beyond
 caches of immutable objects; commits are built by `commits`, notes by `notes`, folding and ranking by
 `views`; reads go through `reader.CandidateReader`, listings through `listing.Listing`, a candidate's files
-through `files`; every write runs under the repository's writer lock (`repo.WriterLock`), so any number of
-threads (and processes, each with its own Workspace) may call it at once."""
+through `files`; every write runs under the repository's writer lock (`writer_lock.WriterLock`), so any
+number of threads (and processes, each with its own Workspace) may call it at once."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ from typing import Any, Iterable, Sequence
 
 from engine.candidates import Candidate
 from engine.verdict import STAGES, Status, Verdict
-from engine.workspace import commits, files, gitio, gitobjects, sessions, writers
+from engine.workspace import commits, files, gitobjects, gitrefs, sessions, writers
 from engine.workspace.errors import CorruptNoteError, UnknownSessionError, WorkspaceError
 from engine.workspace.listing import Listing
 from engine.workspace.notes import NotesStore
 from engine.workspace.paths import default_export_dir, default_path
 from engine.workspace.reader import CandidateReader
-from engine.workspace.records import (CANDIDATE_NS, CandidateRecord, Event, Measurement, NoteEntry, Override,
-                                      SessionInfo, VerdictNote, branch_ref, candidate_id, candidate_ref, check_token,
-                                      entry_line, now_iso, parse_candidate_id, parse_note, split_ref)
+from engine.workspace.naming import (CANDIDATE_NS, branch_ref, candidate_id, candidate_ref, check_token,
+                                     parse_candidate_id, split_ref)
+from engine.workspace.note_entries import Event, Measurement, NoteEntry, Override, VerdictNote, entry_line
+from engine.workspace.note_parsing import parse_note
+from engine.workspace.records import CandidateRecord, SessionInfo, now_iso
 from engine.workspace.repo import WorkspaceRepo
 from engine.workspace.views import CandidateStatus, CandidateView, best_of, better, fold
 
@@ -170,8 +172,8 @@ class Workspace:
                     subject=commits.candidate_subject(gen, op, heading), rationale=why, prompt=asked,
                     parents=parent_shas, author=gitobjects.Ident.now(*who), search_state=search_state)
                 try:
-                    wr.update_refs([gitio.RefUpdate(candidate_ref(session, cid), sha)], f"kbench: commit {cid}")
-                except gitio.RefConflictError:
+                    wr.update_refs([gitrefs.RefUpdate(candidate_ref(session, cid), sha)], f"kbench: commit {cid}")
+                except gitrefs.RefConflictError:
                     self._counters.pop(session, None)  # someone else took that id: rescan
                     continue
                 self._counters.setdefault(session, {})[gen] = n
@@ -358,7 +360,7 @@ class Workspace:
         return new_status
 
     def _best_move(self, rec: CandidateRecord, old: CandidateStatus,
-                   new: CandidateStatus) -> gitio.RefUpdate | None:
+                   new: CandidateStatus) -> gitrefs.RefUpdate | None:
         """Where `sessions/<session>` must go after `rec` changed from `old` to `new` (None: stays)."""
         wr = self._repo
         session = rec.session
@@ -393,4 +395,4 @@ class Workspace:
             target = rec.commit
         if target == head:
             return None
-        return gitio.RefUpdate(branch, target, head) if head else gitio.RefUpdate(branch, target)
+        return gitrefs.RefUpdate(branch, target, head) if head else gitrefs.RefUpdate(branch, target)
