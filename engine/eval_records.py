@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.verdict import Status
+from engine.verdict import Stage, Status
 
 SCHEMA = 1
 
@@ -29,7 +29,7 @@ class RecordedEval:
     direction: str
     source_hash: str
     task_fingerprint: str
-    passing: bool                      # correctness passed on every config, no stage failed or is suspicious
+    passing: bool                      # EvalReport.passed (engine.verdict.judge) on every config
     summary: str                       # one line: what it found
     gpu: str
     at: str
@@ -58,18 +58,18 @@ def _path(root: Path, task: str, direction: str, source_hash: str) -> Path:
 def record(report: Any, task: Any, direction: str, candidate: Any, root: Path, subset: bool) -> RecordedEval | None:
     """Keep `report` (engine.pipeline.evaluate.EvalReport) where correctness was really checked; None where it
     was not (no GPU: nothing is known about the kernel, and an older record stays)."""
-    corr = report.verdict("correctness")
+    corr = report.verdict(Stage.CORRECTNESS)
     if corr is None or corr.status is Status.SKIPPED:
         return None
-    bad = [v for v in report.verdicts if v.status in (Status.FAIL, Status.SUSPICIOUS)
-           and not (v.stage == "static" and v.data.get("overridden"))]
-    passing = report.passed and not bad and not subset
+    j = report.judgement
+    passing = j.passed and not subset
     if subset:
         summary = "checked only the configs named with --config (export needs every config)"
-    elif bad:
-        summary = f"{bad[0].stage} {bad[0].status.value}: {bad[0].reason}"
+    elif j.blocked_by:
+        bad = report.verdict(j.blocked_by[0])
+        summary = f"{bad.stage} {bad.status.value}: {bad.reason}"
     else:
-        summary = "passed" if passing else f"correctness {corr.status.value}: {corr.reason}"
+        summary = "passed" if passing else j.why_not_passed
     from engine.workspace.records import now_iso
     rec = RecordedEval(task.name, direction, candidate.source_hash, task_fingerprint(task), passing, summary,
                        str((report.device or {}).get("gpu") or ""), now_iso(), report.geomean_speedup_eager,

@@ -12,7 +12,7 @@ from typing import Any
 from engine.candidates import Candidate, load_candidate
 from engine.evolve.fake import FakeEvaluator
 from engine.tasks.loader import builtin_tasks_dir, load_task
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, VerdictNote, Workspace
 
 AT = "2026-01-01T00:00:00.000Z"
@@ -53,10 +53,10 @@ def screen_text(app: Any) -> str:
 
 def _passing(ws: Workspace, cid: str, speedup: float, configs: list[str]) -> None:
     timings = tuple(ConfigTiming(n, round(1.0 / speedup, 4), 0.001, 1.0, 1.2) for n in configs)
-    ws.record(cid, [VerdictNote(Verdict("static", Status.PASS, "clean"), AT),
-                    VerdictNote(Verdict("compile", Status.PASS, "compiled"), AT),
-                    VerdictNote(Verdict("correctness", Status.PASS, f"{len(configs)} configs x 2 trials within tolerance"), AT),
-                    VerdictNote(Verdict("timing", Status.PASS, f"geomean speedup vs eager {speedup:.2f}x"), AT),
+    ws.record(cid, [VerdictNote(Verdict(Stage.STATIC, Status.PASS, "clean"), AT),
+                    VerdictNote(Verdict(Stage.COMPILE, Status.PASS, "compiled"), AT),
+                    VerdictNote(Verdict(Stage.CORRECTNESS, Status.PASS, f"{len(configs)} configs x 2 trials within tolerance"), AT),
+                    VerdictNote(Verdict(Stage.TIMING, Status.PASS, f"geomean speedup vs eager {speedup:.2f}x"), AT),
                     Measurement(speedup, speedup * 1.2, timings, at=AT, **ENV)])
 
 
@@ -83,12 +83,12 @@ def build_demo_workspace(path: str | Path, session: str = "demo", task_name: str
     _passing(ws, m1.id, 1.80, configs)
     m2 = ws.commit_candidate(session, variant("FAIL_CORRECT unrolled tail", "unrolled"), parents=[b.id],
                              operator="mutate", title="unroll the tail loop", rationale="fewer branches")
-    ws.record(m2.id, [VerdictNote(Verdict("static", Status.PASS, "clean"), AT),
-                      VerdictNote(Verdict("compile", Status.PASS, "compiled"), AT),
-                      VerdictNote(Verdict("correctness", Status.FAIL, "odd-37x1000: max abs err 3.1e-2"), AT)])
+    ws.record(m2.id, [VerdictNote(Verdict(Stage.STATIC, Status.PASS, "clean"), AT),
+                      VerdictNote(Verdict(Stage.COMPILE, Status.PASS, "compiled"), AT),
+                      VerdictNote(Verdict(Stage.CORRECTNESS, Status.FAIL, "odd-37x1000: max abs err 3.1e-2"), AT)])
     m3 = ws.commit_candidate(session, variant("FAKE_SPEEDUP=1.50 cached weights", "cached"), parents=[b.id],
                              operator="mutate", title="cache the bias in shared memory", rationale="reuse")
-    ws.record(m3.id, [VerdictNote(Verdict("static", Status.FAIL, "static check: pointer-keyed cache"), AT)])
+    ws.record(m3.id, [VerdictNote(Verdict(Stage.STATIC, Status.FAIL, "static check: pointer-keyed cache"), AT)])
     x = ws.commit_candidate(session, variant("FAKE_SPEEDUP=1.95 crossover", "cross"), parents=[m1.id, b.id],
                             operator="crossover", title="float4 loads + baseline tail", rationale="combine")
     _passing(ws, x.id, 1.95, configs)

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.evolve.resume import INFRA_FAILURE
 from engine.gpu_wait import WAITING_FOR_GPU, waiting_for_gpu
-from engine.verdict import STAGES, Status
+from engine.verdict import STAGES, Stage, effective
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,14 @@ def status_text(view: Any) -> str:
     if view.problem:
         return "corrupt note"
     mark = "*" if st.overrides else ""
-    for s in st.stages.values():
-        if s.status in (Status.FAIL, Status.SUSPICIOUS):
-            return f"{s.status.value} {s.stage}{mark}"
-    if st.speedup is not None:
+    j = st.judgement
+    if j.blocked_by:
+        s = st.stages[j.blocked_by[0]]
+        return f"{s.status.value} {s.stage}{mark}"
+    if j.eligible:
         return f"ok{mark}"
+    if st.speedup is not None:
+        return f"not passed{mark}"      # measured, but a required stage has no pass from a check that ran
     if waiting_for_gpu(st):
         return WAITING_FOR_GPU        # compiled without a GPU; measured by a run on a GPU machine
     if st.events and st.events[-1].event == INFRA_FAILURE:
@@ -116,7 +119,7 @@ def _reevaluation_summary(out: Any, meas: Any) -> str:
         return f"{meas.speedup_eager:.3f}x on {meas.gpu or 'the GPU'}"
     if out.failed_stage:
         return f"failed at {out.failed_stage}: {out.reason}"
-    timing = next((v for v in out.verdicts if v.stage == "timing"), None)
+    timing = effective(out.verdicts, Stage.TIMING)
     return "not measured" + (f": {timing.reason}" if timing is not None and timing.reason else "")
 
 

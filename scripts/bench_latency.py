@@ -39,6 +39,7 @@ from engine.harness.build import build_candidate, ensure_pch  # noqa: E402
 from engine.harness.toolchain import detect  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions, evaluate  # noqa: E402
 from engine.tasks.loader import load_task  # noqa: E402
+from engine.verdict import Stage
 
 OLD_CHILD = r'''
 import json, sys, time
@@ -74,8 +75,8 @@ def timed_submit(ev, cand: Candidate) -> dict:
     at: dict[str, float] = {}
     fut = ev.submit(cand, lambda v: at.setdefault(v.stage, time.monotonic() - t0))
     out = fut.result()
-    return {"verdict_s": round(at.get("timing", time.monotonic() - t0), 2), "total_s": round(time.monotonic() - t0, 2),
-            "build_s": out.build_s, "passed": out.failed_stage is None and out.speedup_eager is not None, "speedup_eager": out.speedup_eager,
+    return {"verdict_s": round(at.get(Stage.TIMING, time.monotonic() - t0), 2), "total_s": round(time.monotonic() - t0, 2),
+            "build_s": out.build_s, "passed": out.judgement.eligible, "speedup_eager": out.speedup_eager,
             "speedup_compile": out.speedup_compile}
 
 

@@ -44,7 +44,7 @@ for rnd in range(rounds):
     row = {"task": name, "direction": d, "round": rnd, "passed": rep.passed, "candidate_ms": b.candidate_ms,
                 "eager_ms": b.eager_ms, "speedup": b.speedup_eager, "seconds": round(time.monotonic() - t0, 2),
                 "phases": getattr(rep, "phases", {}),
-                "problems": [v.reason[:200] for v in rep.verdicts if v.status.value in ("fail", "suspicious")]}
+                "problems": [rep.verdict(s).reason[:200] for s in rep.judgement.blocked_by]}
     print("ROW " + json.dumps(row), flush=True)   # streamed: a run cut short still shows what it measured
 
 '''

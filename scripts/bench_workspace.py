@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.candidates import Candidate  # noqa: E402
 from engine.tasks.loader import load_task  # noqa: E402
-from engine.verdict import Status, Verdict  # noqa: E402
+from engine.verdict import Stage, Status, Verdict  # noqa: E402
 from engine.workspace import ConfigTiming, Measurement, Workspace  # noqa: E402
 
 GEN_SIZE = 50
@@ -55,12 +55,12 @@ def kernel_source(i: int, rng: random.Random) -> str:
 
 def judgements(rng: random.Random, passed: bool) -> list:
     from engine.workspace import VerdictNote
-    out = [VerdictNote(Verdict("static", Status.PASS)),
-           VerdictNote(Verdict("compile", Status.PASS, "", {"seconds": round(rng.uniform(5, 9), 2)}))]
+    out = [VerdictNote(Verdict(Stage.STATIC, Status.PASS)),
+           VerdictNote(Verdict(Stage.COMPILE, Status.PASS, "", {"seconds": round(rng.uniform(5, 9), 2)}))]
     if not passed:
-        out.append(VerdictNote(Verdict("correctness", Status.FAIL, "max abs err 3.1e-2 on odd-37x1000")))
+        out.append(VerdictNote(Verdict(Stage.CORRECTNESS, Status.FAIL, "max abs err 3.1e-2 on odd-37x1000")))
         return out
-    out.append(VerdictNote(Verdict("correctness", Status.PASS, "all 4 configs within atol/rtol")))
+    out.append(VerdictNote(Verdict(Stage.CORRECTNESS, Status.PASS, "all 4 configs within atol/rtol")))
     configs = []
     for name in ("odd-37x1000", "1024x4096", "4096x1024", "odd-333x777"):
         ms = rng.uniform(0.01, 0.2)

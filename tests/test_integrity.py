@@ -21,7 +21,7 @@ from engine.integrity.static import (
 from engine.pipeline.evaluate import EvalOptions, EvalReport, evaluate
 from engine.pipeline.verdicts import integrity_verdict
 from engine.tasks.loader import builtin_task_names, load_task
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 HACKS = ROOT / "tests" / "fixtures" / "hacks"
@@ -214,12 +214,14 @@ def test_static_fail_stops_before_compile(tmp_path):
 
 
 def test_passed_requires_clean_integrity():
-    ok = [Verdict("compile", Status.PASS), Verdict("correctness", Status.PASS)]
+    ok = [Verdict(Stage.COMPILE, Status.PASS), Verdict(Stage.CORRECTNESS, Status.PASS)]
     mk = lambda vs: EvalReport("t", "forward", "h", "native", vs, [], {}, {})
-    assert mk(ok).passed and mk(ok + [Verdict("static", Status.SUSPICIOUS, "hint")]).passed
-    assert not mk(ok + [Verdict("integrity", Status.FAIL, "x")]).passed
-    assert not mk([Verdict("static", Status.FAIL, "x")] + ok).passed
-    assert mk([Verdict("static", Status.FAIL, "x", {"overridden": True})] + ok).passed
+    assert mk(ok).passed
+    # a static `suspicious` is "a person must confirm": it blocks until one does (engine.verdict.judge)
+    assert not mk(ok + [Verdict(Stage.STATIC, Status.SUSPICIOUS, "hint")]).passed
+    assert not mk(ok + [Verdict(Stage.INTEGRITY, Status.FAIL, "x")]).passed
+    assert not mk([Verdict(Stage.STATIC, Status.FAIL, "x")] + ok).passed
+    assert mk([Verdict(Stage.STATIC, Status.FAIL, "x", {"overridden": True})] + ok).passed
 
 
 def test_integrity_verdict_from_child_result():

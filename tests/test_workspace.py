@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import Candidate
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 from engine.workspace import (ConfigTiming, CorruptNoteError, Measurement, UnknownCandidateError,
                               UnknownSessionError, Workspace, WorkspaceError)
 
@@ -49,6 +49,11 @@ def measure(speedup: float, compile_: float | None = None, gpu: str = "NVIDIA H1
     return Measurement(speedup, compile_, (ConfigTiming("odd-37x1000", ms, 0.01, ms * speedup,
                                                         ms * (compile_ or 1.0)),),
                        gpu=gpu, driver="550.54", torch="2.5.1", cuda="12.4")
+
+
+def passed(ws, cid: str) -> None:
+    """The verdicts a measured candidate has (engine.verdict.judge requires them before it is eligible)."""
+    ws.record_verdicts(cid, [Verdict(Stage.COMPILE, Status.PASS), Verdict(Stage.CORRECTNESS, Status.PASS)])
 
 
 def fsck_clean(path: Path) -> None:
@@ -257,10 +262,10 @@ def test_session_branch_follows_the_best(ws):
     b = ws.commit_candidate("ln", cand("b"), parents=[a.id])
     head = lambda: git(path, "rev-parse", "sessions/ln").strip()
     assert head() == root
-    ws.record_verdict(a.id, Verdict("correctness", Status.PASS))
+    passed(ws, a.id)
     ws.record_measurement(a.id, measure(1.2))
     assert head() == a.commit and ws.session("ln").best == a.id
-    ws.record_verdict(b.id, Verdict("correctness", Status.PASS))
+    passed(ws, b.id)
     ws.record_measurement(b.id, measure(1.5))
     assert head() == b.commit
     # `git log sessions/ln` is the best kernel's ancestry
@@ -327,6 +332,7 @@ def test_diff_checkout_files_prompt(ws, tmp_path):
 def test_sessions_listing(ws, task):
     ws.start_session("ln2", task, direction="backward", proposer="tuner")
     a = ws.commit_candidate("ln", cand("a"))
+    passed(ws, a.id)
     ws.record(a.id, [measure(1.3)])
     sessions = {s.name: s for s in ws.sessions()}
     assert set(sessions) == {"ln", "ln2"}
@@ -378,6 +384,7 @@ def test_corrupt_note_is_a_clear_error_and_nothing_changes(ws):
 
 def test_workspace_reopens_and_reads_everything(ws, tmp_path):
     a = ws.commit_candidate("ln", cand("a"))
+    passed(ws, a.id)
     ws.record(a.id, [measure(1.1)])
     path = ws.path
     ws.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import Candidate
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 from engine.workspace import Measurement, Workspace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,7 +96,9 @@ def test_threads_commit_at_once(ws, shared):
             prev = None
             for i in range(per_thread):
                 rec = w.commit_candidate("ln", cand(f"t{t}-{i}"), parents=[prev] if prev else [])
-                w.record_verdict(rec.id, Verdict("compile", Status.PASS, f"t{t}-{i}"))
+                # one append: compile and correctness passed (engine.verdict.judge needs both to be eligible)
+                w.record_verdicts(rec.id, [Verdict(Stage.COMPILE, Status.PASS, f"t{t}-{i}"),
+                                           Verdict(Stage.CORRECTNESS, Status.PASS)])
                 w.record_measurement(rec.id, Measurement(1.0 + t + i / 10))
                 prev = rec.id
                 with lock:

@@ -15,7 +15,9 @@ from engine.tasks.loader import load_task
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a candidate: compile, correctness on every config, timing",
-                       description="Exit code 0 only when the candidate compiles and passes every config.")
+                       description="Exit code 0 only when the candidate passes (engine.verdict.judge: it compiles, "
+                       "passes every config, and no stage fails or is suspicious); 3 when it compiled but "
+                       "correctness could not be checked (no GPU); 1 otherwise.")
     p.add_argument("task", help="built-in task name, task folder, or KernelBench .py")
     p.add_argument("candidate", help="native folder (kernel.cu + binding.cpp), kernel-only kernel.cu (its binding "
                                      "generated from the task signature: `kbench glue TASK`), robust-kbench .cu, or "
@@ -59,10 +61,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       progress=None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True)))
     print(json.dumps(report.to_json(), indent=2) if args.json else render(report))
     _keep_for_export(report, task, direction, candidate, opts, quiet)
-    if report.passed:
+    j = report.judgement
+    if j.passed:
         return 0
-    correctness = report.verdict("correctness")
-    return 3 if correctness is not None and correctness.status.value == "skipped" else 1
+    return 3 if j.not_checked else 1
 
 
 def _keep_for_export(report, task, direction: str, candidate, opts: EvalOptions, quiet: bool) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from engine.cli.common import check_config_names, workspace_path
+from engine.verdict import Stage, Status
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,6 +79,6 @@ def _no_gpu(args: argparse.Namespace) -> int:
     """Say it at once, instead of building the candidate and reporting only that ncu is missing (exit 3, as
     `kbench eval` without a GPU)."""
     if args.json:
-        print(json.dumps({"stage": "profile", "status": "skipped", "reason": NO_GPU_MESSAGE}, indent=2))
+        print(json.dumps({"stage": Stage.PROFILE, "status": Status.SKIPPED, "reason": NO_GPU_MESSAGE}, indent=2))
     print(f"kbench: {NO_GPU_MESSAGE}", file=sys.stderr)
     return 3

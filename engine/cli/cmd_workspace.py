@@ -9,16 +9,16 @@ import sys
 from pathlib import Path
 
 from engine.cli.common import WORKSPACE_HELP, workspace_path
-from engine.verdict import STAGES, Status
+from engine.verdict import STAGES, Stage, Status
 from engine.workspace import CandidateView, Workspace
 from engine.workspace.views import CandidateStatus
 
 MARKS = {Status.PASS: "+", Status.FAIL: "x", Status.SKIPPED: "-", Status.SUSPICIOUS: "?"}
-STAGE_ABBR = {"static": "st", "llm_verify": "llm", "compile": "cmp", "correctness": "cor", "timing": "tim",
-              "integrity": "int", "profile": "prf"}
+STAGE_ABBR = {Stage.STATIC: "st", Stage.LLM_VERIFY: "llm", Stage.COMPILE: "cmp", Stage.CORRECTNESS: "cor",
+              Stage.TIMING: "tim", Stage.INTEGRITY: "int", Stage.PROFILE: "prf"}
 LEGEND = ("verdicts: + pass  x fail  - skipped  ? suspicious  w waiting for a GPU  . none  * overridden;  "
           "> best")
-WAITING_STAGES = ("correctness", "timing")   # what a candidate compiled without a GPU still waits for
+WAITING_STAGES = (Stage.CORRECTNESS, Stage.TIMING)   # what a candidate compiled without a GPU still waits for
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
 
 def static_integrity_check(task: Any, direction: str, candidate: Any, policy: str | None = None) -> Verdict:
@@ -19,7 +19,7 @@ def static_integrity_check(task: Any, direction: str, candidate: Any, policy: st
     try:
         from engine.integrity.static import check_candidate
     except ImportError:  # an engine without the integrity package
-        return Verdict("static", Status.SKIPPED, "no static integrity scanner in this engine")
+        return Verdict(Stage.STATIC, Status.SKIPPED, "no static integrity scanner in this engine")
     return check_candidate(candidate, task, policy)
 
 

@@ -21,7 +21,7 @@ from engine.evolve.loop_state import InboxItem, LoopState
 from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome
 from engine.evolve.population import DONE, PENDING, Member
 from engine.evolve.resume import member_from_view
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 from engine.workspace.note_entries import VerdictNote
 from engine.workspace.records import now_iso
 
@@ -242,7 +242,7 @@ class SessionControls(LoopState):
             v: Verdict = payload
             self._emit(ev.StageFinished(self.session, candidate=cid, stage=v.stage, status=v.status.value,
                                         reason=v.reason))
-            if v.stage == "compile":
+            if v.stage == Stage.COMPILE:
                 # compile finishes long before the GPU stages: note it now
                 self.ws.record(cid, [VerdictNote(v, now_iso())])
                 self._recorded.setdefault(cid, set()).add(v.stage)
@@ -254,7 +254,7 @@ class SessionControls(LoopState):
         try:
             out: EvalOutcome = fut.result()
         except Exception as exc:  # noqa: BLE001 - an evaluator bug is this candidate's failure
-            out = EvalOutcome([Verdict("correctness", Status.FAIL, f"evaluator error: {exc!r}")])
+            out = EvalOutcome([Verdict(Stage.CORRECTNESS, Status.FAIL, f"evaluator error: {exc!r}")])
         self._record_outcome(m, out)
 
     def _notice(self, cid: str) -> None:

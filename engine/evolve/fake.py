@@ -33,7 +33,7 @@ from engine.evolve.outcome import (
 from engine.harness.build_result import BuildSummary
 from engine.pipeline.types import NO_GPU
 from engine.tasks.model import Task
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 from engine.workspace.note_entries import ConfigTiming
 
 if TYPE_CHECKING:
@@ -68,15 +68,15 @@ def fake_result(task: Task | None, candidate: Candidate) -> EvalOutcome:
     """Correctness fails on `FAIL_CORRECT` in the source; otherwise timed with fake_speedup over 3 configs."""
     text = "".join(candidate.files.values())
     if "FAIL_CORRECT" in text:
-        return EvalOutcome([Verdict("compile", Status.PASS, "compiled"),
-                            Verdict("correctness", Status.FAIL, "1 of 3 configs fail; fake mismatch"),
-                            Verdict("timing", Status.SKIPPED, "correctness failed")])
+        return EvalOutcome([Verdict(Stage.COMPILE, Status.PASS, "compiled"),
+                            Verdict(Stage.CORRECTNESS, Status.FAIL, "1 of 3 configs fail; fake mismatch"),
+                            Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed")])
     s = fake_speedup(candidate)
     names = [c.name for c in task.configs] if task is not None else ["a", "b", "c"]
     configs = [ConfigTiming(n, 1.0 / s, 0.001, 1.0, 1.2) for n in names]
-    return EvalOutcome([Verdict("compile", Status.PASS, "compiled"),
-                        Verdict("correctness", Status.PASS, "fake: all configs within tolerance"),
-                        Verdict("timing", Status.PASS, f"geomean speedup vs eager {s:.2f}x")],
+    return EvalOutcome([Verdict(Stage.COMPILE, Status.PASS, "compiled"),
+                        Verdict(Stage.CORRECTNESS, Status.PASS, "fake: all configs within tolerance"),
+                        Verdict(Stage.TIMING, Status.PASS, f"geomean speedup vs eager {s:.2f}x")],
                        configs=configs, speedup_eager=s, speedup_compile=1.2 * s,
                        device={"gpu": "FakeGPU", "driver": "0", "torch": "fake", "cuda": "fake"})
 
@@ -154,9 +154,9 @@ class FakeEvaluator:
                 time.sleep(self.delay_s)
             text = "".join(candidate.files.values())
             if "FAIL_COMPILE" in text:
-                out = EvalOutcome([Verdict("compile", Status.FAIL, "fake compile error")])
+                out = EvalOutcome([Verdict(Stage.COMPILE, Status.FAIL, "fake compile error")])
             elif self.no_gpu:
-                out = EvalOutcome([Verdict("compile", Status.PASS, "compiled")], infra_error=NO_GPU)
+                out = EvalOutcome([Verdict(Stage.COMPILE, Status.PASS, "compiled")], infra_error=NO_GPU)
             else:
                 out = fake_result(self.task, candidate)
                 if self.profile_inline and needs_profile(out):

@@ -16,19 +16,26 @@ from typing import TYPE_CHECKING
 
 from engine.evolve import events as ev
 from engine.evolve.loop_state import LoopState
-from engine.evolve.outcome import BLOCKING
 from engine.evolve.planner import BASELINE
 from engine.evolve.population import DONE, PENDING, Member
 from engine.evolve.resume import EVALUATED
 from engine.proposers.base import Proposal
-from engine.verdict import Status, Verdict
+from engine.verdict import (
+    BLOCKING,
+    PRE_GPU,
+    Stage,
+    Status,
+    Verdict,
+    effective,
+    judge_verdicts,
+)
 from engine.workspace.note_entries import Event, VerdictNote
 from engine.workspace.records import now_iso
 
 if TYPE_CHECKING:
     from engine.llm.verifiers import Verification
 
-REVIEWING = Verdict("llm_verify", Status.SKIPPED, "the LLM review is under way")   # a marker, never recorded
+REVIEWING = Verdict(Stage.LLM_VERIFY, Status.SKIPPED, "the LLM review is under way")   # a marker, never recorded
 
 
 class PreGpuGate(LoopState):
@@ -47,16 +54,15 @@ class PreGpuGate(LoopState):
         ran: run the missing ones now, and send it to the evaluator when it may go (True: sent, or its review
         is under way and will send it)."""
         st = self.ws.status(m.id)
-        pre = [s for s in ("static", "llm_verify") if s in st.stages]
-        if any(st.stages[s].status in BLOCKING for s in pre):
-            bad = next(st.stages[s] for s in pre if st.stages[s].status in BLOCKING)
+        bad = next((st.stages[s] for s in st.judgement.blocked_by if s in PRE_GPU), None)
+        if bad is not None:
             self.ws.record(m.id, [Event(EVALUATED, {"rejected": True, "stage": bad.stage, "reason": bad.reason},
                                         now_iso())])
             m.state, m.rejected, m.failed_stage, m.reason = DONE, True, bad.stage, bad.reason
             return False
-        missing = (self.checks and "static" not in st.stages) or (
-            self.verifier is not None and m.operator != BASELINE and "llm_verify" not in st.stages)
-        if missing and "compile" not in st.stages:
+        missing = (self.checks and Stage.STATIC not in st.stages) or (
+            self.verifier is not None and m.operator != BASELINE and Stage.LLM_VERIFY not in st.stages)
+        if missing and Stage.COMPILE not in st.stages:
             self._files.setdefault(m.id, self.ws.files(m.id))
             res = self._pre_gpu(m)
             if res is None:
@@ -86,7 +92,7 @@ class PreGpuGate(LoopState):
             try:
                 verdicts.append(check(self.task, self.direction, cand))
             except Exception as exc:  # noqa: BLE001 - a broken check is reported, not fatal
-                verdicts.append(Verdict("static", Status.SKIPPED, f"check failed to run: {exc!r}"))
+                verdicts.append(Verdict(Stage.STATIC, Status.SKIPPED, f"check failed to run: {exc!r}"))
         if llm and self.verifier is not None and not any(v.status in BLOCKING for v in verdicts):
             if self._pool is not None:
                 cid, verifier = m.id, self.verifier
@@ -108,8 +114,8 @@ class PreGpuGate(LoopState):
         if ver is not None:
             verdicts = verdicts + list(ver.votes) + [ver.verdict]
             stop_reason = ver.stop
-        blocking = next((v for v in verdicts if v.status in BLOCKING and v is self._effective(verdicts, v.stage)),
-                        None)
+        blocked_by = judge_verdicts(verdicts).blocked_by
+        blocking = effective(verdicts, blocked_by[0]) if blocked_by else None
         entries: list[VerdictNote | Event] = [VerdictNote(v, now_iso()) for v in verdicts]
         if blocking is not None:
             entries.append(Event(EVALUATED, {"rejected": True, "stage": blocking.stage, "reason": blocking.reason},
@@ -117,7 +123,7 @@ class PreGpuGate(LoopState):
         if entries:
             self.ws.record(m.id, entries)
         for v in verdicts:
-            if v is self._effective(verdicts, v.stage):
+            if v is effective(verdicts, v.stage):
                 self._emit(ev.StageFinished(self.session, candidate=m.id, stage=v.stage, status=v.status.value,
                                             reason=v.reason))
         if stop_reason:
@@ -131,7 +137,3 @@ class PreGpuGate(LoopState):
                                              eligible=False, failed_stage=blocking.stage, reason=blocking.reason,
                                              rejected=True))
         return blocking
-
-    @staticmethod
-    def _effective(verdicts: list[Verdict], stage: str) -> Verdict:
-        return [v for v in verdicts if v.stage == stage][-1]

@@ -38,7 +38,7 @@ from engine.evolve.worker_fns import (
 )
 from engine.harness.build_result import BuildSummary
 from engine.tasks.model import Task
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
     from engine.pipeline.evaluate import EvalOptions, EvalReport
@@ -233,19 +233,19 @@ class LocalPipelineExecutor:
                     out = EvalOutcome.from_report(out)
                 cv = compile_verdict(job.build or BuildSummary(ok=False))
                 # keep the CPU stage's compile verdict (the GPU side only found the build in the cache)
-                rest = [x for x in out.verdicts if not (x.stage == "compile" and x.status == Status.PASS)]
-                if any(x.stage == "compile" for x in rest):
+                rest = [x for x in out.verdicts if not (x.stage == Stage.COMPILE and x.status == Status.PASS)]
+                if any(x.stage == Stage.COMPILE for x in rest):
                     verdicts = rest
                 else:
                     verdicts = [cv] + rest
                 for x in verdicts:
-                    if x.stage != "compile":
+                    if x.stage != Stage.COMPILE:
                         job.notify(x)
                 out = replace(out, verdicts=verdicts, build_s=job.build.seconds if job.build else None, gpu_s=t1 - t0,
                               gpu=gpu)
                 self._finish(job, out)
             except Exception as exc:  # noqa: BLE001 - the worker must survive anything the evaluation throws
-                v = Verdict("correctness", Status.FAIL, f"evaluation crashed in the parent: {exc!r}",
+                v = Verdict(Stage.CORRECTNESS, Status.FAIL, f"evaluation crashed in the parent: {exc!r}",
                             {"traceback": traceback.format_exc()[-4000:]})
                 job.notify(v)
                 self._finish(job, EvalOutcome([compile_verdict(job.build or BuildSummary(ok=True)), v]))

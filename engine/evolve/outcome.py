@@ -20,7 +20,15 @@ from engine.candidates import Candidate
 from engine.evolve.resume import INFRA_FAILURE
 from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU
 from engine.pipeline.types import NO_GPU
-from engine.verdict import Status, Verdict
+from engine.verdict import (
+    BLOCKING,  # noqa: F401 - re-exported (engine.evolve.executor)
+    Judgement,
+    Stage,
+    Status,
+    Verdict,
+    effective,
+    judge_verdicts,
+)
 from engine.workspace.note_entries import ConfigTiming, Event, Measurement, VerdictNote
 from engine.workspace.records import now_iso
 
@@ -28,8 +36,7 @@ if TYPE_CHECKING:
     from engine.pipeline.evaluate import EvalReport
 
 StageCallback = Callable[[Verdict], None]
-BLOCKING = (Status.FAIL, Status.SUSPICIOUS)
-PROFILE_STAGE = "profile"
+PROFILE_STAGE = Stage.PROFILE
 
 
 @dataclass
@@ -52,9 +59,15 @@ class EvalOutcome:
     attempts: int = 1
 
     @property
+    def judgement(self) -> Judgement:
+        """engine.verdict.judge over the verdicts of the stages this evaluation ran, and its speedup."""
+        return judge_verdicts(self.verdicts, self.speedup_eager)
+
+    @property
     def failed_stage(self) -> str | None:
-        v = next((v for v in self.verdicts if v.status in BLOCKING), None)
-        return v.stage if v else None
+        """The first stage that blocks the candidate (fail or suspicious), None where none does."""
+        blocked = self.judgement.blocked_by
+        return blocked[0] if blocked else None
 
     @property
     def no_gpu(self) -> bool:
@@ -72,7 +85,8 @@ class EvalOutcome:
 
     @property
     def reason(self) -> str:
-        v = next((v for v in self.verdicts if v.status in BLOCKING), None)
+        stage = self.failed_stage
+        v = effective(self.verdicts, stage) if stage else None
         return v.reason if v else ""
 
     @property
@@ -132,7 +146,7 @@ class EvalOutcome:
     @classmethod
     def from_report(cls, report: EvalReport) -> EvalOutcome:
         if report.unmeasured:   # the machine could not measure: the skipped stages judge nothing, say why
-            return cls(verdicts=[v for v in report.verdicts if v.stage not in ("correctness", "timing")],
+            return cls(verdicts=[v for v in report.verdicts if v.stage not in (Stage.CORRECTNESS, Stage.TIMING)],
                        device=dict(report.device or {}), seconds=report.seconds, data={"build": report.build},
                        infra_error=report.unmeasured)
         configs = [ConfigTiming(r.name, r.candidate_ms, r.candidate_iqr_ms, r.eager_ms, r.compile_ms)
@@ -177,9 +191,10 @@ class HasCapacity(Protocol):
 def needs_profile(out: EvalOutcome) -> bool:
     """The candidate was judged, passed and timed, and its evaluation did not profile it (the profile stage runs
     only for such candidates, as evaluate() runs it with `EvalOptions.profile`)."""
-    return (not out.infra_error and out.failed_stage is None and out.timed
-            and any(v.stage == "timing" and v.status == Status.PASS for v in out.verdicts)
-            and not any(v.stage == PROFILE_STAGE for v in out.verdicts))
+    timing = effective(out.verdicts, Stage.TIMING)
+    return (not out.infra_error and out.judgement.eligible and out.timed
+            and timing is not None and timing.status == Status.PASS
+            and effective(out.verdicts, Stage.PROFILE) is None)
 
 
 def profile_now(evaluator: Evaluator, candidate: Candidate, out: EvalOutcome,

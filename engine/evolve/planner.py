@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from engine.evolve.operators import OperatorPolicy
 from engine.evolve.population import Member, Population
+from engine.verdict import Stage
 
 BASELINE = "baseline"       # the operator (and proposer) of the task's shipped baseline in generation 0
 
@@ -170,7 +171,7 @@ def lessons(population: Population, gen: int, exclude: set[str], limit: int = 6)
     for m in sorted(population.failures(before=gen), key=lambda m: (m.generation, m.id), reverse=True):
         if m.id in exclude:
             continue
-        where = ("rejected before the GPU by the " + ("static checks" if m.failed_stage == "static"
+        where = ("rejected before the GPU by the " + ("static checks" if m.failed_stage == Stage.STATIC
                                                        else "LLM reviewers")) if m.rejected else \
             f"failed at {m.failed_stage}"
         reason = " ".join((m.reason or "").split())[:300]

@@ -14,7 +14,11 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from engine.verdict import Stage
+
 PENDING, DONE = "pending", "done"
+# The failed stages `repair` works on: the kernel itself was wrong (not a suspicious timing, not the machinery).
+REPAIRABLE = (Stage.COMPILE, Stage.CORRECTNESS, Stage.STATIC, Stage.LLM_VERIFY)
 
 
 @dataclass
@@ -98,8 +102,7 @@ class Population:
 
     def failures(self, before: int | None = None) -> list[Member]:
         """Evaluated members that failed compile or correctness (what `repair` works on); rejected ones too."""
-        return [m for m in self if m.state == DONE and m.failed_stage in ("compile", "correctness", "static",
-                                                                         "llm_verify")
+        return [m for m in self if m.state == DONE and m.failed_stage in REPAIRABLE
                 and (before is None or m.generation < before)]
 
     def best(self) -> Member | None:

@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from engine.candidates import Candidate
 from engine.evolve import events as ev
 from engine.evolve.loop_state import LoopState
-from engine.evolve.outcome import BLOCKING, CanProfile, EvalOutcome, needs_profile
+from engine.evolve.outcome import CanProfile, EvalOutcome, needs_profile
 from engine.evolve.planner import BASELINE
 from engine.evolve.population import DONE, Member
 from engine.evolve.resume import DIRECTIVES, EVALUATED, PROPOSAL_FAILED, title_of
 from engine.evolve.search_state import search_state
 from engine.proposers.base import Proposal
 from engine.tasks.glue import load_for_task
-from engine.verdict import Verdict
+from engine.verdict import Stage, Verdict, effective
 from engine.workspace.note_entries import Event, Measurement, VerdictNote
 from engine.workspace.records import CandidateRecord, now_iso
 
@@ -103,14 +103,20 @@ class SessionRecorder(LoopState):
                                          "seconds": round(out.seconds, 3), "build_s": out.build_s,
                                          "gpu_s": out.gpu_s, "gpu": out.gpu}, now_iso()))
         status = self.ws.record(m.id, entries)
+        j = status.judgement
         m.state = DONE
         m.speedup = status.speedup
-        m.eligible = status.eligible
-        blocking = next((s for s in status.stages.values() if s.status in BLOCKING), None)
-        m.failed_stage = blocking.stage if blocking else (None if status.speedup is not None else "timing")
-        m.reason = blocking.reason if blocking else ("" if status.speedup is not None else
-                                                     next((v.reason for v in out.verdicts if v.stage == "timing"),
-                                                          "not timed"))
+        m.eligible = j.eligible
+        m.failed_stage = j.failed_stage
+        if j.blocked_by:
+            m.reason = status.stages[j.blocked_by[0]].reason
+        elif j.eligible:
+            m.reason = ""
+        elif not j.passed:
+            m.reason = j.why_not_passed
+        else:
+            timing = effective(out.verdicts, Stage.TIMING)
+            m.reason = timing.reason if timing is not None else "not timed"
         self._evaluated += 1
         self._emit(ev.CandidateEvaluated(self.session, candidate=m.id, generation=m.generation, speedup=m.speedup,
                                          eligible=m.eligible, failed_stage=m.failed_stage, reason=m.reason))

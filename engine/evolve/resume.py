@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.evolve.population import DONE, PENDING, Member, Population
-from engine.verdict import Status
+from engine.verdict import Stage
 from engine.workspace.errors import WorkspaceDamagedError
 
 EVALUATED = "evaluated"        # the note event that marks a finished evaluation
@@ -22,8 +22,6 @@ DIRECTIVES = "directives"      # the note event that keeps the meta operator's d
 INFRA_FAILURE = "infrastructure_failure"   # the executor lost the evaluation; not a judgement (re-run on resume)
 PROPOSAL_FAILED = "proposal_failed"        # session note: a proposal produced no candidate; its tokens and dollars
 API_UNAVAILABLE = "api_unavailable"        # session note: the LLM API was down for the outage window; paused
-PRE_GPU = ("static", "llm_verify")
-BLOCKING = (Status.FAIL, Status.SUSPICIOUS)
 
 
 @dataclass
@@ -50,16 +48,16 @@ def member_from_view(view: Any) -> tuple[Member, bool]:
     evaluated = [e for e in st.events if e.event == EVALUATED]
     finished = bool(evaluated) or st.measurement is not None
     rejected = bool(evaluated and evaluated[-1].data.get("rejected"))
-    if rejected and not st.blocked and "compile" not in st.stages:
+    if rejected and not st.blocked and Stage.COMPILE not in st.stages:
         finished = False  # a person overrode the pre-GPU rejection: evaluate it now
         rejected = False
-    blocking = next((s for s in st.stages.values() if s.status in BLOCKING), None)
     if finished:
+        j = st.judgement
         m.state = DONE
         m.speedup = st.speedup
-        m.eligible = st.eligible
-        m.failed_stage = blocking.stage if blocking else (None if st.speedup is not None else "timing")
-        m.reason = blocking.reason if blocking else ""
+        m.eligible = j.eligible
+        m.failed_stage = j.failed_stage
+        m.reason = st.stages[j.blocked_by[0]].reason if j.blocked_by else j.why_not_passed
         m.rejected = rejected
     else:
         m.state = PENDING
@@ -90,7 +88,7 @@ def load_state(workspace: Any, session: str) -> SessionState:
                 if latest_directives is None or e.at >= latest_directives[0]:
                     latest_directives = (e.at, str(e.data["directives"]))
                 state.spent_usd += float(e.data.get("cost_usd") or 0.0)
-        llm = view.status.stages.get("llm_verify")
+        llm = view.status.stages.get(Stage.LLM_VERIFY)
         if llm is not None and llm.verdict is not None:
             for vote in llm.verdict.verdict.data.get("votes") or ():
                 state.spent_usd += float((vote.get("data") or {}).get("cost_usd") or 0.0)

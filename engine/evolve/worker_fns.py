@@ -22,7 +22,7 @@ from engine.candidates import Candidate
 from engine.evolve.outcome import EvalOutcome
 from engine.harness.build_result import BuildSummary
 from engine.tasks.model import Task
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
     from engine.harness.toolchain import Toolchain
@@ -101,17 +101,17 @@ def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalO
         # baselines of each config are reused (re-checked, re-measured on drift: engine/pipeline/baselines.py)
         options = replace(options, override_static=True, warm=warm, reuse_baselines=warm)
     out = EvalOutcome.from_report(evaluate(task, candidate, direction, options))
-    out.verdicts = [v for v in out.verdicts if v.stage != "static"]
+    out.verdicts = [v for v in out.verdicts if v.stage != Stage.STATIC]
     return out
 
 
 def compile_verdict(build: BuildSummary) -> Verdict:
     """The `compile` verdict of a build (default_build's, or a stand-in's)."""
     if build.ok:
-        return Verdict("compile", Status.PASS, "cache hit" if build.cache_hit else "compiled",
+        return Verdict(Stage.COMPILE, Status.PASS, "cache hit" if build.cache_hit else "compiled",
                        {"seconds": round(float(build.seconds or 0.0), 2), "cache_hit": build.cache_hit,
                         "steps": build.steps})
-    return Verdict("compile", Status.FAIL, build.error or "compilation failed", {"log": build.log[-8000:]})
+    return Verdict(Stage.COMPILE, Status.FAIL, build.error or "compilation failed", {"log": build.log[-8000:]})
 
 
 def start_resource_tracker() -> None:

@@ -20,7 +20,7 @@ from engine.export.schema import CppEntry, OpSchema, backward_schema, find_entry
 from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
 from engine.tasks.model import Task
-from engine.verdict import Status
+from engine.verdict import Stage
 
 EXPORTABLE_FORMATS = ("native", "robust-kbench")
 # robust-kbench's backward kernel takes what the task's AutogradFunction.backward passes it (task-specific, e.g.
@@ -91,20 +91,15 @@ def _entry(candidate: Candidate, direction: str, where: str) -> CppEntry:
 
 
 def passing_status(status: Any) -> tuple[bool, str]:
-    """(passing, why not): correctness passed (verdict or override) and no stage failed or is suspicious."""
-    stages = status.stages
-    bad = [f"{s} {st.status.value}" for s, st in stages.items() if st.status in (Status.FAIL, Status.SUSPICIOUS)]
-    if bad:
-        return False, "its verdicts include " + ", ".join(bad)
-    corr = stages.get("correctness")
-    if corr is None:
-        return False, "it has no correctness verdict"
-    unmeasured = status.never_measured() if hasattr(status, "never_measured") else ""
-    if unmeasured:
-        return False, f"it was never measured on a GPU: {unmeasured}"
-    if corr.status is not Status.PASS:
-        return False, f"its correctness verdict is {corr.status.value}"
-    return True, ""
+    """(passing, why not): the candidate's judgement (engine.verdict.judge, CandidateStatus.judgement) passed:
+    compile and correctness passed by checks that ran (an override may change a verdict, never invent a
+    measurement), and no stage failed or is suspicious."""
+    j = status.judgement
+    if j.passed:
+        return True, ""
+    if not j.blocked and Stage.CORRECTNESS in j.unran and Stage.CORRECTNESS in status.stages:
+        return False, f"it was never measured on a GPU: {status.never_measured()}"
+    return False, j.why_not_passed
 
 
 # ------------------------------------------------------------------------------------------ schemas

@@ -40,7 +40,7 @@ from engine.integrity.findings import (  # noqa: F401 - the catalog ids are part
 )
 from engine.integrity.policy import DEFAULT_POLICY, ResolvedPolicy, resolve_policy
 from engine.integrity.py_scan import scan_python_source
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
 CPP_SUFFIXES = (".cu", ".cpp", ".cuh", ".h", ".hpp", ".cc", ".cxx")
 
@@ -137,26 +137,26 @@ def static_verdict(findings: list[Finding], policy: ResolvedPolicy | str | None 
         tag = "; libraries (engineering policy): " + ", ".join(f"{lib} ({len(s)})" for lib, s in sorted(uses.items()))
     if fails:
         hacks = sorted({f.hack for f in fails})
-        return Verdict("static", Status.FAIL, f"reward hack ({', '.join(hacks)}; {rp.policy} policy): " +
+        return Verdict(Stage.STATIC, Status.FAIL, f"reward hack ({', '.join(hacks)}; {rp.policy} policy): " +
                        "; ".join(f.describe() for f in fails[:4]) +
                        (f"; and {len(fails) - 4} more" if len(fails) > 4 else ""), data)
     if sus:
         hacks = sorted({f.hack for f in sus})
-        return Verdict("static", Status.SUSPICIOUS, f"possible reward hack ({', '.join(hacks)}), a person must "
+        return Verdict(Stage.STATIC, Status.SUSPICIOUS, f"possible reward hack ({', '.join(hacks)}), a person must "
                        "confirm: " + "; ".join(f.describe() for f in sus[:4]) + tag, data)
-    return Verdict("static", Status.PASS, "no reward-hack pattern in the sources" + tag, data)
+    return Verdict(Stage.STATIC, Status.PASS, "no reward-hack pattern in the sources" + tag, data)
 
 
 def check_candidate(candidate: Any, task: Any = None, policy: str | None = None) -> Verdict:
     """scan_candidate + static_verdict under the policy in force; `skipped` when the parser cannot load."""
     why = parser_available()
     if why is not None:
-        return Verdict("static", Status.SKIPPED, f"the C++/CUDA parser is not available ({why}); install "
+        return Verdict(Stage.STATIC, Status.SKIPPED, f"the C++/CUDA parser is not available ({why}); install "
                        "tree-sitter and tree-sitter-cuda", {"policy": resolve_policy(policy, task).policy})
     try:
         findings = scan_candidate(candidate, task, policy)
     except Exception as exc:  # noqa: BLE001 - a scanner bug must not stop an evaluation: the dynamic checks still run
-        return Verdict("static", Status.SKIPPED, f"the static scanner failed on this candidate ({type(exc).__name__}: "
+        return Verdict(Stage.STATIC, Status.SKIPPED, f"the static scanner failed on this candidate ({type(exc).__name__}: "
                        f"{exc}); the dynamic checks still judge it", {"policy": resolve_policy(policy, task).policy})
     return static_verdict(findings, resolve_policy(policy, task))
 
@@ -177,6 +177,6 @@ def gate_static(report: Any, candidate: Any, task: Any, override: bool = False, 
     if v.status == Status.FAIL and not override:
         if say:
             say("static integrity check failed: not compiled")
-        report.verdicts.append(Verdict("compile", Status.SKIPPED, "the static integrity check failed"))
+        report.verdicts.append(Verdict(Stage.COMPILE, Status.SKIPPED, "the static integrity check failed"))
         return False
     return True

@@ -31,9 +31,9 @@ from engine.llm.errors import LLMError
 from engine.llm.prompts import PromptError, load_template
 from engine.llm.tools import SUBMIT_VERDICT, verdict_answer
 from engine.tasks.model import Task
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
-STAGE = "llm_verify"
+STAGE = Stage.LLM_VERIFY
 VERIFIERS = ("compile", "memory", "numerics")
 
 

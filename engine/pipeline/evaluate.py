@@ -3,7 +3,7 @@
 This is the parent side (the CLI, the app, an executor's worker). It never imports the candidate: the build
 runs in jailed compiler processes, and everything that executes candidate code runs in the jailed runner
 that the judge (engine/pipeline/judge.py, a trusted child process) starts and reads. Verdict policy lives in
-engine/pipeline/verdicts.py.
+engine/pipeline/verdicts.py; what the verdicts amount to (EvalReport.passed) is engine.verdict.judge's rule.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from engine.harness.stats import geomean
 from engine.pipeline.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec, TimingParams  # noqa: F401 - NO_GPU re-exported
 from engine.procs import run_child
 from engine.tasks.model import Task
-from engine.verdict import Status, Verdict
+from engine.verdict import Judgement, Stage, Status, Verdict, effective, judge_verdicts
 from engine.config import cache_root
 
 # The parent's grace beyond the judge's own deadline: the judge stops a runner that hangs and still reports.
@@ -97,15 +97,18 @@ class EvalReport:
     remeasured: dict[str, str] = field(default_factory=dict)
 
     @property
+    def judgement(self) -> Judgement:
+        """engine.verdict.judge over this report's verdicts and its geomean speedup (the same rule as a
+        workspace candidate's CandidateStatus.judgement)."""
+        return judge_verdicts(self.verdicts, self.geomean_speedup_eager)
+
+    @property
     def passed(self) -> bool:
-        by_stage = {v.stage: v for v in self.verdicts}
-        return all(by_stage.get(s) is not None and by_stage[s].status == Status.PASS
-                   for s in ("compile", "correctness")) and not any(
-            v.stage == "integrity" and v.status == Status.FAIL for v in self.verdicts) and not any(
-            v.stage == "static" and v.status == Status.FAIL and not v.data.get("overridden") for v in self.verdicts)
+        return self.judgement.passed
 
     def verdict(self, stage: str) -> Verdict | None:
-        return next((v for v in self.verdicts if v.stage == stage), None)
+        """The stage's effective verdict: its last (the one `judgement` reads), or None."""
+        return effective(self.verdicts, stage)
 
     @property
     def geomean_speedup_eager(self) -> float | None:
@@ -118,7 +121,7 @@ class EvalReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "task": self.task, "direction": self.direction, "candidate": self.candidate, "format": self.format,
-            "passed": self.passed, "verdicts": [v.to_json() for v in self.verdicts],
+            "passed": self.passed, "why_not_passed": self.judgement.why_not_passed, "verdicts": [v.to_json() for v in self.verdicts],
             "configs": [r.__dict__ for r in self.rows], "device": self.device, "build": self.build,
             "geomean_speedup_eager": self.geomean_speedup_eager,
             "geomean_speedup_compile": self.geomean_speedup_compile, "seconds": round(self.seconds, 2),
@@ -206,11 +209,11 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
     report.phases["build"] = round(build.seconds, 3)
     if not build.ok:
-        report.verdicts.append(Verdict("compile", Status.FAIL, build.error or "compilation failed",
+        report.verdicts.append(Verdict(Stage.COMPILE, Status.FAIL, build.error or "compilation failed",
                                        {"log": build.log[-8000:]}))
         report.seconds = time.monotonic() - t0
         return report
-    report.verdicts.append(Verdict("compile", Status.PASS, "cache hit" if build.cache_hit else "compiled",
+    report.verdicts.append(Verdict(Stage.COMPILE, Status.PASS, "cache hit" if build.cache_hit else "compiled",
                                    dict(report.build)))
     timer = build_timer(opts.cache_root, toolchain)
     request = JudgeRequest(
@@ -246,12 +249,12 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     if opts.integrity and (iv := integrity_verdict(outcome.result)) is not None:
         report.verdicts.append(iv)
     for i, v in enumerate(report.verdicts if report.remeasured else []):
-        if v.stage in ("timing", "integrity"):
+        if v.stage in (Stage.TIMING, Stage.INTEGRITY):
             again = report.remeasured["again"] and v.status != Status.PASS
             note = f" (seen on two measurements{'; ' + report.remeasured['load'] if report.remeasured['load'] else ''})"
             report.verdicts[i] = replace(v, reason=v.reason + (note if again else ""),
                                          data={**v.data, "remeasured": report.remeasured})
-    if opts.profile and opts.timing and report.passed and (tv := report.verdict("timing")) is not None \
+    if opts.profile and opts.timing and report.passed and (tv := report.verdict(Stage.TIMING)) is not None \
             and tv.status == Status.PASS:
         say("profiling (ncu + torch profiler)")
         from engine.pipeline.profiling import profile_stage

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine.pipeline.evaluate import EvalReport
+from engine.verdict import Stage, Status
 
 
 def _ms(v: float | None) -> str:
@@ -37,7 +38,7 @@ def render(report: EvalReport) -> str:
     lines.append("")
     for v in report.verdicts:
         lines.append(f"  {v.stage:<12} {v.status.value.upper():<10} {v.reason}")
-    profile = report.verdict("profile")
+    profile = report.verdict(Stage.PROFILE)
     if profile is not None and profile.data.get("text"):
         lines.append("\n  " + "\n  ".join(str(profile.data["text"]).splitlines()))
     if report.geomean_speedup_eager:
@@ -47,15 +48,17 @@ def render(report: EvalReport) -> str:
     if build:
         lines.append(f"  build {build.get('seconds', 0):.1f}s{' (cache hit)' if build.get('cache_hit') else ''}, "
                      f"total {report.seconds:.1f}s")
-    correctness = report.verdict("correctness")
-    if report.passed:
+    j = report.judgement
+    if j.passed:
         outcome = "PASS"
-    elif correctness is not None and correctness.status.value == "skipped":
+    elif j.not_checked:
         outcome = "COMPILED, NOT CHECKED (correctness and timing need a GPU)"
+    elif j.blocked_by and all(report.verdict(s).status is Status.SUSPICIOUS for s in j.blocked_by):
+        outcome = (f"SUSPICIOUS ({', '.join(j.blocked_by)}): a person must confirm before it counts as passing")
     else:
-        outcome = "FAIL"
+        outcome = "FAIL" + (f" ({j.why_not_passed})" if not j.blocked_by and j.why_not_passed else "")
     lines.append(f"  => {outcome}")
-    compile_v = report.verdict("compile")
-    if compile_v and compile_v.status.value == "fail" and compile_v.data.get("log"):
+    compile_v = report.verdict(Stage.COMPILE)
+    if compile_v and compile_v.status is Status.FAIL and compile_v.data.get("log"):
         lines.append("\ncompiler output (tail):\n" + compile_v.data["log"][-3000:])
     return "\n".join(lines)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from engine.pipeline.types import NO_GPU
 from engine.procs import ChildOutcome
 from engine.tasks.model import Task
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -73,8 +73,8 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
     error = res.get("error")
     if error == NO_GPU:
         report.unmeasured = NO_GPU
-        report.verdicts.append(Verdict("correctness", Status.SKIPPED, NO_GPU_REASON))
-        report.verdicts.append(Verdict("timing", Status.SKIPPED, NO_GPU_REASON))
+        report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.SKIPPED, NO_GPU_REASON))
+        report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, NO_GPU_REASON))
         return
     failed = [r for r in report.rows if r.correct is False]
     if outcome.crashed or error:
@@ -83,10 +83,10 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
             cause = f"{error} ({outcome.describe_crash()})"
         stage = (res.get("progress") or {}).get("stage")
         timing_failed = [n for n, t in timing.items() if "error" in t]
-        if (stage == "timing" or timing_failed) and report.rows and all(r.correct for r in report.rows):
-            report.verdicts.append(Verdict("correctness", Status.PASS, "all configs within tolerance",
+        if (stage == Stage.TIMING or timing_failed) and report.rows and all(r.correct for r in report.rows):
+            report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS, "all configs within tolerance",
                                            {"configs": correctness_data(report)}))
-            report.verdicts.append(Verdict("timing", Status.FAIL, cause))
+            report.verdicts.append(Verdict(Stage.TIMING, Status.FAIL, cause))
             return
         running = (res.get("progress") or {}).get("config")
         for r in report.rows:
@@ -94,30 +94,30 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
                 r.correct, r.reason = False, cause
         if failed:
             cause = f"{failed[0].name}: {failed[0].reason}" if not error else cause
-        report.verdicts.append(Verdict("correctness", Status.FAIL, cause, {"configs": correctness_data(report)}))
-        report.verdicts.append(Verdict("timing", Status.SKIPPED, "correctness failed"))
+        report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.FAIL, cause, {"configs": correctness_data(report)}))
+        report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed"))
         return
     if failed:
         first = failed[0]
         report.verdicts.append(Verdict(
-            "correctness", Status.FAIL,
+            Stage.CORRECTNESS, Status.FAIL,
             f"{len(failed)} of {len(report.rows)} configs fail; {first.name}: {first.reason}",
             {"configs": correctness_data(report)}))
-        report.verdicts.append(Verdict("timing", Status.SKIPPED, "correctness failed"))
+        report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed"))
         return
-    report.verdicts.append(Verdict("correctness", Status.PASS,
+    report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS,
                                    f"{len(report.rows)} configs x {opts.trials} trials within tolerance",
                                    {"configs": correctness_data(report)}))
     if not opts.timing:
-        report.verdicts.append(Verdict("timing", Status.SKIPPED, "timing not requested"))
+        report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "timing not requested"))
         return
     timing_errors = {n: t["error"] for n, t in timing.items() if "error" in t}
     if timing_errors:
         name, why = next(iter(timing_errors.items()))
-        report.verdicts.append(Verdict("timing", Status.FAIL, f"{name}: {why}"))
+        report.verdicts.append(Verdict(Stage.TIMING, Status.FAIL, f"{name}: {why}"))
         return
     if not timing:
-        report.verdicts.append(Verdict("timing", Status.SKIPPED, "the integrity checks failed: not timed"))
+        report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "the integrity checks failed: not timed"))
         return
     data = {"configs": {r.name: {"candidate_ms": r.candidate_ms, "iqr_ms": r.candidate_iqr_ms,
                                  "eager_ms": r.eager_ms, "compile_ms": r.compile_ms,
@@ -132,7 +132,7 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
     hidden = [r.name for r in report.rows if r.hidden_work]
     if hidden:
         report.verdicts.append(Verdict(
-            "timing", Status.SUSPICIOUS,
+            Stage.TIMING, Status.SUSPICIOUS,
             f"work continues after the stream's end event on {', '.join(hidden)} (another stream or thread?)",
             data))
         return
@@ -142,13 +142,13 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
     if below:
         r = below[0]
         report.verdicts.append(Verdict(
-            "timing", Status.SUSPICIOUS,
+            Stage.TIMING, Status.SUSPICIOUS,
             f"{r.name}: {r.candidate_ms:.4f} ms is below the physical floor {r.floor_ms:.4f} ms "
             "(cost model / measured peaks): work was skipped or the timer was fooled; a person must confirm",
             data))
         return
     g = report.geomean_speedup_eager
-    report.verdicts.append(Verdict("timing", Status.PASS,
+    report.verdicts.append(Verdict(Stage.TIMING, Status.PASS,
                                    f"geomean speedup vs eager {g:.2f}x" if g else "timed", data))
 
 
@@ -165,6 +165,6 @@ def integrity_verdict(result: dict[str, Any]) -> Verdict | None:
     if bad:
         name, r = next(iter(bad.items()))
         hacks = sorted({str(x.get("hack")) for x in bad.values()})
-        return Verdict("integrity", Status.FAIL, f"reward hack ({', '.join(hacks)}) on {name}: {r.get('reason')}",
+        return Verdict(Stage.INTEGRITY, Status.FAIL, f"reward hack ({', '.join(hacks)}) on {name}: {r.get('reason')}",
                        {"configs": per})
-    return Verdict("integrity", Status.PASS, f"integrity checks passed on {len(per)} config(s)", {"configs": per})
+    return Verdict(Stage.INTEGRITY, Status.PASS, f"integrity checks passed on {len(per)} config(s)", {"configs": per})

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.profile.summarise import ProfileSummary
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
-STAGE = "profile"
+STAGE = Stage.PROFILE
 
 
 @dataclass

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from engine.verdict import STAGES, Status
+from engine.verdict import BLOCKING, Stage, in_pipeline_order
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-PASSING = (Status.PASS, Status.SKIPPED)
 BEST_COLOR, MEDIAN_COLOR, REFERENCE_COLOR = "#c81e1e", "#1e5ac8", "#bebebe"
 PLOT_SIZE = (640, 360)                             # pixels
 PLOT_NEEDS = "the plot needs matplotlib, which is not installed: pip install 'kbench[plot]'"
@@ -67,13 +66,13 @@ def build_report(ws: Any, session: str) -> SessionReport:
     props = [v for v in views if v.record.operator != "baseline"]
     rep = SessionReport(session=session, task=str(getattr(info, "task", "")), proposed=len(props),
                         baseline=[v.id for v in base])
-    order = list(STAGES) + sorted({s for v in views for s in v.status.stages} - set(STAGES))
+    order = in_pipeline_order({s for v in views for s in v.status.stages})
     for stage in order:
         reached = [v for v in props if stage in v.status.stages]
         at_base = [v.status.stages[stage].status.value for v in base if stage in v.status.stages]
         if reached or at_base:
             rep.stage_counts[stage] = {"reached": len(reached),
-                                       "passed": sum(1 for v in reached if v.status.stages[stage].status in PASSING)}
+                                       "passed": sum(1 for v in reached if v.status.stages[stage].status not in BLOCKING)}
         if at_base:
             rep.baseline_stages[stage] = ", ".join(at_base)
     from engine.gpu_wait import waiting_for_gpu
@@ -113,11 +112,11 @@ def build_report(ws: Any, session: str) -> SessionReport:
         for k in tokens:
             tokens[k] += int((meta.get("usage") or {}).get(k) or 0)
         usd["proposals"] += float(meta.get("cost_usd") or 0.0)
-        llm = v.status.stages.get("llm_verify")
+        llm = v.status.stages.get(Stage.LLM_VERIFY)
         if llm is not None and llm.verdict is not None:
             for vote in llm.verdict.verdict.data.get("votes") or ():
                 usd["verifiers"] += float((vote.get("data") or {}).get("cost_usd") or 0.0)
-        prof = v.status.stages.get("profile")
+        prof = v.status.stages.get(Stage.PROFILE)
         if prof is not None and prof.verdict is not None:
             secs["profile"] += float(prof.verdict.verdict.data.get("seconds") or 0.0)
         evaluated_build = 0.0
@@ -149,10 +148,10 @@ def _build_seconds(ws: Any, view: Any) -> float:
     try:
         entries = ws.notes(view.id)
     except Exception:  # noqa: BLE001 - a damaged note: the latest verdict is all there is
-        latest = view.status.stages.get("compile")
+        latest = view.status.stages.get(Stage.COMPILE)
         return float(latest.verdict.verdict.data.get("seconds") or 0.0) if latest and latest.verdict else 0.0
     return sum(float(e.verdict.data.get("seconds") or 0.0) for e in entries
-               if getattr(e, "kind", "") == "verdict" and e.verdict.stage == "compile")
+               if getattr(e, "kind", "") == "verdict" and e.verdict.stage == Stage.COMPILE)
 
 
 def _x(v: float | None) -> str:

@@ -5,23 +5,31 @@ stage decides its effective status: an override after a verdict wins; a re-evalu
 wins again (and the override stays in the history). The latest `measurement` is the one views rank by;
 every earlier one stays visible in `measurements`.
 
-A candidate is *eligible* to be a session's best when it has a measured speedup and no stage's effective
-status is `fail` or `suspicious`. The best is the eligible candidate with the highest geomean speedup
-over eager PyTorch (ties: the earlier generation, then the earlier candidate).
+Whether a candidate passed, and whether it is *eligible* to be a session's best, is `engine.verdict.judge`'s
+rule over the effective statuses (CandidateStatus.judgement): in short, no stage `fail` or `suspicious`,
+`compile` and `correctness` passed by checks that ran, and (eligible) a measured speedup. The best is the
+eligible candidate with the highest geomean speedup over eager PyTorch (ties: the earlier generation, then
+the earlier candidate).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterable, Sequence
 
-from engine.verdict import STAGES, Status
+from engine.verdict import (
+    Judgement,
+    Stage,
+    Status,
+    in_pipeline_order,
+    judge,
+    outcome_of,
+)
 from engine.workspace.note_entries import (Comment, Event, Measurement, NoteEntry, Override, UnknownEntry, VerdictNote,
                                            status_of)
 from engine.workspace.note_parsing import event_from_obj, override_from_obj, verdict_from_obj
 from engine.workspace.records import CandidateRecord, make
-
-BLOCKING = (Status.FAIL, Status.SUSPICIOUS)
 
 
 @dataclass(frozen=True)
@@ -65,13 +73,25 @@ class CandidateStatus:
     def speedup_compile(self) -> float | None:
         return self.measurement.speedup_compile if self.measurement else None
 
+    @cached_property
+    def judgement(self) -> Judgement:
+        """engine.verdict.judge over the effective statuses and the latest measurement."""
+        return judge({s: outcome_of(st.verdict.verdict if st.verdict else None,
+                                    st.override.to_status if st.override else None)
+                      for s, st in self.stages.items()}, self.speedup)
+
     @property
     def blocked(self) -> bool:
-        return any(s.status in BLOCKING for s in self.stages.values())
+        """Some stage's effective status is fail or suspicious."""
+        return self.judgement.blocked
+
+    @property
+    def passed(self) -> bool:
+        return self.judgement.passed
 
     @property
     def eligible(self) -> bool:
-        return self.speedup is not None and not self.blocked
+        return self.judgement.eligible
 
     def status_of(self, stage: str) -> Status | None:
         s = self.stages.get(stage)
@@ -83,7 +103,7 @@ class CandidateStatus:
         An override may change a verdict, never invent a measurement: a correctness `pass` that only an
         override gives, over a check that never ran (none, or skipped: no GPU), is a person's claim, not a
         measurement, and what relies on a measured kernel (export) still refuses it."""
-        corr = self.stages.get("correctness")
+        corr = self.stages.get(Stage.CORRECTNESS)
         ran = corr is not None and corr.verdict is not None and corr.verdict.verdict.status is not Status.SKIPPED
         if ran:
             return ""
@@ -100,7 +120,7 @@ class CandidateStatus:
     def to_json(self) -> dict[str, Any]:
         return {"stages": {k: v.to_json() for k, v in self.stages.items()},
                 "speedup_eager": self.speedup, "speedup_compile": self.speedup_compile,
-                "eligible": self.eligible,
+                "passed": self.passed, "eligible": self.eligible, "why_not": self.judgement.why_not,
                 "measurement": self.measurement.to_obj() if self.measurement else None,
                 "measurements": [m.to_obj() for m in self.measurements],
                 "overrides": [o.to_obj() for o in self.overrides],
@@ -246,9 +266,7 @@ def by_generation(views: Sequence[CandidateView]) -> dict[int, list[CandidateVie
 
 
 def _in_pipeline_order(states: dict[str, StageState]) -> dict[str, StageState]:
-    """Stages in pipeline order (engine.verdict.STAGES), then any others alphabetically."""
+    """Stages in pipeline order (engine.verdict.in_pipeline_order), then any others alphabetically."""
     if len(states) < 2:
         return states
-    ordered = {s: states[s] for s in STAGES if s in states}
-    ordered.update(sorted((k, v) for k, v in states.items() if k not in ordered))
-    return ordered
+    return {s: states[s] for s in in_pipeline_order(states)}

@@ -33,7 +33,8 @@ class CandidateActions:
     def done_ovprep(self, view) -> None:
         have = {s: st.status.value for s, st in view.status.stages.items()}
         stages = [(s, have[s]) for s in have] + [(s, "none") for s in STAGES if s not in have]
-        blocking = next((s for s, v in have.items() if v in ("fail", "suspicious")), None)
+        blocked_by = view.status.judgement.blocked_by
+        blocking = blocked_by[0] if blocked_by else None
 
         def done(answer) -> None:
             if answer:

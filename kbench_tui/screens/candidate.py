@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
+from engine.verdict import Stage
 from kbench_tui import keymap
 from kbench_tui.screens.actions import CandidateActions
 from kbench_tui.widgets.code_view import CodeView
@@ -23,7 +24,7 @@ TABS = ("code", "diff", "verdicts", "profile", "prompt")
 def profile_text(view, gpu_notice: str) -> str:
     st = view.status
     lines = []
-    prof = st.stages.get("profile")
+    prof = st.stages.get(Stage.PROFILE)
     if prof is not None and prof.verdict is not None:
         lines.append(f"profile: {prof.status.value} {prof.reason}")
         data = prof.verdict.verdict.data

@@ -7,6 +7,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
+from engine.verdict import Stage
 from kbench_tui import keymap
 
 STATUSES = ("pass", "fail", "suspicious", "skipped")
@@ -57,7 +58,7 @@ class OverrideScreen(ModalScreen[dict | None]):
         """Overruling a check that never ran: it changes the verdict, it does not make a measurement."""
         stage = self.query_one("#ov-stage", Select).value
         now = dict(self.stages).get(stage, "")
-        unmeasured = stage in ("correctness", "timing") and now in ("none", "skipped")
+        unmeasured = stage in (Stage.CORRECTNESS, Stage.TIMING) and now in ("none", "skipped")
         to_pass = self.query_one("#ov-to", Select).value == "pass"
         self.query_one("#ov-note", Static).update(
             f"{stage} never ran on a GPU ({now}): an override may change a verdict, never invent a measurement, "

@@ -6,6 +6,8 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from engine.verdict import Stage
+
 STYLE = {"pass": "green", "fail": "bold red", "suspicious": "bold yellow", "skipped": "dim"}
 
 
@@ -76,7 +78,7 @@ class VerdictTable(VerticalScroll):
                                "is visible (e re-evaluates it there, or resume the session there)", style="cyan")
             else:
                 summary.append(f"\nno measurement yet. {gpu_notice}".rstrip(), style="dim")
-        libs = library_lines(st.stages.get("static"))
+        libs = library_lines(st.stages.get(Stage.STATIC))
         if libs:
             summary.append("\n" + "\n".join(libs), style="cyan")
         self.query_one("#verdict-summary", Static).update(summary)
