@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from engine import jsonable
+
 STAGES = ("static", "llm_verify", "compile", "correctness", "timing", "integrity", "profile")
 
 
@@ -28,9 +30,8 @@ class Verdict:
         return self.status in (Status.PASS, Status.SKIPPED)
 
     def to_json(self) -> dict[str, Any]:
-        return {"stage": self.stage, "status": self.status.value, "reason": self.reason, "data": self.data}
+        return jsonable.dump(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "Verdict":
-        return cls(stage=obj["stage"], status=Status(obj["status"]), reason=obj.get("reason", ""),
-                   data=dict(obj.get("data") or {}))
+    def from_json(cls, obj: dict[str, Any], what: str = "") -> "Verdict":
+        return jsonable.load(cls, obj, what)
