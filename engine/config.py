@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
+import functools
 import os
 import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -47,9 +47,18 @@ from engine.errors import ConfigError
 PROVIDERS = ("anthropic", "openai-compatible")
 PROFILE_MODES = ("best", "all", "off")
 
+# How pydantic checks a section (each section dataclass carries it as `__pydantic_config__`): a key the
+# dataclass lacks is an error, and a value must already have the field's type (strict: no "5" for an int, no
+# `true` for a number), except that an int is taken for a float. A plain dict rather than pydantic's
+# ConfigDict (a TypedDict, so the same thing), so that importing engine.config does not import pydantic:
+# only load_config does.
+_SECTION_RULES = {"extra": "forbid", "strict": True}
+
 
 @dataclass(frozen=True)
 class LLMConfig:
+    __pydantic_config__ = _SECTION_RULES
+
     provider: str = "anthropic"            # anthropic (Messages API) | openai-compatible (vLLM, SGLang, Ollama, ...)
     model: str = "claude-opus-5-5"
     # The floor of max_tokens; a mutation of a long parent asks for more (the whole file comes back), up to
@@ -94,11 +103,15 @@ class LLMConfig:
 
 @dataclass(frozen=True)
 class BudgetConfig:
+    __pydantic_config__ = _SECTION_RULES
+
     usd: float | None = 10.0  # per session; None = no limit
 
 
 @dataclass(frozen=True)
 class VerifyConfig:
+    __pydantic_config__ = _SECTION_RULES
+
     enabled: bool = True
     min_confidence: float = 0.7  # a verifier's "fail" at or above this confidence fails the candidate
     model: str | None = None  # a cheaper model for the verifiers; None = [llm] model
@@ -111,6 +124,8 @@ class VerifyConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     """How candidates are evaluated in sessions (evolve, the app, reevaluate); flags override per run."""
+
+    __pydantic_config__ = _SECTION_RULES
 
     trials: int = 2                       # fresh-seed correctness trials per config
     timeout_s: float = 600.0              # one evaluation's sandbox is killed after this long
@@ -128,6 +143,8 @@ class EvalConfig:
 @dataclass(frozen=True)
 class ExecutorConfig:
     """Where evaluations run: this machine's worker processes, or a Ray cluster (`pip install kbench[ray]`)."""
+
+    __pydantic_config__ = _SECTION_RULES
 
     kind: str = "local"                   # local | ray
     gpus: str | None = None               # local: GPU indices "0,1" (default: every visible GPU)
@@ -184,7 +201,9 @@ def load_config(workspace: str | Path | None = None, flags: Mapping[str, Any] | 
         _merge(merged, {"llm": {"base_url": env["ANTHROPIC_BASE_URL"]}})
         sources.append("env:ANTHROPIC_BASE_URL")
     if flags:
-        layer = _checked(_undot({k: v for k, v in flags.items() if v is not None}), "flags")
+        # None: an argparse default, ignored; a tuple from a Python caller reads as the list TOML would give
+        layer = _checked(_undot({k: list(v) if isinstance(v, tuple) else v for k, v in flags.items()
+                                 if v is not None}), "flags")
         if layer:
             _merge(merged, layer)
             sources.append("flags")
@@ -218,55 +237,42 @@ def _merge(into: dict[str, Any], layer: Mapping[str, Any]) -> None:
 
 
 def _checked(layer: dict[str, Any], origin: str) -> dict[str, Any]:
-    """Check a layer's known sections now, so an error names the file it came from."""
-    for name, cls in _SECTIONS.items():
+    """Check a layer's known sections now, so an error names the file (or "flags") it came from."""
+    problems: list[str] = []
+    for name in _SECTIONS:
         if name in layer:
-            section = layer[name]
-            if not isinstance(section, Mapping):
-                raise ConfigError(f"{origin}: [{name}] must be a table.")
-            _convert(cls, dict(section), f"{origin}: [{name}]", partial=True)
+            problems += _section(name, layer[name])[1]
     if "keys" in layer:
-        keys = layer["keys"]
-        if not isinstance(keys, Mapping) or not all(isinstance(v, str) for v in keys.values()):
-            raise ConfigError(f"{origin}: [keys] must map binding ids to key names (strings).")
+        problems += _keys(layer["keys"])[1]
+    if problems:
+        raise ConfigError(_listed(origin, problems))
     return layer
 
 
 def _build(merged: dict[str, Any], sources: tuple[str, ...]) -> Config:
+    where = ", ".join(sources) if sources else "the defaults"
     kwargs: dict[str, Any] = {}
-    for name, cls in _SECTIONS.items():
-        kwargs[name] = _convert(cls, dict(merged.get(name) or {}), f"[{name}]", partial=False)
-    kwargs["keys"] = dict(merged.get("keys") or {})
+    problems: list[str] = []
+    for name in _SECTIONS:
+        kwargs[name], found = _section(name, merged.get(name) or {}, merged=True)
+        problems += found
+    kwargs["keys"], found = _keys(merged.get("keys") or {})
+    problems += found
+    if problems:  # each layer was checked on its own already; kept so that nothing unchecked gets through
+        raise ConfigError(f"{_listed('config', problems)} (config from: {where})")
     kwargs["extra"] = {k: v for k, v in merged.items() if k not in _SECTIONS and k != "keys"}
     cfg = Config(**kwargs, sources=sources)
     try:
         _validate(cfg)
     except ConfigError as exc:
-        where = ", ".join(sources) if sources else "the defaults"
         raise ConfigError(f"{exc} (config from: {where})") from None
     return cfg
 
 
-def _convert(cls: type, data: dict[str, Any], where: str, *, partial: bool) -> Any:
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}.")
-    values: dict[str, Any] = {}
-    for key, raw in data.items():
-        if cls is LLMConfig and key == "prices":
-            values[key] = _prices(raw, where)
-        elif cls is EvalConfig and key == "profile":
-            values[key] = profile_mode(raw, f"{where} profile")
-        else:
-            values[key] = _coerce(raw, hints[key], f"{where} {key}")
-    if partial:
-        return values
-    if cls is LLMConfig and "prices" in values:
-        # Configured prices add to (and override) the defaults rather than replacing the whole table.
-        values["prices"] = {**DEFAULT_PRICES, **values["prices"]}
-    return cls(**values)
+def _listed(origin: str, problems: list[str]) -> str:
+    if len(problems) == 1:
+        return f"{origin}: {problems[0]}."
+    return f"{origin}: {len(problems)} problems: " + "; ".join(problems) + "."
 
 
 def profile_mode(value: Any, where: str = "[eval] profile") -> str:
@@ -279,54 +285,101 @@ def profile_mode(value: Any, where: str = "[eval] profile") -> str:
                       f"or \"off\" (the older true / false mean \"all\" / \"off\"), got {value!r}.")
 
 
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        for opt in options:
-            if opt is type(None):
-                continue
+# Keys read by hand before pydantic sees the section, because what they accept is not a type: a price table
+# derives the prices it leaves out from `input` (engine.config_prices), and `profile` still takes the older
+# booleans and any case. Each says what it expects in its own words.
+_READERS: dict[tuple[str, str], Any] = {("llm", "prices"): lambda raw: _prices(raw, "[llm]"),
+                                        ("eval", "profile"): lambda raw: profile_mode(raw, "[eval] profile")}
+
+
+def _section(name: str, raw: Any, *, merged: bool = False) -> tuple[Any, list[str]]:
+    """[name] as its dataclass, keys `raw` leaves out at their defaults, and the problems found (one line each,
+    naming `[name] key`: what was expected and what was found); the dataclass is None where there are some.
+    `merged`: the layers merged, so a configured price table is added to the default one."""
+    if not isinstance(raw, Mapping):
+        return None, [f"[{name}] must be a table, got {raw!r}"]
+    cls = _SECTIONS[name]
+    if not raw:
+        return cls(), []   # the defaults: no need to import pydantic (~0.2 s) for a section nobody configured
+    from pydantic import ValidationError
+
+    data = dict(raw)
+    problems: list[str] = []
+    for (section, key), read in _READERS.items():
+        if section == name and key in data:
             try:
-                return _coerce(value, opt, where)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}.")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    elif origin is dict:
-        if isinstance(value, Mapping):
-            return dict(value)
-    elif origin is list:
-        (item,) = typing.get_args(hint)
-        if isinstance(value, (list, tuple)):
-            return [_coerce(v, item, where) for v in value]
-    else:
-        return value
-    raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}.")
+                data[key] = read(data[key])
+            except ConfigError as exc:
+                problems.append(str(exc).rstrip("."))
+                del data[key]
+    if merged and name == "llm" and "prices" in data:
+        # Configured prices add to (and override) the defaults rather than replacing the whole table.
+        data["prices"] = {**DEFAULT_PRICES, **data["prices"]}
+    try:
+        value = _strict(cls, data)
+    except ValidationError as exc:
+        return None, problems + _explained(name, cls, data, exc)
+    return (None if problems else value), problems
 
 
-def _describe(hint: Any) -> str:
-    if typing.get_origin(hint) is list:
-        return f"a list of {_describe(typing.get_args(hint)[0])}"
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if args:
-        return " or ".join(_describe(a) for a in args)
-    return getattr(hint, "__name__", str(hint))
+def _keys(raw: Any) -> tuple[dict[str, str], list[str]]:
+    if isinstance(raw, Mapping) and not raw:
+        return {}, []
+    from pydantic import ValidationError
+
+    try:
+        return dict(_adapter(dict[str, str]).validate_python(raw, strict=True)), []
+    except ValidationError as exc:
+        if not isinstance(raw, Mapping):
+            return {}, [f"[keys] must be a table of binding id = key name, got {raw!r}"]
+        bad = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
+        return {}, [f"[keys] {k}: expected a key name (str), got {raw[k]!r}" for k in bad]
+
+
+def _explained(name: str, cls: type, data: dict[str, Any], exc: Any) -> list[str]:
+    """pydantic's errors for section [name] as lines naming the key, the field's type and the value found. The
+    type is the field's annotation as written, less `| None`: None is what leaving the key out gives."""
+    types = {f.name: str(f.type).replace(" | None", "") for f in dataclasses.fields(cls)}
+    unknown: list[str] = []
+    lines: dict[str, str] = {}
+    for err in exc.errors():
+        loc = err["loc"]
+        if err["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+            unknown.append(str(loc[0]))
+        elif loc and loc[0] in types:
+            key = str(loc[0])
+            inner = " ".join(f"item {p}" if isinstance(p, int) else str(p) for p in loc[1:])
+            detail = f" ({inner}: {err['msg'][0].lower()}{err['msg'][1:]})" if inner else ""
+            lines.setdefault(key, f"[{name}] {key}: expected {types[key]}, got {data.get(key)!r}{detail}")
+        else:
+            lines.setdefault(str(loc), f"[{name}]: {err['msg']}")
+    if unknown:
+        close = {k: m[0] for k in unknown if (m := difflib.get_close_matches(k, types, n=1))}
+        hint = (f" (did you mean {next(iter(close.values()))}?)" if len(unknown) == 1 and close else
+                f" (did you mean {', '.join(f'{m} for {k}' for k, m in close.items())}?)" if close else "")
+        lines["<unknown>"] = f"[{name}] unknown key(s) {', '.join(unknown)}{hint}; known: {', '.join(sorted(types))}"
+    return list(lines.values())
+
+
+@functools.cache
+def _adapter(tp: Any) -> Any:
+    from pydantic import TypeAdapter   # here, not at the top: only loading a config pays for importing pydantic
+    return TypeAdapter(tp)
+
+
+def _strict(cls: type, data: dict[str, Any]) -> Any:
+    """`cls(**data)`, checked by pydantic under the class's `__pydantic_config__`. In strict mode pydantic takes a
+    dataclass itself only as an instance, so the dict goes through the dataclass's init path (`self_instance`),
+    as pydantic's own dataclasses do for their __init__ arguments."""
+    obj = object.__new__(cls)
+    _adapter(cls).validator.validate_python(data, self_instance=obj)
+    return obj
 
 
 def _validate(cfg: Config) -> None:
+    # The rules on values rather than types stay here, run once on the merged config, instead of becoming
+    # pydantic validators on the sections: several span keys that different layers may set (thinking_budget
+    # below max_tokens, base_url required by provider), and each message can then name every layer it came from.
     llm = cfg.llm
     thinking = ("auto", "enabled", "adaptive", "disabled")
     efforts = ("low", "medium", "high", "xhigh", "max")

@@ -9,6 +9,11 @@ class ConfigError(KbenchError):
     """A config file or flag has an unknown key or a value of the wrong type (engine.config re-exports it)."""
 
 
+class DataError(KbenchError, ValueError):
+    """JSON a reader was given (a result file, a message between processes, a stored record) does not hold the
+    dataclass it should (engine.jsonable). Still a ValueError for callers that catch what json.loads raises."""
+
+
 class TaskError(KbenchError):
     """A task folder or file is malformed."""
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
+from engine import jsonable
+
 
 class Stage(StrEnum):
     """The pipeline's stages, in pipeline order. A str enum: `Stage.CORRECTNESS == "correctness"`, and a member
@@ -59,12 +61,11 @@ class Verdict:
         return self.status in (Status.PASS, Status.SKIPPED)
 
     def to_json(self) -> dict[str, Any]:
-        return {"stage": self.stage, "status": self.status.value, "reason": self.reason, "data": self.data}
+        return jsonable.dump(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "Verdict":
-        return cls(stage=obj["stage"], status=Status(obj["status"]), reason=obj.get("reason", ""),
-                   data=dict(obj.get("data") or {}))
+    def from_json(cls, obj: dict[str, Any], what: str = "") -> "Verdict":
+        return jsonable.load(cls, obj, what)
 
 
 def in_pipeline_order(stages: Iterable[str]) -> list[str]:

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest

@@ -10,16 +10,14 @@ import io
 import json
 import os
 import socket
-import struct
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from engine.jail import JailSpec, apply, landlock
+from engine.jail import JailSpec, landlock
 from engine.pipeline import wire
 from engine.pipeline.runner_process import RunnerProcess, make_run_dir
 

@@ -88,8 +88,8 @@ def test_flag_beats_env_base_url(tmp_path):
     ('llm = 3\n', ["[llm] must be a table"]),
     ('[llm\n', ["TOML"]),
     ('[eval]\ntrials = 0\n', ["[eval]", "trials"]),
-    ('[eval]\ntiming_configs = "bench"\n', ["timing_configs", "expected a list of str"]),
-    ('[eval]\ntiming_configs = [1]\n', ["timing_configs", "expected a list of str, got [1]"]),
+    ('[eval]\ntiming_configs = "bench"\n', ["timing_configs", "expected list[str], got 'bench'"]),
+    ('[eval]\ntiming_configs = [1]\n', ["timing_configs", "expected list[str], got [1] (item 0: input should be a valid string)"]),
     ('[executor]\nkind = "slurm"\n', ["[executor] kind", "local or ray"]),
     ('[executor]\ngpus = "0,x"\n', ["[executor] gpus"]),
     ('[executor]\nretries = -1\n', ["retries"]),
@@ -103,6 +103,35 @@ def test_bad_files_name_the_file_and_key(tmp_path, text, words):
     assert str(path) in msg
     for w in words:
         assert w in msg
+
+
+def test_every_problem_of_a_file_in_one_error(tmp_path):
+    path = write(tmp_path / "c.toml", '[llm]\nmodle = "x"\nmax_tokens = "lots"\nmodels_api = 1\n'
+                                       '[executor]\nbuild_cpus = true\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(user_file=path, env={})
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: 4 problems: ")
+    assert "[llm] max_tokens: expected int, got 'lots'" in msg and "[llm] models_api: expected bool, got 1" in msg
+    assert "[llm] unknown key(s) modle (did you mean model?); known: " in msg
+    assert "[executor] build_cpus: expected float, got True" in msg
+
+
+@pytest.mark.parametrize("text", ['[llm]\nconcurrency = "2"\n', "[llm]\nmax_tokens = 3.0e4\n", "[llm]\nmax_tokens = true\n",
+                                  "[budget]\nusd = false\n", '[verify]\nenabled = "yes"\n', '[llm]\nmodel = 5\n'])
+def test_values_are_not_coerced_across_types(tmp_path, text):
+    with pytest.raises(ConfigError, match="expected"):
+        load_config(user_file=write(tmp_path / "c.toml", text), env={})
+
+
+def test_importing_the_config_does_not_import_pydantic():
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = "import sys, engine.config; print('pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert out.strip() == "False"      # only load_config pays for it (the CLI imports engine.config at start)
 
 
 def test_bad_flag_is_reported_as_flags(tmp_path):

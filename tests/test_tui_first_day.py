@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.workspace import Workspace
 from kbench_tui import keymap
 from kbench_tui.testing import build_demo_workspace, fake_backend, run_app, screen_text, type_text, wait_until
 

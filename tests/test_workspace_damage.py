@@ -147,7 +147,7 @@ def test_an_unparsable_session_record_is_named(session):
     resume_refused_and_nothing_written(ws, f"session s's record (.kbench/session.json, object {blob})")
     listed = kbench(ws, "sessions")
     assert listed.returncode == 0 and f"object {blob}" in listed.stdout, listed.stdout + listed.stderr
-    fsck_names(ws, f"session s: workspace damaged: session s's record")
+    fsck_names(ws, "session s: workspace damaged: session s's record")
 
 
 def test_an_unparsable_candidate_record_is_named(session):

@@ -20,7 +20,7 @@ from kbench_procs import (ENV, REPO, evaluated_counts, evolve_args, git_fsck_cle
 
 from engine.workspace import Workspace
 from engine.workspace import claim_holders
-from engine.workspace.errors import SessionBusyError, SessionTakenOverError
+from engine.workspace.errors import SessionTakenOverError
 
 HOST = socket.gethostname()
 SLOW = {"KBENCH_FAKE_EVAL_DELAY": "0.3"}

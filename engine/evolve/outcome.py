@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from engine import jsonable
 from engine.candidates import Candidate
 from engine.evolve.resume import INFRA_FAILURE
 from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU
@@ -128,20 +129,11 @@ class EvalOutcome:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON, for crossing a process or machine boundary (the Ray executor)."""
-        return {"verdicts": [v.to_json() for v in self.verdicts], "configs": [c.to_obj() for c in self.configs],
-                "speedup_eager": self.speedup_eager, "speedup_compile": self.speedup_compile,
-                "device": self.device, "seconds": self.seconds, "build_s": self.build_s, "gpu_s": self.gpu_s,
-                "gpu": self.gpu, "data": self.data, "infra_error": self.infra_error, "attempts": self.attempts}
+        return jsonable.dump(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> EvalOutcome:
-        return cls(verdicts=[Verdict.from_json(v) for v in obj.get("verdicts") or ()],
-                   configs=[ConfigTiming.from_obj(c) for c in obj.get("configs") or ()],
-                   speedup_eager=obj.get("speedup_eager"), speedup_compile=obj.get("speedup_compile"),
-                   device=dict(obj.get("device") or {}), seconds=float(obj.get("seconds") or 0.0),
-                   build_s=obj.get("build_s"), gpu_s=obj.get("gpu_s"), gpu=obj.get("gpu"),
-                   data=dict(obj.get("data") or {}), infra_error=str(obj.get("infra_error") or ""),
-                   attempts=int(obj.get("attempts") or 1))
+    def from_json(cls, obj: dict[str, Any], what: str = "an evaluation's outcome") -> EvalOutcome:
+        return jsonable.load(cls, obj, what)
 
     @classmethod
     def from_report(cls, report: EvalReport) -> EvalOutcome:

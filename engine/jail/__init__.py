@@ -28,6 +28,8 @@ class JailSpec:
     die_with_parent: bool = False     # SIGKILL when the parent exits (set after the uid change, which clears it)
     needed_by_nobody: tuple[str, ...] = ()   # paths uid 65534 must read for the uid drop to be safe
 
+    # Explicit, not engine.jsonable (pydantic): engine/jail/exec.py reads this in `python -I -S`, before the jail
+    # is up, with the standard library alone (see the module docstring).
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -69,6 +71,7 @@ class JailReport:
             text += "; MISSING: " + "; ".join(self.missing)
         return text
 
+    # Explicit: standard library only, as JailSpec's; `summary` is computed, and the reader skips it.
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "summary": self.summary()}
 

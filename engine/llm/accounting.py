@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import jsonable
 from engine.config import Price
 from engine.llm.errors import BudgetExhausted
 
@@ -44,13 +45,11 @@ class Usage:
                    int(get("cache_creation_input_tokens", 0) or 0), int(get("cache_read_input_tokens", 0) or 0))
 
     def to_json(self) -> dict[str, int]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cache_write_tokens": self.cache_write_tokens, "cache_read_tokens": self.cache_read_tokens}
+        return jsonable.dump(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "Usage":
-        return cls(**{k: int(obj.get(k, 0)) for k in ("input_tokens", "output_tokens", "cache_write_tokens",
-                                                       "cache_read_tokens")})
+    def from_json(cls, obj: dict[str, Any], what: str = "") -> "Usage":
+        return jsonable.load(cls, obj, what)
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,7 @@ class CallRecord:
     at: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "usage": self.usage.to_json(), "cost_usd": self.cost_usd, "key": self.key,
-                "purpose": self.purpose, "attempts": self.attempts, "at": self.at}
+        return jsonable.dump(self)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class ModelCaps:
             return True
         return EFFORTS.index(effort) <= EFFORTS.index(self.disabled_max_effort)
 
+    # Explicit, not engine.jsonable: the efforts (a frozenset) are written in level order, not set order.
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["efforts"] = sorted(self.efforts, key=EFFORTS.index)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from engine import jsonable
+
 NO_GPU = "no CUDA GPU is visible to the evaluator"   # JudgeResult.error where torch finds no GPU
-
-
-def _from(cls: type, obj: dict[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in obj.items() if k in names})
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class TimingParams:
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "TimingParams":
-        return _from(cls, options or {})
+        return jsonable.load(cls, options or {}, "the timing options")
 
 
 @dataclass(frozen=True)
@@ -64,16 +61,11 @@ class JudgeRequest:
     gpu: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return jsonable.dump(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "JudgeRequest":
-        d = dict(obj)
-        d["candidate"] = _from(CandidateSpec, d["candidate"])
-        d["timer"] = _from(TimerSpec, d["timer"])
-        d["timing_params"] = _from(TimingParams, d.get("timing_params") or {})
-        d["baselines"] = tuple(d.get("baselines") or ())
-        return _from(cls, d)
+    def from_json(cls, obj: dict[str, Any], what: str = "the judge's request") -> "JudgeRequest":
+        return jsonable.load(cls, obj, what)
 
 
 @dataclass
@@ -111,8 +103,8 @@ class JudgeResult:
     baseline_drift: dict[str, dict[str, Any]] = field(default_factory=dict)  # session baselines that moved
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return jsonable.dump(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "JudgeResult":
-        return _from(cls, obj or {})
+    def from_json(cls, obj: dict[str, Any] | None, what: str = "the judge's result file") -> "JudgeResult":
+        return jsonable.load(cls, obj or {}, what)

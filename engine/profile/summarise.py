@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from engine import jsonable
 from engine.profile.ncu import FLOP_METRICS, STALL_METRIC, STALL_REASONS, NcuKernel
 
 SOL = "GPU Speed Of Light Throughput"
@@ -81,13 +82,11 @@ class ProfileSummary:
         return self.kernels[0] if self.kernels else None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return jsonable.dump(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> ProfileSummary:
-        kernels = [KernelProfile(**{**k, "stalls": [tuple(s) for s in k.get("stalls") or ()]})
-                   for k in obj.get("kernels") or ()]
-        return cls(**{**obj, "kernels": kernels})
+    def from_json(cls, obj: dict[str, Any], what: str = "a profile verdict's summary") -> ProfileSummary:
+        return jsonable.load(cls, obj, what)
 
     def to_text(self) -> str:
         lines = []

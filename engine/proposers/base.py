@@ -108,6 +108,8 @@ class Proposal:
         head += ["", "## Prompt", "", self.prompt or "(none)", "", "## Answer", "", self.answer or "(none)"]
         return "\n".join(head).rstrip() + "\n"
 
+    # Explicit, not engine.jsonable: `id` leads the record and is made up for one that has none, and the
+    # candidate is written and read by engine/candidates.py's own pair.
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status.value, "proposer": self.proposer, "operator": self.operator,
                 "candidate": self.candidate.to_json() if self.candidate else None, "directives": self.directives,

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from engine import jsonable
+
 Direction = Literal["forward", "backward"]
 TaskFormat = Literal["native", "robust-kbench", "kernelbench"]
 
@@ -63,20 +65,12 @@ class TaskConfig:
         return f"{self.name}[{shown}|{self.init}|seed={self.seed}]"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "model_kwargs": self.model_kwargs, "input_kwargs": self.input_kwargs,
-            "seed": self.seed, "init": self.init,
-            "cost": {d: {"flops": c.flops, "bytes": c.bytes} for d, c in self.cost.items()},
-            "tags": list(self.tags),
-        }
+        return jsonable.dump(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "TaskConfig":
-        return cls(name=obj["name"], model_kwargs=dict(obj["model_kwargs"]),
-                   input_kwargs=dict(obj["input_kwargs"]), seed=int(obj.get("seed", 0)),
-                   init=obj.get("init", "normal"),
-                   cost={d: Cost(**c) for d, c in (obj.get("cost") or {}).items()},
-                   tags=tuple(obj.get("tags") or ()))
+    def from_json(cls, obj: dict[str, Any], what: str = "") -> "TaskConfig":
+        name = obj.get("name", "?") if isinstance(obj, dict) else "?"
+        return jsonable.load(cls, obj, what or f"the task's config {name!r}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +104,7 @@ class Task:
 
     def to_json(self) -> dict[str, Any]:
         """Everything the sandboxed evaluator needs to rebuild the task in a child process."""
+        # Explicit, not engine.jsonable: each direction is flattened (tolerance as atol / rtol, no `direction`).
         return {
             "name": self.name, "root": str(self.root), "format": self.format,
             "description": self.description, "tags": list(self.tags), "dtype": self.dtype,
