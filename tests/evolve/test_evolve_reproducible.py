@@ -1,0 +1,85 @@
+"""A seeded session is the same session however often it is killed: killed at random moments, or at every
+write point in turn (the KBENCH_CRASHPOINT hooks), and resumed with the same command, it ends with exactly
+the candidates of an uninterrupted run (same generations, numbers, sources and parents), each evaluated
+once, and `kbench fsck` (git fsck included) finds nothing to say. CPU, the fake evaluator."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+
+import pytest
+
+from tests.kbench_procs import evaluated_counts, evolve_args, kbench_fsck_clean, run, shape, start
+
+GENS, POP, SEED = 3, 4, 11
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    ws = tmp_path_factory.mktemp("ref") / "ws"
+    out = run(evolve_args(ws, "s", generations=GENS, population=POP, seed=SEED))
+    assert out.returncode == 0, out.stderr
+    got = shape(ws, "s")
+    assert len(got) == 1 + GENS * POP
+    # the seed matters: another seed picks other parents (else this file would prove nothing)
+    other = ws.parent / "other"
+    assert run(evolve_args(other, "s", generations=GENS, population=POP, seed=SEED + 1)).returncode == 0
+    assert shape(other, "s") != got
+    return got
+
+
+def check_same_as_reference(ws, reference) -> None:
+    assert shape(ws, "s") == reference
+    counts = evaluated_counts(ws, "s")
+    assert set(counts.values()) == {1}, counts
+    kbench_fsck_clean(ws)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_killed_at_random_moments_it_ends_like_an_uninterrupted_run(tmp_path, reference, seed):
+    rng = random.Random(seed)
+    ws = tmp_path / "ws"
+    args = evolve_args(ws, "s", generations=GENS, population=POP, seed=SEED)
+    kills = 0
+    for _ in range(6):
+        proc = start(args, env={"KBENCH_FAKE_EVAL_DELAY": "0.15"})
+        time.sleep(rng.uniform(0.35, 0.8))
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        kills += 1
+    assert kills >= 3
+    done = run(args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_same_as_reference(ws, reference)
+
+
+def sweep(tmp_path, reference, points: range) -> int:
+    """Kill at the n-th write point (any kind) for n in `points`, resume, compare. Returns the runs made."""
+    made = 0
+    for n in points:
+        ws = tmp_path / f"ws{n}"
+        args = evolve_args(ws, "s", generations=GENS, population=POP, seed=SEED)
+        killed = run(args, env={"KBENCH_CRASHPOINT": f"any:{n}"})
+        if killed.returncode == 0:
+            return made       # past the last write point of a whole run
+        assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+        done = run(args)
+        assert done.returncode == 0, f"kill at write point {n}: " + done.stdout + done.stderr
+        check_same_as_reference(ws, reference)
+        made += 1
+    return made
+
+
+def test_killed_at_write_points_across_a_whole_run_it_ends_the_same(tmp_path, reference):
+    # every 13th write point (commit objects, note objects, before / during / after each ref update), so
+    # every kind and every phase of the session is hit; the full sweep is the slow test below
+    assert sweep(tmp_path, reference, range(1, 10_000, 13)) >= 8
+
+
+@pytest.mark.slow
+def test_killed_at_every_write_point_it_ends_the_same(tmp_path, reference):
+    assert sweep(tmp_path, reference, range(1, 10_000)) >= 80
