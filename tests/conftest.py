@@ -1,4 +1,8 @@
-"""Shared test setup: `gpu` tests skip cleanly where no CUDA device is present."""
+"""Shared test setup: `gpu` tests skip cleanly where no CUDA device is present, and the fixtures tests of more
+than one folder use. The tests sit in folders that mirror engine/ (tests/pipeline/ for engine/pipeline/, ...;
+repository-wide checks in tests/project/); tests/ and each folder are packages, so a helper is imported by its
+dotted path (`from tests.kbench_procs import ...`) from any folder, and tests/paths.py says where REPO and the
+fixtures are. A folder's own fixtures are in its conftest.py."""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import os
 import shutil
 
 import pytest
+
+from tests.paths import REPO
 
 os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
 
@@ -36,20 +42,30 @@ def pytest_collection_modifyitems(config, items):
 def layernorm_task(tmp_path):
     """The built-in layernorm task copied into `tmp_path/task-layernorm` and loaded from there: a task folder
     of the user's own, outside the repository, that a test may change without touching the built-in one."""
-    from pathlib import Path
-
     from engine.tasks.loader import load_task
 
     folder = tmp_path / "task-layernorm"
     folder.mkdir()
     for name in ("task.toml", "reference.py"):
-        shutil.copy(Path(__file__).resolve().parents[1] / "tasks" / "layernorm_lastdim" / name, folder / name)
+        shutil.copy(REPO / "tasks" / "layernorm_lastdim" / name, folder / name)
     return load_task(folder)
 
 
 @pytest.fixture(scope="session")
 def native_cache_root(tmp_path_factory):
-    """One build cache for the real-compile tests of tests/test_build.py and tests/test_object_cache.py, so the
-    precompiled torch header (40 s on 2 cores) is built once per session. Each module builds sources of its own
-    (test_object_cache's differ from the fixture in launch.h), so neither finds the other's builds or objects."""
+    """One build cache for the real-compile tests of tests/harness/test_build.py and
+    tests/harness/test_object_cache.py, so the precompiled torch header (40 s on 2 cores) is built once per
+    session. Each module builds sources of its own (test_object_cache's differ from the fixture in launch.h), so
+    neither finds the other's builds or objects."""
     return tmp_path_factory.mktemp("kbench-cache")
+
+
+@pytest.fixture
+def ws(tmp_path):
+    """A new, empty workspace at `tmp_path/ws`, closed after the test. A module that needs more (a session
+    started, a task of its own) defines its own `ws`."""
+    from engine.workspace import Workspace
+
+    w = Workspace.create(tmp_path / "ws")
+    yield w
+    w.close()

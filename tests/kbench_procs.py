@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
+
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "KBENCH_"))}
 ENV["PYTHONPATH"] = str(REPO) + os.pathsep + ENV.get("PYTHONPATH", "")
 

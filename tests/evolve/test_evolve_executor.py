@@ -14,13 +14,7 @@ from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.outcome import EvalOutcome
 from engine.evolve.worker_fns import visible_gpus
 from engine.pipeline.evaluate import EvalOptions
-from engine.tasks.loader import load_task
 from engine.verdict import Status
-
-
-@pytest.fixture(scope="module")
-def task():
-    return load_task("gelu_bias")
 
 
 def cands(n, fail=()):

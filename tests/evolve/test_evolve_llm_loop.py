@@ -19,25 +19,11 @@ from engine.evolve.resume import load_state
 from engine.llm.accounting import Usage
 from engine.llm.verifiers import STAGE, Verification
 from engine.proposers.base import Proposal, ProposalStatus, parent_id, with_provenance
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
-from engine.workspace import Workspace
 from tests.paths import LLM_FIXTURES
 
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import harness, api, layernorm, parent_candidate  # noqa: E402,F401
-
-
-@pytest.fixture(scope="module")
-def task():
-    return load_task("gelu_bias")
-
-
-@pytest.fixture
-def ws(tmp_path):
-    w = Workspace.create(tmp_path / "ws")
-    yield w
-    w.close()
 
 
 class Slow:

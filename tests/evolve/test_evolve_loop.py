@@ -18,20 +18,7 @@ from engine.proposers.replay import ReplayProposer
 from engine.proposers.tuner import TunerProposer
 from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
-from engine.workspace import Workspace
 from tests.paths import FIXTURES
-
-
-@pytest.fixture(scope="module")
-def task():
-    return load_task("gelu_bias")
-
-
-@pytest.fixture
-def ws(tmp_path):
-    w = Workspace.create(tmp_path / "ws")
-    yield w
-    w.close()
 
 
 class ScriptedProposer:

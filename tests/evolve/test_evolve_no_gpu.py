@@ -12,22 +12,10 @@ from engine.evolve.fake import FakeEvaluator
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU, waiting_for_gpu
 from engine.proposers.tuner import TunerProposer
-from engine.tasks.loader import builtin_tasks_dir, load_task
+from engine.tasks.loader import builtin_tasks_dir
 from engine.workspace import Workspace
 
 SESSION = "gelu_bias-fwd-tuner"
-
-
-@pytest.fixture(scope="module")
-def task():
-    return load_task("gelu_bias")
-
-
-@pytest.fixture
-def ws(tmp_path):
-    w = Workspace.create(tmp_path / "ws")
-    yield w
-    w.close()
 
 
 def run(ws, task, evaluator, generations=3, population=3):

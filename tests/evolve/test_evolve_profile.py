@@ -22,27 +22,13 @@ from engine.proposers.base import Proposal, ProposalStatus, parent_id, with_prov
 from engine.service.session_service import SessionService
 from engine.service.spec import SessionSpec
 from engine.service.wiring import fake_evaluator_factory
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
-from engine.workspace import Workspace
 from tests.evolve_fakes import fake_profile_stage
 
 # one candidate per generation (no baseline): its fake speedup, or FAIL (wrong results: never timed)
 SPEEDS = ["1.0", "0.8", "1.5", "FAIL", "1.2", "2.0"]
 NEW_BESTS = [0, 2, 5]                     # indices into SPEEDS: 1.0, then 1.5, then 2.0
 PASSING = [0, 1, 2, 4, 5]
-
-
-@pytest.fixture(scope="module")
-def task():
-    return load_task("gelu_bias")
-
-
-@pytest.fixture
-def ws(tmp_path):
-    w = Workspace.create(tmp_path / "ws")
-    yield w
-    w.close()
 
 
 class Speeds:

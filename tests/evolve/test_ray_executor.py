@@ -23,7 +23,6 @@ from engine.evolve.operators import OperatorPolicy  # noqa: E402
 from engine.evolve.resume import INFRA_FAILURE, load_state  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions  # noqa: E402
 from engine.proposers.replay import ReplayProposer  # noqa: E402
-from engine.tasks.loader import load_task  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
 
 FAKE_GPU = {"num_cpus": 1, "resources": {"fake_gpu": 1}}
@@ -42,11 +41,6 @@ def local_ray():
     _start_local()
     yield
     ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def task():
-    return load_task("gelu_bias")
 
 
 def variant(task, marker: str) -> Candidate:

@@ -4,9 +4,9 @@ dynamic checks see; every fault in tests/fixtures/faults is isolated within its 
 evaluation on the same GPU passes; every baseline is still accepted with the integrity checks on.
 
 Run (on a GPU host, from the repository root), in parts if a command has a time limit:
-    python -m pytest -q -m gpu tests/test_gpu_integrity.py -rA -s -k "every_hack"
-    python -m pytest -q -m gpu tests/test_gpu_integrity.py -rA -s -k "overridden or fault"
-    python -m pytest -q -m gpu tests/test_gpu_integrity.py -rA -s -k "baseline or check_task"
+    python -m pytest -q -m gpu tests/integrity/test_gpu_integrity.py -rA -s -k "every_hack"
+    python -m pytest -q -m gpu tests/integrity/test_gpu_integrity.py -rA -s -k "overridden or fault"
+    python -m pytest -q -m gpu tests/integrity/test_gpu_integrity.py -rA -s -k "baseline or check_task"
 The -s output prints one `INTEGRITY-ROW` line per case for INTEGRITY.md's "verdict on H100" column.
 """
 
@@ -24,6 +24,7 @@ from engine.integrity import static
 from engine.pipeline import analysis as dynamic
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.verdict import Status
+from tests.builtin_tasks import baselines
 from tests.paths import FIXTURES
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -164,15 +165,7 @@ def test_every_fault_is_isolated_and_the_next_evaluation_succeeds(name, cache_ro
     assert ok.passed, ok.to_json()["verdicts"]
 
 
-def _baselines():
-    for name in builtin_task_names():
-        task = load_task(name)
-        for d in task.directions:
-            if task.baseline_dir(d):
-                yield name, d
-
-
-@pytest.mark.parametrize("task_name,direction", list(_baselines()))
+@pytest.mark.parametrize("task_name,direction", list(baselines()))
 def test_no_false_rejection_of_any_baseline(task_name, direction, cache_root):
     task = load_task(task_name)
     rep = evaluate(task, load_candidate(task.baseline_dir(direction)), direction,

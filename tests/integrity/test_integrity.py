@@ -1,7 +1,7 @@
 """Integrity checks on CPU: the static scan on every hack fixture and every baseline, the evaluator's static
 gate, the integrity verdict, and fault isolation where a CPU can show it. The judge's dynamic findings are in
 test_judge_cpu.py; the GPU side (every hack rejected through evaluate(), every fault isolated) is
-tests/test_gpu_integrity.py and tests/test_gpu_exploits.py."""
+tests/integrity/test_gpu_integrity.py and tests/integrity/test_gpu_exploits.py."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from engine.pipeline.evaluate import EvalOptions, EvalReport, evaluate
 from engine.pipeline.verdicts import integrity_verdict
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.verdict import Stage, Status, Verdict
+from tests.builtin_tasks import baselines
 from tests.paths import FIXTURES, REPO
 
 HACKS = FIXTURES / "hacks"
@@ -69,15 +70,7 @@ def test_static_scan_of_hack_fixture(name):
     assert hack in v.reason and any(f.hack == hack and f.line > 0 and f.reason for f in findings), v.reason
 
 
-def _baselines():
-    for name in builtin_task_names():
-        task = load_task(name)
-        for d in task.directions:
-            if task.baseline_dir(d):
-                yield name, d
-
-
-@pytest.mark.parametrize("task_name,direction", list(_baselines()))
+@pytest.mark.parametrize("task_name,direction", list(baselines()))
 def test_static_scan_never_rejects_a_baseline(task_name, direction):
     task = load_task(task_name)
     findings = scan_candidate(load_candidate(task.baseline_dir(direction)), task)
@@ -262,7 +255,7 @@ def test_check_task_finds_no_degenerate_config_on_cpu(task_name):
     from engine.integrity.check_task import check_task
     task = load_task(task_name)
     # kbench's own configs: robust-kbench's settings (tagged) are GPU-sized, and upstream's "standard"
-    # initialisations are trivial by design (weight 1, bias 0); tests/test_gpu_baselines.py runs them.
+    # initialisations are trivial by design (weight 1, bias 0); tests/pipeline/test_gpu_baselines.py runs them.
     own = [c.name for c in task.configs if "robust-kbench" not in c.tags]
     rows = check_task(task, seeds=2, device="cpu", configs=own)
     assert rows and not [r.error for r in rows if r.error]

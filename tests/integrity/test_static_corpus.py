@@ -14,8 +14,9 @@ import pytest
 from engine.candidates import Candidate, load_candidate
 from engine.integrity.findings import FAIL, INFO, RULES
 from engine.integrity.static import check_candidate, scan_candidate, scan_cpp, scan_python
-from engine.tasks.loader import builtin_task_names, load_task
+from engine.tasks.loader import load_task
 from engine.verdict import Status
+from tests.builtin_tasks import baselines
 from tests.paths import FIXTURES
 
 CORPUS = FIXTURES / "corpus"
@@ -28,14 +29,6 @@ def _scan_file(path: Path, policy: str):
     if path.suffix == ".py":
         return scan_python(path.name, text, shape_values=SHAPES, policy=policy)
     return scan_cpp(path.name, text, shape_values=SHAPES, policy=policy)
-
-
-def _baselines():
-    for name in builtin_task_names():
-        task = load_task(name)
-        for d in task.directions:
-            if task.baseline_dir(d):
-                yield name, d
 
 
 def _fixture_kernels() -> list[Path]:
@@ -52,7 +45,7 @@ def _fixture_kernels() -> list[Path]:
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("task_name,direction", list(_baselines()))
+@pytest.mark.parametrize("task_name,direction", list(baselines()))
 def test_no_rule_fires_on_a_builtin_baseline(task_name, direction, policy):
     task = load_task(task_name)
     findings = scan_candidate(load_candidate(task.baseline_dir(direction)), task, policy)
@@ -128,7 +121,7 @@ def test_a_candidate_of_library_calls_only_is_suspicious_under_engineering():
 
 def test_static_scan_stays_under_50_ms_a_candidate():
     """The largest built-in baseline and the largest corpus file, best of three (BENCHMARKS.md)."""
-    cands = [(load_candidate(load_task(t).baseline_dir(d)), load_task(t)) for t, d in _baselines()]
+    cands = [(load_candidate(load_task(t).baseline_dir(d)), load_task(t)) for t, d in baselines()]
     worst = 0.0
     for cand, task in cands:
         best = min(_timed(lambda: scan_candidate(cand, task)) for _ in range(3))

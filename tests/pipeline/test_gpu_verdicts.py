@@ -1,6 +1,6 @@
 """GPU: fair verdicts end to end through `evaluate()`.
 
-    python -m pytest -q -m gpu tests/test_gpu_verdicts.py -rA
+    python -m pytest -q -m gpu tests/pipeline/test_gpu_verdicts.py -rA
 
 - A KernelBench-style softmax whose tolerance is vacuous (every output below atol): an honest ModelNew
   passes, one that writes only half the rows fails correctness with rows 8-15 named.
@@ -17,8 +17,9 @@ import pytest
 
 from engine.candidates import load_candidate
 from engine.pipeline.evaluate import EvalOptions, evaluate
-from engine.tasks.loader import builtin_task_names, load_task
+from engine.tasks.loader import load_task
 from engine.verdict import Status
+from tests.builtin_tasks import baselines
 from tests.paths import FIXTURES
 
 pytestmark = pytest.mark.gpu
@@ -47,15 +48,7 @@ def test_half_filled_softmax_fails_under_a_vacuous_tolerance_and_names_the_rows(
     print("VERDICT-ROW half-filled softmax:", c.reason)
 
 
-def _baselines():
-    for name in builtin_task_names():
-        task = load_task(name)
-        for d in task.directions:
-            if task.baseline_dir(d):
-                yield name, d
-
-
-@pytest.mark.parametrize("task_name,direction", list(_baselines()))
+@pytest.mark.parametrize("task_name,direction", list(baselines()))
 def test_every_baseline_passes_the_scale_aware_comparison(task_name, direction):
     task = load_task(task_name)
     rep = _eval(task, load_candidate(task.baseline_dir(direction)), direction)

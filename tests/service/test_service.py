@@ -16,14 +16,6 @@ from engine.llm.target import TargetInfo  # noqa: E402
 from engine.service.session_service import SessionService  # noqa: E402
 from engine.service.spec import DEFAULTS, SessionSpec  # noqa: E402
 from engine.service.wiring import fake_evaluator_factory  # noqa: E402
-from engine.workspace import Workspace  # noqa: E402
-
-
-@pytest.fixture
-def ws(tmp_path):
-    w = Workspace.create(tmp_path / "ws")
-    yield w
-    w.close()
 
 
 def service(ws, tmp_path, env=None, **llm):

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -13,23 +10,7 @@ from engine.candidates import Candidate
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace import (ConfigTiming, CorruptNoteError, Measurement, UnknownCandidateError,
                               UnknownSessionError, Workspace, WorkspaceError)
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-ENV.update(GIT_AUTHOR_NAME="Tester", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="Tester",
-           GIT_COMMITTER_EMAIL="t@example.com")
-
-
-def git(cwd: Path, *args: str, input: str | None = None, check: bool = True) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, text=True, env=ENV)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
-    return proc.stdout
-
-
-@pytest.fixture
-def task(layernorm_task):
-    return layernorm_task
-
+from tests.workspace.git_helpers import fsck_clean, git
 
 @pytest.fixture
 def ws(tmp_path, task):
@@ -54,13 +35,6 @@ def measure(speedup: float, compile_: float | None = None, gpu: str = "NVIDIA H1
 def passed(ws, cid: str) -> None:
     """The verdicts a measured candidate has (engine.verdict.judge requires them before it is eligible)."""
     ws.record_verdicts(cid, [Verdict(Stage.COMPILE, Status.PASS), Verdict(Stage.CORRECTNESS, Status.PASS)])
-
-
-def fsck_clean(path: Path) -> None:
-    proc = subprocess.run(["git", "fsck", "--full", "--strict", "--no-dangling"], cwd=path, capture_output=True,
-                          text=True, env=ENV)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "error" not in proc.stderr.lower() and "missing" not in proc.stdout.lower()
 
 
 # ------------------------------------------------------------------------------------------ layout

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,15 +13,7 @@ from engine.candidates import Candidate
 from engine.cli import main
 from engine.verdict import Status, Verdict
 from engine.workspace import NotAWorkspaceError, UnknownCandidateError, Workspace, WorkspaceError
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-ENV.update(GIT_AUTHOR_NAME="User", GIT_AUTHOR_EMAIL="u@example.com", GIT_COMMITTER_NAME="User",
-           GIT_COMMITTER_EMAIL="u@example.com")
-
-
-def git(cwd: Path, *args: str, input: str | None = None) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=ENV, check=True,
-                          input=input).stdout
+from tests.workspace.git_helpers import git
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -33,11 +23,6 @@ def snapshot(root: Path) -> dict[str, str]:
         if p.is_file():
             out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
-
-
-@pytest.fixture
-def task(layernorm_task):
-    return layernorm_task
 
 
 @pytest.fixture

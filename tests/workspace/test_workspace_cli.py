@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -13,12 +10,7 @@ from engine.candidates import Candidate
 from engine.cli import main
 from engine.verdict import Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, Workspace
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=ENV, check=True).stdout
+from tests.workspace.git_helpers import git
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -17,6 +17,7 @@ from engine.candidates import Candidate
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace import Measurement, Workspace
 from tests.paths import REPO
+from tests.workspace.git_helpers import fsck_clean, git
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "KBENCH_CRASHPOINT"}
 ENV["PYTHONPATH"] = str(REPO) + os.pathsep + ENV.get("PYTHONPATH", "")
@@ -39,20 +40,6 @@ for i in range(n):
     ws.record_verdict(rec.id, Verdict("compile", Status.PASS, f"{tag}-{i}"))
     print("N", rec.id, flush=True)
 """
-
-
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=ENV)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
-    return proc.stdout
-
-
-def fsck_clean(path: Path) -> None:
-    proc = subprocess.run(["git", "fsck", "--full", "--strict", "--no-dangling"], cwd=path, capture_output=True,
-                          text=True, env=ENV)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "error" not in proc.stderr.lower() and "missing" not in proc.stdout.lower(), proc.stdout + proc.stderr
 
 
 def wait_for_git_children(path: Path, timeout: float = 10.0) -> None:

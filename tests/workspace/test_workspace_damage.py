@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kbench_procs import (ENV, evaluated_counts, evolve_args, git_fsck_clean, kbench, kbench_fsck_clean, run,
-                          start, wait_until)
+from tests.kbench_procs import (ENV, evaluated_counts, evolve_args, git_fsck_clean, kbench, kbench_fsck_clean,
+                                run, start, wait_until)
 
 
 def git(ws: Path, *args: str, input: bytes | None = None) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kbench_procs import (ENV, REPO, evaluated_counts, evolve_args, git_fsck_clean, kbench, kbench_fsck_clean, run,
-                                shape, start, wait_until)
+from tests.kbench_procs import (ENV, REPO, evaluated_counts, evolve_args, git_fsck_clean, kbench, kbench_fsck_clean,
+                                run, shape, start, wait_until)
 
 from engine.workspace import Workspace
 from engine.workspace import claim_holders
