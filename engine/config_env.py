@@ -2,7 +2,7 @@
 
 Split out of engine/config.py (one job per module); engine.config re-exports every public name, so
 `from engine.config import env_int, ENV_VARS, cache_root` keeps working. This is the one module that reads
-KBENCH_* variables from os.environ (tests/test_config_env.py checks it).
+KBENCH_* variables from os.environ (tests/project/test_config_env.py checks it).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from engine.errors import ConfigError
 
 # Every KBENCH_* variable kbench reads is registered here with what it does, and read only through the
 # accessors below: a misspelt name is a KeyError, a value that does not parse a ConfigError naming the
-# variable. README.md ("Environment variables") lists the same set; tests/test_config_env.py keeps the
+# variable. README.md ("Environment variables") lists the same set; tests/project/test_config_env.py keeps the
 # registry, the README and the readers together. Unset or empty means the default.
 
 Env = Mapping[str, str] | None       # None: os.environ (a mapping lets tests and children pass their own)
@@ -57,7 +57,7 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("KBENCH_TUI_FAKE_DELAY", "0.3", "seconds each of the app's fake evaluations takes", test_only=True),
     EnvVar("KBENCH_TEST_SINGLE_CU", "", "set: run the test that compiles a single-file candidate with nvcc (minutes "
                                         "on a small machine)", test_only=True),
-    EnvVar("KBENCH_INTEGRITY_TIMEOUT", "240", "seconds each case of tests/test_gpu_integrity.py may take",
+    EnvVar("KBENCH_INTEGRITY_TIMEOUT", "240", "seconds each case of tests/integrity/test_gpu_integrity.py may take",
            test_only=True),
 )}
 

@@ -1,6 +1,6 @@
 """Helpers for the TUI tests, the benchmark and the demo: a small deterministic workspace, a plain-text render
 of the current screen (for tests that look for a line on it), and a backend wired to the engine's FakeEvaluator.
-The screens' snapshots (colours and all) are pytest-textual-snapshot's: tests/test_tui_snapshots.py."""
+The screens' snapshots (colours and all) are pytest-textual-snapshot's: tests/tui/test_tui_snapshots.py."""
 
 from __future__ import annotations
 

@@ -267,9 +267,9 @@ def render() -> str:
         "# Architecture",
         "",
         "Generated from the code by `scripts/architecture.py`; do not edit by hand. After changing imports or",
-        "moving a stage, regenerate it with `python scripts/architecture.py` (tests/test_layers.py fails while",
+        "moving a stage, regenerate it with `python scripts/architecture.py` (tests/project/test_layers.py fails while",
         "this page is stale). The rules themselves are import-linter contracts in `pyproject.toml`",
-        "(`[tool.importlinter]`), checked by tests/test_layers.py or `lint-imports`.",
+        "(`[tool.importlinter]`), checked by tests/project/test_layers.py or `lint-imports`.",
         "",
         "## The engine's layers",
         "",
@@ -283,7 +283,8 @@ def render() -> str:
         "",
     ]
     if loops:
-        out += ["Known debt (tests/test_layers.py lists it too). Each cycle is closed by an import the `engine-layers`",
+        out += ["Known debt (tests/project/test_layers.py lists it too). Each cycle is closed by an import the "
+                "`engine-layers`",
                 "contract tolerates in `ignore_imports`, with a comment there saying why it is wrong:", ""]
         out += [_cycle_line(c, ignored_imports()) for c in loops]
     else:

@@ -3,7 +3,7 @@
 It does what engine/pipeline/timer/binding.cpp does per call (refill the live inputs from a variant, call,
 snapshot before "synchronising", alias and mutation probes, copy the outputs out) and returns the
 `analysis.Job` the judge would have read from the signed records. Only tests use it; on a GPU the real helper
-runs (tests/test_gpu_*.py)."""
+runs (the gpu-marked tests, tests/*/test_gpu_*.py)."""
 
 from __future__ import annotations
 

@@ -282,7 +282,7 @@ def _verdicts(plan: ExportPlan) -> str:
         stages = (k.status or {}).get("stages") or {}
         if not stages:
             parts.append(head + "\n\nNo verdicts recorded" + (
-                " (a shipped baseline: tests/test_gpu_baselines.py checks it on every config)." if k.passing
+                " (a shipped baseline: tests/pipeline/test_gpu_baselines.py checks it on every config)." if k.passing
                 else "."))
             continue
         rows = ["| stage | status | reason |", "| --- | --- | --- |"]

@@ -1,6 +1,6 @@
 """`kbench export` on the CPU: package files, schema derivation, verdict gating, workspace and CLI paths.
 
-The build itself is in tests/test_export_build.py (slow) and tests/test_gpu_export.py (gpu)."""
+The build itself is in tests/export/test_export_build.py (slow) and tests/export/test_gpu_export.py (gpu)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ own CPU tests, run from its own folder.
 Exports the layernorm task's shipped forward + backward baselines, builds the package into a temporary target
 without TORCH_CUDA_ARCH_LIST (the package falls back to kbench's default arch list), then runs `python -m pytest
 tests` in the package folder (its CPU tests pass, its `gpu` tests skip) and, in a fresh interpreter, drives the Python
-side a GPU would exercise through stand-in CPU kernels. The CUDA kernels themselves run in tests/test_gpu_export.py.
+side a GPU would exercise through stand-in CPU kernels. The CUDA kernels themselves run in
+tests/export/test_gpu_export.py.
 """
 
 from __future__ import annotations

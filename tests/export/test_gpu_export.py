@@ -1,7 +1,7 @@
 """On a GPU: an exported package passes its own tests, and torch.compile(fullgraph=True) through its op matches
 the reference, forward and backward (layernorm: a task with both directions).
 
-    pytest -m gpu tests/test_gpu_export.py -v
+    pytest -m gpu tests/export/test_gpu_export.py -v
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ def test_unresolved_ignores_python_api() -> None:
 # ---------------------------------------------------------------------------- real compiles (slow)
 @pytest.fixture(scope="module")
 def cache_root(native_cache_root: Path) -> Path:
-    return native_cache_root  # shared with tests/test_object_cache.py: one precompiled header per session
+    return native_cache_root  # shared with tests/harness/test_object_cache.py: one precompiled header per session
 
 
 @pytest.fixture(scope="module")

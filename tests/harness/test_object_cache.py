@@ -3,7 +3,7 @@ and flags, so a candidate that changes only kernel.cu costs an nvcc run and a li
 
 The key, dependency-list and store tests run no compiler. Tests marked `slow` run the real compilers (no GPU
 needed) in the session's shared cache (conftest `native_cache_root`, so the precompiled header is built once);
-their sources differ from tests/fixtures/native in launch.h, so tests/test_build.py never finds their objects.
+their sources differ from tests/fixtures/native in launch.h, so tests/harness/test_build.py never finds their objects.
 """
 
 from __future__ import annotations
@@ -180,13 +180,13 @@ def test_pch_identity_is_kept_beside_the_gch_and_follows_a_new_one(tmp_path: Pat
 def toolchain() -> Toolchain:
     if not HAS_NVCC:
         pytest.skip("needs nvcc (set CUDA_HOME)")
-    return detect(archs="9.0")  # the same key as tests/test_build.py: one precompiled header per session
+    return detect(archs="9.0")  # the same key as tests/harness/test_build.py: one precompiled header per session
 
 
 def _cand(**changes: str) -> Candidate:
     """The native fixture with launch.h of this module's own, plus `changes`."""
     files = dict(load_candidate(FIXTURE).files)
-    files["launch.h"] += "// tests/test_object_cache.py\n"
+    files["launch.h"] += "// tests/harness/test_object_cache.py\n"
     return Candidate("native", {**files, **changes}, "object-cache-test")
 
 

@@ -1,6 +1,6 @@
 """Vendor libraries under the `engineering` policy: the build links the libraries a candidate's headers name
 (engine/harness/vendor_libs.py), so a cuBLAS GEMM with a fused epilogue builds and imports; under `pure` the
-static stage fails it before any build (tests/test_library_policy.py)."""
+static stage fails it before any build (tests/integrity/test_library_policy.py)."""
 
 from __future__ import annotations
 

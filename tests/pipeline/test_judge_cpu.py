@@ -1,7 +1,7 @@
 """The judge's analysis on CPU: what each behaviour of a candidate makes of the verdicts, for outputs produced by
 a test double of the helper's call protocol (tests/helper_double.py) with pure-torch candidates. The same
-behaviours run through the real helper and runner on a GPU in tests/test_gpu_exploits.py and
-tests/test_gpu_integrity.py."""
+behaviours run through the real helper and runner on a GPU in tests/integrity/test_gpu_exploits.py and
+tests/integrity/test_gpu_integrity.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A clock check that fails once is measured again: a busy host or a GPU shared with another process can make an
 honest kernel's timing look tampered with (seen on the H100 while other evaluations ran beside it), a forger
-fails it every time. The judge is replaced by recorded results here; tests/test_gpu_exploits.py runs the real
+fails it every time. The judge is replaced by recorded results here; tests/integrity/test_gpu_exploits.py runs the real
 one against forgers on a GPU."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The layer rules hold (import-linter contracts in pyproject.toml), docs/architecture.md is what
 scripts/architecture.py draws from the code now, and the only cycles between the engine's units are the known
-ones. tests/test_architecture.py keeps the rules import-linter cannot say (what loads at run time)."""
+ones. tests/project/test_architecture.py keeps the rules import-linter cannot say (what loads at run time)."""
 
 from __future__ import annotations
 

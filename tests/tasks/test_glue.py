@@ -395,7 +395,7 @@ def test_kbench_glue_bad_input():
 @pytest.fixture(scope="module")
 def toolchain():
     from engine.harness.toolchain import detect
-    return detect(archs="9.0")   # the same key as tests/test_build.py: one precompiled header per session
+    return detect(archs="9.0")   # the same key as tests/harness/test_build.py: one precompiled header per session
 
 
 def _import(res) -> str:

@@ -2,7 +2,7 @@
 
 The fixtures are hand-written in the exact shapes of the upstream repositories (SakanaAI/robust-kbench task
 folders, ScalingIntelligence/KernelBench problem files). CPU tests use pure-torch fake candidates; the CUDA
-fixtures are judged end to end in tests/test_gpu_eval.py.
+fixtures are judged end to end in tests/cli/test_gpu_eval.py.
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ def _cheap_cases(direction: str | None = None) -> list:
 
 def _cheap(cfg: TaskConfig) -> bool:
     """kbench's own small configs. robust-kbench's settings (tagged) are upstream's, trivial initialisations
-    included (weight 1, bias 0), and most are GPU-sized: they are checked on the GPU (tests/test_gpu_baselines.py)."""
+    included (weight 1, bias 0), and most are GPU-sized: they are checked on the GPU
+    (tests/pipeline/test_gpu_baselines.py)."""
     cost = cfg.cost.get("forward")
     return (cfg.name != "bench" and "robust-kbench" not in cfg.tags and cost is not None
             and cost.flops < CHEAP_FLOPS and cost.bytes < CHEAP_BYTES)

@@ -1,7 +1,7 @@
 """Snapshots of the main screens at 120x35, with pytest-textual-snapshot: each test drives the app on the demo
 workspace to a screen, and `snap_compare` compares an SVG screenshot of it (text and colours) with the one in
-tests/__snapshots__/test_tui_snapshots/. On a difference the test fails and snapshot_report.html shows both.
-After an intended change: pytest tests/test_tui_snapshots.py --snapshot-update, and look at the new SVGs.
+tests/tui/__snapshots__/test_tui_snapshots/. On a difference the test fails and snapshot_report.html shows both.
+After an intended change: pytest tests/tui/test_tui_snapshots.py --snapshot-update, and look at the new SVGs.
 
 What changes from run to run is pinned: the workspace's content (fixed verdict times, kbench_tui.testing), the
 terminal size, no GPU and no API key (fake_backend), animations off, and the commit shas (the session's root
