@@ -52,7 +52,8 @@ def context_values(task: Task, direction: str, target: str = "") -> dict[str, An
 def launcher_abi_text(task: Task, direction: str) -> str:
     """The launcher a kernel-only answer defines (engine/tasks/glue.py); "" where the signature has no generated
     glue (then every answer carries its binding.cpp)."""
-    from engine.tasks.glue import GlueError, glue_header
+    from engine.tasks.glue import glue_header
+    from engine.tasks.glue_abi import GlueError
     try:
         return glue_header(task, direction).rstrip()
     except GlueError:

@@ -188,7 +188,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     if candidate.format == "kernelbench" and direction != "forward":
         raise ValueError("KernelBench ModelNew candidates have a forward direction only")
     if candidate.format == "kernel-only":   # kernel.cu alone: the binding the task's signature generates
-        from engine.tasks.glue import GlueError, materialise
+        from engine.tasks.glue import materialise
+        from engine.tasks.glue_abi import GlueError
         try:
             candidate = materialise(candidate, task, direction)
         except GlueError as exc:

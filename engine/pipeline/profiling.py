@@ -108,7 +108,8 @@ def profile_candidate(task: Any, candidate: Any, direction: str = "forward", opt
     opts = options or ProfileOptions()
     cache_root = cache_root or default_cache_root()
     if getattr(candidate, "format", None) == "kernel-only":
-        from engine.tasks.glue import GlueError, materialise
+        from engine.tasks.glue import materialise
+        from engine.tasks.glue_abi import GlueError
         try:
             candidate = materialise(candidate, task, direction)
         except GlueError as exc:

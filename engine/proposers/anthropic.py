@@ -24,7 +24,8 @@ from engine.llm.prompts import PromptError, load_template
 from engine.llm.tools import SUBMIT_DIRECTIVES, SUBMIT_KERNEL, directives_answer, kernel_answer
 from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed,
                                    new_proposal_id, parent_id, with_provenance)
-from engine.tasks.glue import GlueError, materialise
+from engine.tasks.glue import materialise
+from engine.tasks.glue_abi import GlueError
 
 _PARENTS = {"translate": 0, "mutate": 1, "crossover": 2, "repair": 1, "meta": 0}
 
