@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine import jsonable
+from engine.errors import MissingDirectionError
 
 Direction = Literal["forward", "backward"]
 TaskFormat = Literal["native", "robust-kbench", "kernelbench"]
@@ -93,7 +94,6 @@ class Task:
         try:
             return self.directions[direction]
         except KeyError:
-            from engine.errors import MissingDirectionError
             have = ", ".join(self.directions) or "none"
             raise MissingDirectionError(f"task {self.name!r} ({self.root}) has no {direction} direction "
                                         f"(it has: {have})") from None
