@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.verdict import Stage, Status
+from engine.workspace.records import now_iso
 
 SCHEMA = 1
 
@@ -70,7 +71,6 @@ def record(report: Any, task: Any, direction: str, candidate: Any, root: Path, s
         summary = f"{bad.stage} {bad.status.value}: {bad.reason}"
     else:
         summary = "passed" if passing else j.why_not_passed
-    from engine.workspace.records import now_iso
     rec = RecordedEval(task.name, direction, candidate.source_hash, task_fingerprint(task), passing, summary,
                        str((report.device or {}).get("gpu") or ""), now_iso(), report.geomean_speedup_eager,
                        [v.to_json() for v in report.verdicts])

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from engine.candidates import Candidate
+from engine.tasks.glue import GlueError, glue_header
 from engine.tasks.model import Task
+from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
 
 _FENCE = {".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".h": "cpp", ".hpp": "cpp", ".py": "python"}
 
@@ -52,7 +54,6 @@ def context_values(task: Task, direction: str, target: str = "") -> dict[str, An
 def launcher_abi_text(task: Task, direction: str) -> str:
     """The launcher a kernel-only answer defines (engine/tasks/glue.py); "" where the signature has no generated
     glue (then every answer carries its binding.cpp)."""
-    from engine.tasks.glue import GlueError, glue_header
     try:
         return glue_header(task, direction).rstrip()
     except GlueError:
@@ -86,7 +87,6 @@ def estimate_tokens(text: str) -> int:
 
 def _backward_contract(task: Task) -> str:
     if task.format == "robust-kbench":  # upstream's task-specific convention, not kbench's generic one
-        from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
         return RKB_CONTRACT
     return BACKWARD_CONTRACT
 

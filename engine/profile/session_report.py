@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from engine.gpu_wait import waiting_for_gpu
 from engine.verdict import BLOCKING, Stage, in_pipeline_order
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -75,7 +76,6 @@ def build_report(ws: Any, session: str) -> SessionReport:
                                        "passed": sum(1 for v in reached if v.status.stages[stage].status not in BLOCKING)}
         if at_base:
             rep.baseline_stages[stage] = ", ".join(at_base)
-    from engine.gpu_wait import waiting_for_gpu
     rep.waiting_for_gpu = sum(1 for v in views if waiting_for_gpu(v.status))
     elig = [v for v in props if v.status.eligible]
     rep.eligible = len(elig)
