@@ -204,8 +204,8 @@ class Backend:
 
     def start_evolution(self, *, task: str, direction: str, proposer: str, generations: int | None = None,
                         population: int | None = None, usd: float | None = None, session: str | None = None,
-                        on_event: Callable[[Any], None] | None = None, paused: bool = False,
-                        replay_from: str | None = None) -> Any:
+                        on_event: Callable[[EvolveEvent], None] | None = None, paused: bool = False,
+                        replay_from: str | None = None) -> EvolutionSession:
         """Create a session through engine.service (the CLI's defaults and wiring, LLM verifiers included) and
         start its loop on a background thread. Events go to `on_event` (called on the loop's thread). An API
         outage pauses the loop as "API unavailable" (space resumes it)."""
@@ -227,7 +227,8 @@ class Backend:
                            population=population, usd=usd, name=session, replay_from=replay_from, started_from="tui")
         return self._run(spec, on_event, paused, prebuilt)
 
-    def resume_evolution(self, session: str, on_event: Callable[[Any], None] | None = None) -> Any:
+    def resume_evolution(self, session: str,
+                         on_event: Callable[[EvolveEvent], None] | None = None) -> EvolutionSession:
         """Run a session of the workspace again with its stored settings (whoever started it)."""
         from engine.service.spec import SessionSpec
         info = self.ws.session(session)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.candidates import Candidate
 from engine.tasks.glue import GlueError, glue_header
 from engine.tasks.model import Task
 from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
+
+if TYPE_CHECKING:
+    from engine.workspace import Measurement
 
 _FENCE = {".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".h": "cpp", ".hpp": "cpp", ".py": "python"}
 
@@ -65,7 +68,7 @@ def render_inits(task: Task) -> str:
     return "\n".join(f"- `{name}`: {INIT_MEANINGS.get(name, 'see engine/tasks/inits.py')}" for name in used)
 
 
-def render_timings(measurement: Any) -> str:
+def render_timings(measurement: Measurement | None) -> str:
     """Per-config times of a measurement (engine.workspace.Measurement) against eager and torch.compile."""
     if measurement is None or not getattr(measurement, "configs", ()):
         return ""
