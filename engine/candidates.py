@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine.errors import CandidateError
+from engine.jsonable import dump, load
 
 # kernel-only: kernel.cu (and its headers) without binding.cpp, defining the task's launcher (engine/tasks/glue.py);
 # it becomes a native candidate with the generated binding.cpp where it meets its task (glue.materialise).
@@ -49,12 +50,13 @@ class Candidate:
         return directory
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": self.format, "files": self.files, "name": self.name, "meta": self.meta}
+        return dump(self)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "Candidate":
-        return cls(format=obj["format"], files=dict(obj["files"]), name=obj.get("name", "candidate"),
-                   meta=dict(obj.get("meta") or {}))
+        if isinstance(obj, dict) and obj.get("meta") is None:   # an older writer's "meta": null reads as no meta
+            obj = {**obj, "meta": {}}
+        return load(cls, obj, "a candidate")
 
 
 def detect_format(files: dict[str, str]) -> CandidateFormat:

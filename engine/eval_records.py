@@ -16,9 +16,15 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.verdict import Stage, Status
+from engine.workspace.records import now_iso
+
+if TYPE_CHECKING:
+    from engine.candidates import Candidate
+    from engine.pipeline.evaluate import EvalReport
+    from engine.tasks.model import Task
 
 SCHEMA = 1
 
@@ -37,7 +43,7 @@ class RecordedEval:
     verdicts: list[dict[str, Any]] = field(default_factory=list)
 
 
-def task_fingerprint(task: Any) -> str:
+def task_fingerprint(task: Task) -> str:
     """The parts of a task a verdict depends on: its reference code, tolerances, dtype and configs."""
     obj = task.to_json()
     refs = {}
@@ -55,7 +61,8 @@ def _path(root: Path, task: str, direction: str, source_hash: str) -> Path:
     return root / "evals" / f"{task}-{direction}-{source_hash}.json"
 
 
-def record(report: Any, task: Any, direction: str, candidate: Any, root: Path, subset: bool) -> RecordedEval | None:
+def record(report: EvalReport, task: Task, direction: str, candidate: Candidate, root: Path,
+           subset: bool) -> RecordedEval | None:
     """Keep `report` (engine.pipeline.evaluate.EvalReport) where correctness was really checked; None where it
     was not (no GPU: nothing is known about the kernel, and an older record stays)."""
     corr = report.verdict(Stage.CORRECTNESS)
@@ -70,7 +77,6 @@ def record(report: Any, task: Any, direction: str, candidate: Any, root: Path, s
         summary = f"{bad.stage} {bad.status.value}: {bad.reason}"
     else:
         summary = "passed" if passing else j.why_not_passed
-    from engine.workspace.records import now_iso
     rec = RecordedEval(task.name, direction, candidate.source_hash, task_fingerprint(task), passing, summary,
                        str((report.device or {}).get("gpu") or ""), now_iso(), report.geomean_speedup_eager,
                        [v.to_json() for v in report.verdicts])
@@ -83,7 +89,7 @@ def record(report: Any, task: Any, direction: str, candidate: Any, root: Path, s
     return rec
 
 
-def lookup(task: Any, direction: str, candidate: Any, root: Path) -> tuple[RecordedEval | None, str]:
+def lookup(task: Task, direction: str, candidate: Candidate, root: Path) -> tuple[RecordedEval | None, str]:
     """(the recorded evaluation of this exact source against this exact task, or None; why none)."""
     path = _path(root, task.name, direction, candidate.source_hash)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from textual.app import App, SystemCommand
 from textual.screen import Screen
@@ -13,6 +13,10 @@ from textual.screen import Screen
 from kbench_tui import keymap
 from kbench_tui.backend import Backend
 from kbench_tui.workers import EngineEvent, StageProgress, ThreadedMixin
+
+if TYPE_CHECKING:
+    from engine.evolve.events import EvolveEvent
+    from engine.evolve.loop import EvolutionSession
 
 
 class KbenchApp(ThreadedMixin, App):
@@ -87,15 +91,15 @@ class KbenchApp(ThreadedMixin, App):
 
     # ------------------------------------------------------------------------------ evolution
 
-    def _on_engine(self, e: Any) -> None:
+    def _on_engine(self, e: EvolveEvent) -> None:
         """Called on the loop's thread: hand the event to the UI thread."""
         self.post_message(EngineEvent(e))
 
-    def start_session(self, **kw: Any) -> Any:
+    def start_session(self, **kw: Any) -> EvolutionSession:
         """(worker thread) create and start a session; events come back as EngineEvent messages."""
         return self.backend.start_evolution(on_event=self._on_engine, **kw)
 
-    def resume_session(self, session: str) -> Any:
+    def resume_session(self, session: str) -> EvolutionSession:
         """(worker thread) run the session again with its stored settings, through engine.service."""
         return self.backend.resume_evolution(session, on_event=self._on_engine)
 

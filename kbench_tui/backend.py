@@ -10,7 +10,9 @@ export through engine.export.
 
 The small dataclasses and formatting the screens display (TaskRow, SessionData, status_text, ...) are in
 kbench_tui.view_models, and the queue of re-evaluations a person asks for in kbench_tui.reevaluations; this
-module is the adapter that builds and owns them.
+module is the adapter that builds and owns them. The heavier engine modules (the workspace, the session
+service, the executors, the task loader, export) are imported inside the methods that use them, so that the
+app's first screen is not kept waiting for them.
 """
 
 from __future__ import annotations
@@ -18,33 +20,42 @@ from __future__ import annotations
 import gc
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from engine.config import env_flag, env_float
+from engine.config import Config, ConfigError, env_flag, env_float, load_config
 from engine.errors import KbenchError
 from engine.gpu_wait import WAITING_FOR_GPU
 from engine.verdict import Verdict
 from kbench_tui.reevaluations import ReevaluationQueue
 from kbench_tui.view_models import SessionData, SessionRow, TaskRow, summarize, waiting_count
 
-EvaluatorFactory = Callable[[Any, str], Any]   # (task, direction) -> engine.evolve Evaluator
+if TYPE_CHECKING:
+    from engine.evolve.events import EvolveEvent
+    from engine.evolve.loop import EvolutionSession
+    from engine.evolve.outcome import Evaluator
+    from engine.llm.target import TargetInfo
+    from engine.proposers.base import Proposer
+    from engine.service.spec import SessionSpec
+    from engine.tasks.model import Task
+
+EvaluatorFactory = Callable[["Task", str], "Evaluator"]   # (task, direction) -> an evaluator
 
 
-def default_evaluator_factory(task: Any, direction: str, config: Any = None) -> Any:
+def default_evaluator_factory(task: Task, direction: str, config: Config | None = None) -> Evaluator:
     """The configured executor ([eval] and [executor] in the config files: local by default, or Ray)."""
     if env_flag("KBENCH_TUI_FAKE_EVALUATOR"):
         from engine.evolve.fake import FakeEvaluator
         return FakeEvaluator(task, delay_s=env_float("KBENCH_TUI_FAKE_DELAY"),
                              profile=getattr(getattr(config, "eval", None), "profile", None) == "all")
-    from engine.config import Config
     from engine.evolve.factory import make_evaluator
     return make_evaluator(task, direction, config if config is not None else Config())
 
 
 class Backend:
     def __init__(self, workspace: str | Path | None = None, *, evaluator_factory: EvaluatorFactory | None = None,
-                 gpus: list[int] | None = None, env: dict[str, str] | None = None, config: Any = None,
-                 editor_run: Callable[..., Any] | None = None, target: Any = None,
+                 gpus: list[int] | None = None, env: dict[str, str] | None = None, config: Config | None = None,
+                 editor_run: Callable[..., Any] | None = None,
+                 target: TargetInfo | Callable[[], TargetInfo] | None = None,
                  llm_options: dict[str, Any] | None = None):
         from engine.workspace import Workspace, default_path
 
@@ -56,21 +67,19 @@ class Backend:
         self.editor_runner: Callable[..., Any] | None = None   # the app's: runs $EDITOR with the screen suspended
         self.config_error = ""
         if config is None:
-            from engine.config import ConfigError, load_config
             try:
                 config = load_config(self.ws.path)
             except ConfigError as exc:
-                from engine.config import Config
                 config, self.config_error = Config(), str(exc)
         self.config = config
         from engine.service.session_service import SessionService
         self.service = SessionService(
             self.ws, config, env=env, target=target, llm_options=llm_options,
             evaluator_factory=lambda task, direction, _config: self._make_evaluator(task, direction))
-        self.runners: dict[str, Any] = {}            # session -> live EvolutionSession
+        self.runners: dict[str, EvolutionSession] = {}   # session -> live EvolutionSession
         self.reevaluations = ReevaluationQueue(self.service, live_runner=self.live_runner)
 
-    def _make_evaluator(self, task: Any, direction: str) -> Any:
+    def _make_evaluator(self, task: Task, direction: str) -> Evaluator:
         if self._evaluator_factory is default_evaluator_factory:
             return default_evaluator_factory(task, direction, self.config)
         return self._evaluator_factory(task, direction)
@@ -195,8 +204,8 @@ class Backend:
 
     def start_evolution(self, *, task: str, direction: str, proposer: str, generations: int | None = None,
                         population: int | None = None, usd: float | None = None, session: str | None = None,
-                        on_event: Callable[[Any], None] | None = None, paused: bool = False,
-                        replay_from: str | None = None) -> Any:
+                        on_event: Callable[[EvolveEvent], None] | None = None, paused: bool = False,
+                        replay_from: str | None = None) -> EvolutionSession:
         """Create a session through engine.service (the CLI's defaults and wiring, LLM verifiers included) and
         start its loop on a background thread. Events go to `on_event` (called on the loop's thread). An API
         outage pauses the loop as "API unavailable" (space resumes it)."""
@@ -218,7 +227,8 @@ class Backend:
                            population=population, usd=usd, name=session, replay_from=replay_from, started_from="tui")
         return self._run(spec, on_event, paused, prebuilt)
 
-    def resume_evolution(self, session: str, on_event: Callable[[Any], None] | None = None) -> Any:
+    def resume_evolution(self, session: str,
+                         on_event: Callable[[EvolveEvent], None] | None = None) -> EvolutionSession:
         """Run a session of the workspace again with its stored settings (whoever started it)."""
         from engine.service.spec import SessionSpec
         info = self.ws.session(session)
@@ -233,7 +243,8 @@ class Backend:
             prebuilt = offline_proposer("human", self, None)
         return self._run(SessionSpec(name=session, proposer=proposer, started_from="tui"), on_event, False, prebuilt)
 
-    def _run(self, spec: Any, on_event: Callable[[Any], None] | None, paused: bool, proposer: Any = None) -> Any:
+    def _run(self, spec: SessionSpec, on_event: Callable[[EvolveEvent], None] | None, paused: bool,
+             proposer: Proposer | None = None) -> EvolutionSession:
         name = spec.name
         if name in self.runners and self.runners[name].running:
             raise KbenchError(f"session {name} is already running")
@@ -241,7 +252,7 @@ class Backend:
                                  proposer=proposer)
         es = run.session
 
-        def closer(e: Any, run=run) -> None:
+        def closer(e: EvolveEvent, run=run) -> None:
             if e.kind == "Stopped":
                 threading.Thread(target=run.close, kwargs={"wait": True}, daemon=True).start()
         es.subscribe(closer)
@@ -263,7 +274,7 @@ class Backend:
 
     # ------------------------------------------------------------------------------ judgements
 
-    def live_runner(self, cid: str) -> Any:
+    def live_runner(self, cid: str) -> EvolutionSession | None:
         """The running loop of the candidate's session, if there is one (it must hear of changes)."""
         from engine.workspace.naming import parse_candidate_id
         parsed = parse_candidate_id(cid)

@@ -15,19 +15,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.verdict import Verdict
 from kbench_tui.view_models import Reevaluation, _reevaluation_summary
+
+if TYPE_CHECKING:
+    from engine.evolve.loop import EvolutionSession
+    from engine.evolve.outcome import Evaluator
+    from engine.service.session_service import SessionService
 
 CLAIMED_AS = "kbench app"      # how the session's claim names the app while it re-evaluates
 
 
 class ReevaluationQueue:
-    def __init__(self, service: Any, *, live_runner: Callable[[str], Any]):
+    def __init__(self, service: SessionService, *, live_runner: Callable[[str], EvolutionSession | None]):
         self.service = service
         self._live_runner = live_runner
-        self.evaluators: dict[str, Any] = {}        # session -> its evaluator, kept for the next request
+        self.evaluators: dict[str, Evaluator] = {}        # session -> its evaluator, kept for the next request
         self._eval_lock = threading.Lock()          # re-evaluations run one at a time (a queue)
         self._queued = 0
         self._queue_guard = threading.Lock()

@@ -1,29 +1,35 @@
 """The proposers the app can run a session with besides anthropic and the tuner: replay (a folder of
 candidates, or a session of this workspace) and human (each proposal opens $VISUAL / $EDITOR; the app
-suspends itself around the editor). What the new-session form offers, and why an option is unavailable."""
+suspends itself around the editor). What the new-session form offers, and why an option is unavailable. The
+proposers are imported when one is built, not when the app starts."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from engine.errors import KbenchError
+
+if TYPE_CHECKING:
+    from engine.proposers.base import Proposer
+    from engine.proposers.human import HumanProposer
+    from kbench_tui.backend import Backend
 
 REPLAY_HINT = "replay: re-plays a folder of candidates, or a session of this workspace (the 'replay from' field)"
 
 
-def human_proposer(backend: Any) -> Any:
+def human_proposer(backend: Backend) -> HumanProposer:
     from engine.proposers.human import HumanProposer
     return HumanProposer(env=backend.env, run=editor_runner(backend))
 
 
-def editor_runner(backend: Any) -> Callable[..., subprocess.CompletedProcess]:
+def editor_runner(backend: Backend) -> Callable[..., subprocess.CompletedProcess]:
     """How the editor is run: a test's stand-in, else the app's (which suspends the screen), else plainly."""
     return getattr(backend, "_editor_run", None) or getattr(backend, "editor_runner", None) or subprocess.run
 
 
-def offline_proposer(name: str, backend: Any, replay_from: str | None) -> Any:
+def offline_proposer(name: str, backend: Backend, replay_from: str | None) -> Proposer:
     """A replay or human proposer for a new session, or KbenchError saying what is missing."""
     if name == "replay":
         from engine.proposers.replay import ReplayProposer
@@ -45,7 +51,7 @@ def offline_proposer(name: str, backend: Any, replay_from: str | None) -> Any:
     raise KbenchError(f"the {name} proposer cannot drive a session from the app")
 
 
-def choices(backend: Any) -> list[tuple[str, bool, str]]:
+def choices(backend: Backend) -> list[tuple[str, bool, str]]:
     """(name, available, note): anthropic with a key, the tuner, replay, human with an editor."""
     llm = backend.service.llm_proposer() if hasattr(backend, "service") else "anthropic"   # or openai
     out = [(llm, backend.llm_available(), backend.llm_notice()), ("tuner", True, "")]

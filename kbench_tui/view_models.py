@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.evolve.resume import INFRA_FAILURE
 from engine.gpu_wait import WAITING_FOR_GPU, waiting_for_gpu
 from engine.verdict import STAGES, Stage, effective
+
+if TYPE_CHECKING:
+    from engine.evolve.outcome import EvalOutcome
+    from engine.workspace import CandidateStatus, CandidateView, Measurement
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,13 @@ class SessionData:
     """What the session screen shows, built off the UI thread."""
 
     name: str
-    views: list[Any]                                  # CandidateView, by generation
+    views: list[CandidateView]                        # by generation
     index: dict[str, int] = field(default_factory=dict)   # id -> row
     gen_first: dict[int, int] = field(default_factory=dict)  # generation -> first row
     stats: list[GenerationStat] = field(default_factory=list)
 
 
-def summarize(name: str, views: list[Any]) -> SessionData:
+def summarize(name: str, views: list[CandidateView]) -> SessionData:
     data = SessionData(name, views)
     per: dict[int, list[float]] = {}
     counts: dict[int, int] = {}
@@ -79,7 +83,7 @@ def summarize(name: str, views: list[Any]) -> SessionData:
     return data
 
 
-def status_text(view: Any) -> str:
+def status_text(view: CandidateView) -> str:
     """One word or two for a candidate's state in lists."""
     st = view.status
     if view.problem:
@@ -103,18 +107,18 @@ def status_text(view: Any) -> str:
     return f"{last.stage} {last.status.value}{mark}"
 
 
-def waiting_count(views: list[Any]) -> int:
+def waiting_count(views: list[CandidateView]) -> int:
     """How many of these candidates are compiled and waiting for a GPU (engine.gpu_wait)."""
     return sum(1 for v in views if not v.problem and waiting_for_gpu(v.status))
 
 
 @dataclass(frozen=True)
 class Reevaluation:
-    status: Any          # the candidate's CandidateStatus after the new notes
+    status: CandidateStatus   # the candidate's status after the new notes
     summary: str         # what this evaluation found, in one line
 
 
-def _reevaluation_summary(out: Any, meas: Any) -> str:
+def _reevaluation_summary(out: EvalOutcome, meas: Measurement | None) -> str:
     if meas is not None:
         return f"{meas.speedup_eager:.3f}x on {meas.gpu or 'the GPU'}"
     if out.failed_stage:

@@ -11,10 +11,13 @@ Evolution events arrive on the loop's thread; `EngineEvent` carries them to the 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual.message import Message
 from textual.worker import Worker, WorkerState
+
+if TYPE_CHECKING:
+    from engine.verdict import Verdict
 
 
 class EngineEvent(Message):
@@ -28,7 +31,7 @@ class EngineEvent(Message):
 class StageProgress(Message):
     """A re-evaluation stage finished (posted from the evaluator's thread)."""
 
-    def __init__(self, candidate: str, verdict: Any) -> None:
+    def __init__(self, candidate: str, verdict: Verdict) -> None:
         super().__init__()
         self.candidate = candidate
         self.verdict = verdict

@@ -1,4 +1,8 @@
-"""The headless command line. Each `cmd_*` module registers its own subcommands."""
+"""The headless command line. Each `cmd_*` module registers its own subcommands.
+
+The `cmd_*` modules import the engine (the workspace, the service, the pipeline, the harness) inside the
+commands that use it, not at their top: every command, `kbench --help` included, loads all of them at start-up,
+and most commands need a small part of the engine."""
 
 from __future__ import annotations
 

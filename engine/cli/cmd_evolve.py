@@ -1,5 +1,8 @@
 """`kbench evolve TASK ...`: run (or resume) an evolution session headless, one line per event.
-`kbench reevaluate ID|SESSION`: re-measure candidates on this machine's GPU and append the measurements."""
+`kbench reevaluate ID|SESSION`: re-measure candidates on this machine's GPU and append the measurements.
+
+The engine modules behind them (the session service, the workspace, the task loader) are imported inside the
+commands: every `kbench` command loads this module at start-up."""
 
 from __future__ import annotations
 
@@ -9,10 +12,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.cli.common import check_config_names, workspace_path
 from engine.cli.evolve_summary import exit_code, summary_lines
+
+if TYPE_CHECKING:
+    from engine.service.session_service import SessionService
+    from engine.workspace import Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -122,7 +129,7 @@ def _workspace(args: argparse.Namespace):
 EX_TEMPFAIL = 75    # sysexits: a temporary failure (the LLM API was unavailable); the same command resumes
 
 
-def _service(args: argparse.Namespace, ws: Any):
+def _service(args: argparse.Namespace, ws: Workspace) -> SessionService:
     """The session service over this workspace, its config (files + flags) and the evaluator seam."""
     from engine.config import env_float, load_config
     from engine.service.session_service import SessionService

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.tasks.glue import GlueError, launcher_abi, refusal
+from engine.tasks.glue import refusal
+from engine.tasks.glue_abi import GlueError, launcher_abi
+from engine.tasks.glue_text import binding_text, header_text
 from engine.tasks.loader import builtin_task_names, load_task
 
 
@@ -41,10 +43,10 @@ def cmd_glue(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"task": task.name, "direction": direction, "signature": abi.signature,
                           "launcher": abi.launcher, "declaration": abi.declaration(),
-                          "dims": [d for d, _ in abi.dims], "header": abi.header(task.name),
-                          "binding": abi.binding()}, indent=2))
+                          "dims": [d for d, _ in abi.dims], "header": header_text(abi, task.name),
+                          "binding": binding_text(abi)}, indent=2))
     else:
-        print(abi.binding() if args.binding else abi.header(task.name), end="")
+        print(binding_text(abi) if args.binding else header_text(abi, task.name), end="")
     return 0
 
 

@@ -5,22 +5,28 @@ from __future__ import annotations
 import argparse
 import difflib
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable, TypeVar
 
 from engine.errors import KbenchError
+
+if TYPE_CHECKING:
+    from engine.proposers.base import Proposer
+    from engine.tasks.model import Task
+
+P = TypeVar("P", bound="Proposer")
 
 WORKSPACE_HELP = "the workspace repository (default: $KBENCH_WORKSPACE, else ./workspace)"
 
 
 def workspace_path(args: argparse.Namespace) -> Path:
     """--workspace, else $KBENCH_WORKSPACE, else ./workspace (engine.workspace.default_path)."""
-    from engine.workspace import default_path
+    from engine.workspace import default_path   # here: the CLI starts without the workspace package
 
     given = getattr(args, "workspace", None)
     return Path(given) if given else default_path()
 
 
-def check_config_names(task: Any, names: Iterable[str] | None, flag: str = "--config") -> None:
+def check_config_names(task: Task, names: Iterable[str] | None, flag: str = "--config") -> None:
     """Every NAME given with `flag` must be one of the task's configs: an unknown one is bad input (exit 2),
     never a silently empty selection."""
     known = [c.name for c in task.configs]
@@ -32,7 +38,7 @@ def check_config_names(task: Any, names: Iterable[str] | None, flag: str = "--co
                               f"its configs: {', '.join(known)}.")
 
 
-def require_available(proposer: Any) -> Any:
+def require_available(proposer: P) -> P:
     """The proposer, or bad input naming why it cannot run here (human without $VISUAL / $EDITOR)."""
     if hasattr(proposer, "available") and not proposer.available():
         why = proposer.unavailable_reason() if hasattr(proposer, "unavailable_reason") else ""

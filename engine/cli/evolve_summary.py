@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from engine.gpu_wait import WAITING_FOR_GPU
+
+if TYPE_CHECKING:
+    from engine.evolve.events import Stopped
 
 EXIT_WAITING_FOR_GPU = 3   # as `kbench eval`: compiled, not checked (no GPU)
 
 
-def summary_lines(stats: dict[str, Any], result: Any, session: str) -> list[str]:
+def summary_lines(stats: dict[str, Any], result: Stopped | None, session: str) -> list[str]:
     """A throughput figure only for what was measured; where nothing was, what waits for a GPU instead."""
-    from engine.gpu_wait import WAITING_FOR_GPU
-
     lines = []
     completed = int(stats.get("completed") or 0)
     measured = completed - int(stats.get("unmeasured") or 0)
@@ -28,7 +31,7 @@ def summary_lines(stats: dict[str, Any], result: Any, session: str) -> list[str]
     return lines
 
 
-def exit_code(result: Any, interrupted: bool) -> int:
+def exit_code(result: Stopped | None, interrupted: bool) -> int:
     """130 after Ctrl-C; 3 where the session stopped waiting for a GPU; 0 when the budgets ran out; else 1."""
     if interrupted:
         return 130

@@ -9,12 +9,17 @@ not to repeat it (see executor.default_gpu).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.verdict import Stage, Status, Verdict
 
+if TYPE_CHECKING:
+    from engine.candidates import Candidate
+    from engine.evolve.loop_state import Check
+    from engine.tasks.model import Task
 
-def static_integrity_check(task: Any, direction: str, candidate: Any, policy: str | None = None) -> Verdict:
+
+def static_integrity_check(task: Task, direction: str, candidate: Candidate, policy: str | None = None) -> Verdict:
     """The static scan under the session's library policy (None: the task's, else the default)."""
     try:
         from engine.integrity.static import check_candidate
@@ -23,7 +28,7 @@ def static_integrity_check(task: Any, direction: str, candidate: Any, policy: st
     return check_candidate(candidate, task, policy)
 
 
-def session_checks(policy: str | None) -> tuple[Any, ...]:
+def session_checks(policy: str | None) -> tuple[Check, ...]:
     """The default checks for a session whose library policy is `policy` (`[eval] library_policy` or a flag)."""
     return (partial(static_integrity_check, policy=policy),) if policy else DEFAULT_CHECKS
 

@@ -3,12 +3,21 @@ already been merged into them): the local pipelined executor by default, a Ray c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import KbenchError
 
+if TYPE_CHECKING:
+    from engine.config import Config
+    from engine.evolve.outcome import Evaluator
+    from engine.pipeline.evaluate import EvalOptions
+    from engine.tasks.model import Task
 
-def eval_options(config: Any, **overrides: Any) -> Any:
+# The pipeline and the executors are imported where they are used: the CLI and the app import this module at
+# start-up (through engine.service), and the pipeline and executors take about half a second to import.
+
+
+def eval_options(config: Config, **overrides: Any) -> EvalOptions:
     """EvalOptions from `[eval]`; keyword overrides win where they are not None.
 
     Only `[eval] profile = "all"` profiles inside every evaluation; with "best" the evaluations leave it out
@@ -33,7 +42,8 @@ def parse_gpus(text: str | None) -> list[int] | None:
         raise KbenchError(f"gpus {text!r}: give GPU indices like 0,1") from None
 
 
-def make_evaluator(task: Any, direction: str, config: Any, options: Any = None, *, sequential: bool = False) -> Any:
+def make_evaluator(task: Task, direction: str, config: Config, options: EvalOptions | None = None, *,
+                   sequential: bool = False) -> Evaluator:
     """The configured executor for one task direction. Raises KbenchError with the cause in one paragraph
     (Ray missing or unreachable, a cluster without GPUs)."""
     opts = options if options is not None else eval_options(config)

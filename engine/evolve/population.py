@@ -14,6 +14,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from engine.gpu_wait import WAITING_FOR_GPU
 from engine.verdict import Stage
 
 PENDING, DONE = "pending", "done"
@@ -169,7 +170,6 @@ class Population:
             if fitness(m) is not None:
                 what = f"{m.speedup:.3f}x"
             elif m.waiting:
-                from engine.gpu_wait import WAITING_FOR_GPU
                 what = f"compiled, {WAITING_FOR_GPU} (not measured yet)"
             elif m.state == PENDING:
                 what = "pending"

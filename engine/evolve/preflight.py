@@ -7,12 +7,18 @@ created, propose nothing and stay behind empty. Imported tasks (robust-kbench, K
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.errors import KbenchError
 
+if TYPE_CHECKING:
+    from engine.evolve.operators import OperatorPolicy
+    from engine.proposers.base import Proposer
+    from engine.tasks.model import Task
 
-def check_can_start(task: Any, direction: str, proposer: Any, policy: Any, use_baseline: bool) -> None:
+
+def check_can_start(task: Task, direction: str, proposer: Proposer, policy: OperatorPolicy,
+                    use_baseline: bool) -> None:
     """Raise KbenchError naming what is missing where generation 0 could hold no candidate."""
     if use_baseline and task.baseline_dir(direction) is not None:
         return

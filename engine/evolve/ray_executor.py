@@ -46,7 +46,7 @@ _OPTION_FIELDS_NOT_SHIPPED = ("cache_root", "gpu")
 class RayExecutor:
     """Evaluate candidates on a Ray cluster: compile tasks on CPUs, one GPU per check-and-time task."""
 
-    def __init__(self, task: Task, direction: str, options: Any = None, *, address: str | None = None,
+    def __init__(self, task: Task, direction: str, options: EvalOptions | None = None, *, address: str | None = None,
                  retries: int = 2, compile_on_cluster: bool = True, build_cpus: float = 1.0,
                  gpu_resources: dict[str, Any] | None = None, ship_code: bool | None = None,
                  build_fn: Callable[..., dict[str, Any]] | None = None, gpu_fn: Callable[..., Any] | None = None,

@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - exercised where ray is missing
 from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, Submission
 from engine.evolve.worker_fns import compile_verdict
 from engine.harness.build_result import BuildSummary
-from engine.verdict import Status, Verdict
+from engine.verdict import Stage, Status, Verdict
 
 
 @dataclass
@@ -48,10 +48,10 @@ class RayJob(Submission):
         verdicts = out.verdicts
         if self.built is not None:
             cv = compile_verdict(BuildSummary.from_json(self.built["build"]))
-            rest = [x for x in verdicts if not (x.stage == "compile" and x.status == Status.PASS)]
-            verdicts = rest if any(x.stage == "compile" for x in rest) else [cv] + rest
+            rest = [x for x in verdicts if not (x.stage == Stage.COMPILE and x.status == Status.PASS)]
+            verdicts = rest if any(x.stage == Stage.COMPILE for x in rest) else [cv] + rest
         for x in verdicts:
-            if x.stage != "compile" or self.built is None:   # the shipped build's verdict was reported already
+            if x.stage != Stage.COMPILE or self.built is None:   # the shipped build's verdict was reported already
                 self.notify(x)
         out.verdicts = verdicts
         out.build_s = self.build_s

@@ -11,11 +11,14 @@ overridden the blocking verdict and it never compiled: then it is pending again 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.evolve.population import DONE, PENDING, Member, Population
 from engine.verdict import Stage
-from engine.workspace.errors import WorkspaceDamagedError
+from engine.workspace.errors import CorruptNoteError, WorkspaceDamagedError
+
+if TYPE_CHECKING:
+    from engine.workspace import CandidateView, Workspace
 
 EVALUATED = "evaluated"        # the note event that marks a finished evaluation
 DIRECTIVES = "directives"      # the note event that keeps the meta operator's directives
@@ -40,7 +43,7 @@ def title_of(subject: str) -> str:
     return parts[2] if len(parts) == 3 and parts[0].startswith("gen ") else subject
 
 
-def member_from_view(view: Any) -> tuple[Member, bool]:
+def member_from_view(view: CandidateView) -> tuple[Member, bool]:
     """(member, finished) for one CandidateView."""
     rec, st = view.record, view.status
     m = Member(id=rec.id, generation=rec.generation, operator=rec.operator, source_hash=rec.source_hash,
@@ -64,12 +67,11 @@ def member_from_view(view: Any) -> tuple[Member, bool]:
     return m, finished
 
 
-def load_state(workspace: Any, session: str) -> SessionState:
+def load_state(workspace: Workspace, session: str) -> SessionState:
     views = workspace.candidates(session, strict=False)
     damaged = [v for v in views if v.problem]
     if damaged and not getattr(workspace, "accept_damage", False):
         # Its history cannot be read: evaluating it again would be a guess at what was already done.
-        from engine.workspace.errors import CorruptNoteError
         more = f" ({len(damaged) - 1} more candidate(s) of session {session} likewise)" if len(damaged) > 1 else ""
         raise CorruptNoteError(damaged[0].problem + more)
     pop = Population()
@@ -106,7 +108,7 @@ def load_state(workspace: Any, session: str) -> SessionState:
     return state
 
 
-def proposal_costs(workspace: Any, members: list[Member]) -> float:
+def proposal_costs(workspace: Workspace, members: list[Member]) -> float:
     """What the proposals behind these members cost (from each commit's candidate.json meta)."""
     total = 0.0
     for m in members:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate
 from engine.errors import KbenchError
@@ -21,6 +21,9 @@ from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
 from engine.tasks.model import Task
 from engine.verdict import Stage
+
+if TYPE_CHECKING:
+    from engine.workspace.workspace import Workspace
 
 EXPORTABLE_FORMATS = ("native", "robust-kbench")
 # robust-kbench's backward kernel takes what the task's AutogradFunction.backward passes it (task-specific, e.g.
@@ -212,7 +215,7 @@ def _folder_verdict(task: Task, direction: str, cand: Candidate, p: Path) -> tup
 # ---------------------------------------------------------------------------------------- workspace
 
 
-def _session_task(ws: Any, session: str, query: str) -> tuple[Task, str, str]:
+def _session_task(ws: Workspace, session: str, query: str) -> tuple[Task, str, str]:
     """The session's task (from session.json) and its reference file as committed with the candidate."""
     info = ws._session_json(session)  # the task as it was when the session started (configs, signatures)
     obj = info.get("task_json")
@@ -225,7 +228,7 @@ def _session_task(ws: Any, session: str, query: str) -> tuple[Task, str, str]:
     return task, ref_name, ref_text
 
 
-def _ws_kernel(ws: Any, query: str, direction: str) -> KernelSource:
+def _ws_kernel(ws: Workspace, query: str, direction: str) -> KernelSource:
     view = ws.view(query)
     rec = view.record
     info = ws.session(rec.session)
@@ -243,7 +246,7 @@ def _ws_kernel(ws: Any, query: str, direction: str) -> KernelSource:
                         why_not_passing=why, status=view.status.to_json())
 
 
-def find_backward(ws: Any, task: Task) -> tuple[str | None, str]:
+def find_backward(ws: Workspace, task: Task) -> tuple[str | None, str]:
     """The best verified backward candidate for `task` in the workspace: passing correctness, nothing failed
     or suspicious, exportable format; the highest speedup wins (ties: earlier generation). (id, why-none)."""
     best = None
@@ -267,7 +270,7 @@ def find_backward(ws: Any, task: Task) -> tuple[str | None, str]:
     return None, f"no candidate of the task's {looked} backward session(s) has a passing verdict"
 
 
-def plan_from_workspace(ws: Any, query: str, name: str | None = None, force: bool = False,
+def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, force: bool = False,
                         backward: str | None = None, with_backward: bool = True) -> ExportPlan:
     """Export workspace candidate `query` (a forward kernel). Its backward is `backward` when given, else the
     best verified backward candidate of the same task in the workspace (none: the op has no autograd)."""

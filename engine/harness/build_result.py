@@ -1,13 +1,16 @@
 """What a build returns: BuildResult (also what a cache entry's result.json holds), the failure kinds, and
 BuildSummary, the part of a build that crosses a process boundary to an executor.
-Standard library only. Split from engine/harness/build.py.
+Standard library and engine.jsonable (which imports pydantic only when a result is written or read). Split from
+engine/harness/build.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+
+from engine.jsonable import dump, load
 
 FailureKind = Literal["compile", "link", "timeout", "internal", "invalid"]
 
@@ -34,17 +37,13 @@ class BuildResult:
     entry_dir: Path | None = None                           # the cache entry (src/, build.log), if stored
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["so_path"] = str(self.so_path) if self.so_path else None
-        d["entry_dir"] = str(self.entry_dir) if self.entry_dir else None
-        return d
+        return dump(self)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "BuildResult":
-        d = dict(obj)
-        d["so_path"] = Path(d["so_path"]) if d.get("so_path") else None
-        d["entry_dir"] = Path(d["entry_dir"]) if d.get("entry_dir") else None
-        return cls(**d)
+        if isinstance(obj, dict):   # a path written as "" (or left out) reads as None, as it always did
+            obj = {**obj, **{k: None for k in ("so_path", "entry_dir") if not obj.get(k)}}
+        return load(cls, obj, "a build result")
 
 
 @dataclass
@@ -68,11 +67,10 @@ class BuildSummary:
                    cache_hit=result.cache_hit, steps=dict(result.steps or {}))
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return dump(self)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "BuildSummary":
-        seconds = obj.get("seconds")
-        return cls(ok=bool(obj.get("ok")), error=obj.get("error"), log=str(obj.get("log") or ""),
-                   seconds=float(seconds) if seconds is not None else None, cache_hit=bool(obj.get("cache_hit")),
-                   steps=dict(obj.get("steps") or {}))
+        if isinstance(obj, dict):   # a partial dict: a missing `ok` is False, a null anything its default
+            obj = {"ok": False, **{k: v for k, v in obj.items() if v is not None}}
+        return load(cls, obj, "a build summary")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from engine.harness.build_native import prebuild_binding
 from engine.harness.toolchain import Toolchain
-from engine.tasks.glue import GlueError, glue_binding
+from engine.tasks.glue import glue_binding
+from engine.tasks.glue_abi import GlueError
 from engine.tasks.model import Task
 
 

@@ -27,8 +27,17 @@ the reference would start from).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
+from engine.errors import TaskError
+from engine.harness.compare import Comparison, compare_outputs, reference_error, vacuous_fraction
+from engine.harness.runtimes import runtime_for
+
+if TYPE_CHECKING:
+    from engine.harness.runtimes.base import TaskRuntime
+    from engine.tasks.model import DirectionSpec, Task, TaskConfig
+
+# torch is imported inside the functions that use it (start-up cost): importing this module does not load it.
 CPU_MAX_FLOPS = 3e9   # configs above these run only on a GPU (CPU is the fallback for small ones)
 CPU_MAX_BYTES = 4e8
 
@@ -74,17 +83,16 @@ def _rel(a: list[Any], b: list[Any]) -> float:
     return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
 
 
-def _compare(trial: list[Any], ref: list[Any], spec: Any) -> Any:
-    from engine.harness.compare import compare_outputs
+def _compare(trial: list[Any], ref: list[Any], spec: DirectionSpec) -> Comparison:
     return compare_outputs(tuple(trial), tuple(ref), spec.tolerance.atol, spec.tolerance.rtol,
                            spec.max_mismatch_fraction)
 
 
-def _passes(trial: list[Any], ref: list[Any], spec: Any) -> bool:
+def _passes(trial: list[Any], ref: list[Any], spec: DirectionSpec) -> bool:
     return _compare(trial, ref, spec).ok
 
 
-def _param_state(runtime: Any) -> list[Any]:
+def _param_state(runtime: TaskRuntime) -> list[Any]:
     """The model's floating-point parameters and buffers (empty when it has none)."""
     import torch
     model = getattr(runtime, "model", None)
@@ -99,7 +107,7 @@ def _changed(a: list[Any], b: list[Any]) -> bool:
     return len(a) != len(b) or any(x.shape != y.shape or not torch.equal(x, y) for x, y in zip(a, b))
 
 
-def _reference64(runtime: Any, config: Any, seed: int, device: Any) -> list[Any] | None:
+def _reference64(runtime: TaskRuntime, config: TaskConfig, seed: int, device: Any) -> list[Any] | None:
     """The reference in float64 on the same seeded setup (model, inputs and grad_out converted), or None
     where the reference cannot run in float64 (it fixes a dtype somewhere, say)."""
     import torch
@@ -120,10 +128,9 @@ def _reference64(runtime: Any, config: Any, seed: int, device: Any) -> list[Any]
         return None
 
 
-def check_config(runtime: Any, config: Any, device: Any, seeds: int = 3) -> ConfigCheck:
+def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: int = 3) -> ConfigCheck:
     import torch
 
-    from engine.harness.compare import reference_error, vacuous_fraction
 
     spec = runtime.spec
     res = ConfigCheck(runtime.direction, config.name, str(device), seeds)
@@ -192,7 +199,7 @@ def check_config(runtime: Any, config: Any, device: Any, seeds: int = 3) -> Conf
     return res
 
 
-def footprint_bytes(runtime: Any, config: Any) -> int | None:
+def footprint_bytes(runtime: TaskRuntime, config: TaskConfig) -> int | None:
     """What one setup of `config` holds (inputs, parameters and buffers, reference outputs), measured by
     building it on torch's `meta` device, which allocates nothing. None where the reference cannot be built
     there. The size guard for configs without a cost model (imported KernelBench problems): a problem's
@@ -222,7 +229,7 @@ def footprint_bytes(runtime: Any, config: Any) -> int | None:
     return held
 
 
-def _too_large_on_cpu(runtime: Any, cfg: Any, direction: str) -> str:
+def _too_large_on_cpu(runtime: TaskRuntime, cfg: TaskConfig, direction: str) -> str:
     """Why `cfg` is not checked on a CPU ("" where it is): its cost model, else its measured footprint."""
     cost = cfg.cost.get(direction)
     if cost is not None:
@@ -236,15 +243,13 @@ def _too_large_on_cpu(runtime: Any, cfg: Any, direction: str) -> str:
     return ""
 
 
-def check_task(task: Any, seeds: int = 3, device: str | None = None, directions: list[str] | None = None,
+def check_task(task: Task, seeds: int = 3, device: str | None = None, directions: list[str] | None = None,
                configs: list[str] | None = None, cpu_all: bool = False,
-               progress: Any = None) -> list[ConfigCheck]:
+               progress: Callable[[str], None] | None = None) -> list[ConfigCheck]:
     """Check every (direction, config) of `task`; small configs only on a CPU unless cpu_all. A reference
     that cannot even be imported is bad input (TaskError naming the file and the cause)."""
     import torch
 
-    from engine.errors import TaskError
-    from engine.harness.runtimes import runtime_for
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out: list[ConfigCheck] = []

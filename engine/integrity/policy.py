@@ -14,9 +14,12 @@ config), then the task (`library_policy` in task.toml), then DEFAULT_POLICY.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine.errors import KbenchError
+
+if TYPE_CHECKING:
+    from engine.tasks.model import Task
 
 LibraryPolicy = Literal["pure", "engineering"]
 POLICIES: tuple[str, ...] = ("pure", "engineering")
@@ -43,7 +46,7 @@ class ResolvedPolicy:
         return {"policy": self.policy, "source": self.source}
 
 
-def resolve_policy(session: str | None, task: Any = None) -> ResolvedPolicy:
+def resolve_policy(session: str | None, task: Task | None = None) -> ResolvedPolicy:
     """The policy in force for one evaluation: the session's choice, else the task's, else the default."""
     if session is not None:
         return ResolvedPolicy(check_policy(session, "session"), "session")

@@ -17,7 +17,7 @@ loop's pre-GPU check), `scan_cpp` / `scan_python` (one source).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine.integrity.cpp_scan import parser_available, scan_cpp_source
 from engine.integrity.findings import (  # noqa: F401 - the catalog ids are part of this module's API
@@ -42,6 +42,11 @@ from engine.integrity.policy import DEFAULT_POLICY, ResolvedPolicy, resolve_poli
 from engine.integrity.py_scan import scan_python_source
 from engine.verdict import Stage, Status, Verdict
 
+if TYPE_CHECKING:
+    from engine.candidates import Candidate
+    from engine.pipeline.evaluate import EvalReport
+    from engine.tasks.model import Task
+
 CPP_SUFFIXES = (".cu", ".cpp", ".cuh", ".h", ".hpp", ".cc", ".cxx")
 
 
@@ -59,7 +64,7 @@ def scan_python(name: str, raw: str, *, task_dtype: str = "float32", shape_value
                               reference_modules=reference_modules, policy=policy)[0]
 
 
-def config_shape_values(task: Any) -> set[int]:
+def config_shape_values(task: Task | None) -> set[int]:
     vals: set[int] = set()
     for c in getattr(task, "configs", ()):
         for v in list(c.model_kwargs.values()) + list(c.input_kwargs.values()):
@@ -70,7 +75,7 @@ def config_shape_values(task: Any) -> set[int]:
     return vals
 
 
-def scan_candidate(candidate: Any, task: Any = None, policy: str | None = None) -> list[Finding]:
+def scan_candidate(candidate: Candidate, task: Task | None = None, policy: str | None = None) -> list[Finding]:
     """All findings for a candidate (engine.candidates.Candidate) against a task (for dtype and sizes), under
     the library policy in force (`policy` is the session's choice; None: the task's, else the default)."""
     pol = resolve_policy(policy, task).policy
@@ -147,7 +152,7 @@ def static_verdict(findings: list[Finding], policy: ResolvedPolicy | str | None 
     return Verdict(Stage.STATIC, Status.PASS, "no reward-hack pattern in the sources" + tag, data)
 
 
-def check_candidate(candidate: Any, task: Any = None, policy: str | None = None) -> Verdict:
+def check_candidate(candidate: Candidate, task: Task | None = None, policy: str | None = None) -> Verdict:
     """scan_candidate + static_verdict under the policy in force; `skipped` when the parser cannot load."""
     why = parser_available()
     if why is not None:
@@ -161,7 +166,8 @@ def check_candidate(candidate: Any, task: Any = None, policy: str | None = None)
     return static_verdict(findings, resolve_policy(policy, task))
 
 
-def gate_static(report: Any, candidate: Any, task: Any, override: bool = False, say: Any = None,
+def gate_static(report: EvalReport, candidate: Candidate, task: Task | None, override: bool = False,
+                say: Callable[[str], None] | None = None,
                 policy: str | None = None) -> bool:
     """The evaluator's static stage: append the `static` verdict to `report`; False when it must stop there.
 

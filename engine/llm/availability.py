@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping
+from typing import Mapping
+
+from engine import secrets
+from engine.config import LLMConfig
 
 log = logging.getLogger("kbench.llm")
 
@@ -20,11 +23,11 @@ _notice_lock = threading.Lock()
 _notice_given = False
 
 
-def _key_env(config: Any = None) -> str:
+def _key_env(config: LLMConfig | None = None) -> str:
     return config.key_env() if config is not None else "ANTHROPIC_API_KEY"
 
 
-def no_key_message(config: Any = None) -> str:
+def no_key_message(config: LLMConfig | None = None) -> str:
     var = _key_env(config)
     if var == "ANTHROPIC_API_KEY":
         return NO_KEY_MESSAGE
@@ -33,22 +36,21 @@ def no_key_message(config: Any = None) -> str:
             "local server that needs no key. The tuner, replay and human proposers work without it.")
 
 
-def api_key_from_env(env: Mapping[str, str] | None = None, config: Any = None) -> str | None:
+def api_key_from_env(env: Mapping[str, str] | None = None, config: LLMConfig | None = None) -> str | None:
     var = _key_env(config)
     if var == "":
         return "not-needed"      # a local endpoint without authentication; the SDK still wants a string
     if env is None:  # kbench's own environment: the key was moved out of it at start (engine.secrets)
-        from engine import secrets
         return secrets.get(var)
     return env.get(var) or None
 
 
-def llm_available(env: Mapping[str, str] | None = None, config: Any = None) -> bool:
+def llm_available(env: Mapping[str, str] | None = None, config: LLMConfig | None = None) -> bool:
     """Whether LLM proposers and verifiers can run: the check the CLI and TUI use."""
     return api_key_from_env(env, config) is not None
 
 
-def no_key_notice(env: Mapping[str, str] | None = None, config: Any = None) -> str | None:
+def no_key_notice(env: Mapping[str, str] | None = None, config: LLMConfig | None = None) -> str | None:
     """The plain 'no API key' message, the first time it applies in this process; None afterwards or when a
     key is set. It is also logged once, so callers may just call this and ignore the result."""
     global _notice_given

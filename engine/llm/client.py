@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import anthropic
 
@@ -36,6 +36,9 @@ from engine.llm.availability import NO_KEY_MESSAGE, api_key_from_env, llm_availa
 from engine.llm.errors import LLMError, NoAPIKey
 from engine.llm.models import ModelCaps, ModelCatalog, cache_file
 from engine.llm.retry import Failure, Retrier, retry_after, status_failure
+
+if TYPE_CHECKING:
+    from engine.llm.openai_client import OpenAICompatClient
 
 log = logging.getLogger("kbench.llm")
 
@@ -102,10 +105,10 @@ def needs_streaming(model: str, max_tokens: int) -> bool:
     return 3600 * max_tokens / 128_000 > 600 or bool(limit and max_tokens > limit)
 
 
-def make_client(config: LLMConfig, ledger: CostLedger | None = None, **kw: Any) -> Any:
+def make_client(config: LLMConfig, ledger: CostLedger | None = None, **kw: Any) -> LLMClient | OpenAICompatClient:
     """The client for `[llm] provider`: LLMClient (Anthropic) or OpenAICompatClient."""
     if config.provider == "openai-compatible":
-        from engine.llm.openai_client import OpenAICompatClient
+        from engine.llm.openai_client import OpenAICompatClient   # here: it imports this module
         return OpenAICompatClient(config, ledger, **kw)
     return LLMClient(config, ledger, **kw)
 

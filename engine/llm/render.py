@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.candidates import Candidate
+from engine.tasks.glue import glue_header
+from engine.tasks.glue_abi import GlueError
 from engine.tasks.model import Task
+from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
+
+if TYPE_CHECKING:
+    from engine.workspace import Measurement
 
 _FENCE = {".cu": "cuda", ".cuh": "cuda", ".cpp": "cpp", ".h": "cpp", ".hpp": "cpp", ".py": "python"}
 
@@ -52,7 +58,6 @@ def context_values(task: Task, direction: str, target: str = "") -> dict[str, An
 def launcher_abi_text(task: Task, direction: str) -> str:
     """The launcher a kernel-only answer defines (engine/tasks/glue.py); "" where the signature has no generated
     glue (then every answer carries its binding.cpp)."""
-    from engine.tasks.glue import GlueError, glue_header
     try:
         return glue_header(task, direction).rstrip()
     except GlueError:
@@ -64,7 +69,7 @@ def render_inits(task: Task) -> str:
     return "\n".join(f"- `{name}`: {INIT_MEANINGS.get(name, 'see engine/tasks/inits.py')}" for name in used)
 
 
-def render_timings(measurement: Any) -> str:
+def render_timings(measurement: Measurement | None) -> str:
     """Per-config times of a measurement (engine.workspace.Measurement) against eager and torch.compile."""
     if measurement is None or not getattr(measurement, "configs", ()):
         return ""
@@ -86,7 +91,6 @@ def estimate_tokens(text: str) -> int:
 
 def _backward_contract(task: Task) -> str:
     if task.format == "robust-kbench":  # upstream's task-specific convention, not kbench's generic one
-        from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
         return RKB_CONTRACT
     return BACKWARD_CONTRACT
 

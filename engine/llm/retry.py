@@ -13,10 +13,13 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from engine.config import LLMConfig
 from engine.llm.errors import APIUnavailable, InvalidRequest, LLMError
+
+if TYPE_CHECKING:
+    from engine.llm.accounting import CostLedger
 
 log = logging.getLogger("kbench.llm")
 T = TypeVar("T")
@@ -32,7 +35,7 @@ class Failure:
 
 
 class Retrier:
-    def __init__(self, config: LLMConfig, ledger: Any, *, sleep: Callable[[float], None] = time.sleep,
+    def __init__(self, config: LLMConfig, ledger: CostLedger, *, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None):
         self.config = config
         self.ledger = ledger

@@ -1,6 +1,6 @@
 """Three LLM verifiers read a candidate before any GPU time is spent: compile, memory safety, numerics.
 
-Each returns a vote: a Verdict(stage="llm_verify") whose data names the verifier, its confidence and
+Each returns a vote: a Verdict(Stage.LLM_VERIFY) whose data names the verifier, its confidence and
 reasons. The votes are aggregated into one pre-GPU verdict by this rule:
 
 1. any vote `fail` with confidence >= [verify] min_confidence  ->  fail (the reasons of those votes);

@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine.candidates import Candidate
 from engine.harness.stats import geomean
@@ -21,6 +21,10 @@ from engine.procs import run_child
 from engine.tasks.model import Task
 from engine.verdict import Judgement, Stage, Status, Verdict, effective, judge_verdicts
 from engine.config import cache_root
+
+if TYPE_CHECKING:
+    from engine.harness.build_result import BuildResult
+    from engine.harness.toolchain import Toolchain
 
 # The parent's grace beyond the judge's own deadline: the judge stops a runner that hangs and still reports.
 JUDGE_GRACE_S = 60.0
@@ -163,7 +167,7 @@ def _run_judge(request: JudgeRequest, opts: EvalOptions) -> Any:
                      gpu=opts.gpu)
 
 
-def candidate_spec(candidate: Candidate, build: Any, cache_root: Path, toolchain: Any) -> CandidateSpec:
+def candidate_spec(candidate: Candidate, build: BuildResult, cache_root: Path, toolchain: Toolchain) -> CandidateSpec:
     """What the runner loads: the built .so, or the KernelBench .py and its load_inline build folder."""
     from engine.harness.build import kernelbench_extensions_dir
     if candidate.format == "kernelbench":
@@ -188,12 +192,13 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     if candidate.format == "kernelbench" and direction != "forward":
         raise ValueError("KernelBench ModelNew candidates have a forward direction only")
     if candidate.format == "kernel-only":   # kernel.cu alone: the binding the task's signature generates
-        from engine.tasks.glue import GlueError, materialise
+        from engine.tasks.glue import materialise
+        from engine.tasks.glue_abi import GlueError
         try:
             candidate = materialise(candidate, task, direction)
         except GlueError as exc:
             report = EvalReport(task.name, direction, candidate.source_hash, candidate.format, [], [], {}, {})
-            report.verdicts.append(Verdict("compile", Status.FAIL, str(exc)))
+            report.verdicts.append(Verdict(Stage.COMPILE, Status.FAIL, str(exc)))
             report.seconds = time.monotonic() - t0
             return report
     report = EvalReport(task.name, direction, candidate.source_hash, candidate.format, [], [], {}, {})

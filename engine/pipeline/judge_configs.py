@@ -8,16 +8,20 @@ at once (engine/pipeline/judge.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline import wire
+
+if TYPE_CHECKING:
+    from engine.harness.runtimes.base import CallPlan, TaskRuntime
+    from engine.tasks.model import TaskConfig
 
 
 @dataclass
 class Variant:
     seed: int
     state: dict[str, Any]
-    plan: Any            # engine.harness.runtimes.base.CallPlan
+    plan: CallPlan
     ref: tuple
 
 
@@ -28,7 +32,7 @@ class Prepared:
     tensors: list[Any] = field(default_factory=list)   # the judge's copy of every variant's argument tensors
 
 
-def prepare(runtime: Any, cfg: Any, trials: int, device: Any) -> Prepared:
+def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> Prepared:
     """Set each variant up under its seed, capture how the candidate is called, compute the reference."""
     import torch
     variants: list[Variant] = []
@@ -80,7 +84,7 @@ def plan_message(prep: Prepared) -> tuple[dict[str, Any], list[Any]]:
     return header, tensors
 
 
-def composer(runtime: Any, prep: Prepared) -> Callable[[int, list[Any]], tuple]:
+def composer(runtime: TaskRuntime, prep: Prepared) -> Callable[[int, list[Any]], tuple]:
     """Variant v's outputs as the reference's tuple: the runtime composes them under that variant's state."""
     def compose(v: int, outputs: list[Any]) -> tuple:
         runtime.restore_state(prep.variants[v].state)

@@ -20,9 +20,10 @@ from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
 from engine.pipeline.judge_timing import TimingJudge
 from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
-from engine.tasks.model import Task
+from engine.tasks.model import Task, TaskConfig
 
 if TYPE_CHECKING:
+    from engine.harness.runtimes.base import TaskRuntime
     from engine.pipeline.judge import ResultFile
 
 SETTLE_MS = 20.0        # the pause before the async-completeness comparison of a checked call
@@ -168,8 +169,8 @@ class Judge:
             return
         self._time(configs, prepared, runtime, tol, decode)
 
-    def _time(self, configs: list[Any], prepared: dict[str, Prepared], runtime: Any, tol: analysis.Tolerance,
-              decode: Callable[[wire.Record, int], Any]) -> None:
+    def _time(self, configs: list[TaskConfig], prepared: dict[str, Prepared], runtime: TaskRuntime,
+              tol: analysis.Tolerance, decode: Callable[[wire.Record, int], Any]) -> None:
         """The timing phase, on the configs that passed the checks."""
         # The candidate first, on every timed config; then its runner is stopped (with anything it left
         # running) before the judge times the null loop and the baselines, so no candidate code shares the

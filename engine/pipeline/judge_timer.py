@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine.harness.build import load_extension
 from engine.pipeline import analysis, wire
+
+if TYPE_CHECKING:
+    from engine.pipeline.types import TimingParams
 
 
 class LocalTimer:
@@ -46,7 +49,7 @@ class LocalTimer:
         return int(self.mod.fingerprint(t, seed)) & (2**64 - 1)
 
     def time(self, call: Callable[[], Any], live: list[Any], variants: list[list[Any]],
-             p: Any, checks: int = 0) -> analysis.Job:
+             p: TimingParams, checks: int = 0) -> analysis.Job:
         self._job += 1
         job_id = self._job
         self.mod.run(job_id, "time", call, live, variants, [], p.warmup, p.min_iters, p.max_iters, p.budget_s,

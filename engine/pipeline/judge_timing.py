@@ -14,6 +14,7 @@ from engine.pipeline import analysis
 from engine.pipeline.judge_configs import Prepared, composer
 
 if TYPE_CHECKING:
+    from engine.harness.runtimes.base import TaskRuntime
     from engine.pipeline.judge_timer import LocalTimer
     from engine.pipeline.types import JudgeRequest, JudgeResult, TimingParams
 
@@ -28,7 +29,8 @@ class TimingJudge:
     def __init__(self, req: JudgeRequest, local: LocalTimer, result: JudgeResult):
         self.req, self.local, self.result = req, local, result
 
-    def verdict(self, runtime: Any, prep: Prepared, tol: analysis.Tolerance, job: analysis.Job) -> dict[str, Any]:
+    def verdict(self, runtime: TaskRuntime, prep: Prepared, tol: analysis.Tolerance,
+                job: analysis.Job) -> dict[str, Any]:
         """The verdict on a timing job of the candidate's (its runner already stopped), with the null loop and
         the baselines timed now by the judge alone, or the session's baselines where a re-timing agrees."""
         import torch
@@ -82,7 +84,7 @@ class TimingJudge:
         torch.cuda.synchronize()
         return row
 
-    def _session_baselines(self, runtime: Any, prep: Prepared) -> dict[str, Any] | None:
+    def _session_baselines(self, runtime: TaskRuntime, prep: Prepared) -> dict[str, Any] | None:
         """This config's baselines as measured earlier in the session (the request carries them), if a quick
         re-timing of one of them still agrees: then they are reused as they are, else all are measured anew."""
         known = (self.req.session_baselines or {}).get(prep.name)

@@ -11,12 +11,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.profile.ncu import build_ncu_command, ncu_unavailable_reason, parse_ncu_csv, permission_denied
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
 from engine.profile.summarise import summarise
 from engine.verdict import Status, Verdict
+
+if TYPE_CHECKING:
+    from engine.candidates import Candidate
+    from engine.harness.roofline import Peaks
+    from engine.pipeline.evaluate import EvalOptions
+    from engine.tasks.model import Task
 
 
 def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeout_s: float,
@@ -95,8 +101,9 @@ def run_torch_profiler(request: dict[str, Any], opts: ProfileOptions) -> tuple[l
     return list(res.get("candidate_ops") or ()), list(res.get("reference_ops") or ()), ""
 
 
-def profile_candidate(task: Any, candidate: Any, direction: str = "forward", options: ProfileOptions | None = None,
-                      peaks: Any = None, cache_root: Path | None = None) -> Verdict:
+def profile_candidate(task: Task, candidate: Candidate, direction: str = "forward",
+                      options: ProfileOptions | None = None, peaks: Peaks | None = None,
+                      cache_root: Path | None = None) -> Verdict:
     """Build (cache hit after an evaluation) and profile a candidate; the `profile` Verdict."""
     import time
 
@@ -108,7 +115,8 @@ def profile_candidate(task: Any, candidate: Any, direction: str = "forward", opt
     opts = options or ProfileOptions()
     cache_root = cache_root or default_cache_root()
     if getattr(candidate, "format", None) == "kernel-only":
-        from engine.tasks.glue import GlueError, materialise
+        from engine.tasks.glue import materialise
+        from engine.tasks.glue_abi import GlueError
         try:
             candidate = materialise(candidate, task, direction)
         except GlueError as exc:
@@ -131,7 +139,8 @@ def profile_candidate(task: Any, candidate: Any, direction: str = "forward", opt
     return verdict
 
 
-def profile_stage(task: Any, candidate: Any, direction: str, eval_options: Any, peaks_json: dict | None) -> Verdict:
+def profile_stage(task: Task, candidate: Candidate, direction: str, eval_options: EvalOptions,
+                  peaks_json: dict | None) -> Verdict:
     """The stage as `evaluate()` runs it after timing: never raises, never blocks (pass or skipped)."""
     from engine.harness.roofline import Peaks
 

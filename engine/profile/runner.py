@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Mapping
 
 from engine.profile.summarise import ProfileSummary
 from engine.verdict import Stage, Status, Verdict
+
+if TYPE_CHECKING:
+    from engine.tasks.model import Task
+    from engine.workspace import StageState
 
 STAGE = Stage.PROFILE
 
@@ -29,7 +33,7 @@ class ProfileOptions:
     gpu: int | None = None
 
 
-def representative_config(task: Any, wanted: str | None = None) -> str:
+def representative_config(task: Task, wanted: str | None = None) -> str:
     names = [c.name for c in task.configs]
     if wanted:
         if wanted not in names:
@@ -47,7 +51,7 @@ def profile_verdict(summary: ProfileSummary, torch_error: str = "") -> Verdict:
     return Verdict(STAGE, Status.PASS, f"{summary.bottleneck}-bound", data)
 
 
-def profile_feedback(stages: Any) -> str:
+def profile_feedback(stages: Mapping[str, StageState] | None) -> str:
     """The profile text for a prompt from a candidate's stages (`CandidateStatus.stages`), or ""."""
     st = stages.get(STAGE) if stages else None
     v = st.verdict.verdict if st is not None and st.verdict is not None else None

@@ -10,9 +10,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from engine.gpu_wait import waiting_for_gpu
 from engine.verdict import BLOCKING, Stage, in_pipeline_order
+
+if TYPE_CHECKING:
+    from engine.workspace import CandidateView, Workspace
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BEST_COLOR, MEDIAN_COLOR, REFERENCE_COLOR = "#c81e1e", "#1e5ac8", "#bebebe"
@@ -59,7 +63,7 @@ def _fast_p(values: list[float | None], proposed: int) -> dict[float, float]:
     return {p: sum(1 for v in values if v is not None and v > p) / proposed for p in FAST_P}
 
 
-def build_report(ws: Any, session: str) -> SessionReport:
+def build_report(ws: Workspace, session: str) -> SessionReport:
     info = ws.session(session)
     views = ws.candidates(session, strict=False)
     base = [v for v in views if v.record.operator == "baseline"]
@@ -75,7 +79,6 @@ def build_report(ws: Any, session: str) -> SessionReport:
                                        "passed": sum(1 for v in reached if v.status.stages[stage].status not in BLOCKING)}
         if at_base:
             rep.baseline_stages[stage] = ", ".join(at_base)
-    from engine.gpu_wait import waiting_for_gpu
     rep.waiting_for_gpu = sum(1 for v in views if waiting_for_gpu(v.status))
     elig = [v for v in props if v.status.eligible]
     rep.eligible = len(elig)
@@ -141,7 +144,7 @@ def build_report(ws: Any, session: str) -> SessionReport:
     return rep
 
 
-def _build_seconds(ws: Any, view: Any) -> float:
+def _build_seconds(ws: Workspace, view: CandidateView) -> float:
     """Every compile of the candidate (each evaluation's `compile` verdict carries its build time; a cache hit
     costs ~0), whether or not an `evaluated` event followed: on a machine without a GPU none does, and the
     builds are most of the time spent."""

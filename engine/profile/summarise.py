@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import jsonable
 from engine.profile.ncu import FLOP_METRICS, STALL_METRIC, STALL_REASONS, NcuKernel
+
+if TYPE_CHECKING:
+    from engine.harness.roofline import Peaks
 
 SOL = "GPU Speed Of Light Throughput"
 LAUNCH = "Launch Statistics"
@@ -174,7 +177,7 @@ def classify(memory_pct: float | None, compute_pct: float | None) -> str:
     return "memory" if mem >= comp else "compute"
 
 
-def summarise(kernels: Sequence[NcuKernel], peaks: Any = None, *, config: str = "",
+def summarise(kernels: Sequence[NcuKernel], peaks: Peaks | None = None, *, config: str = "",
               torch_ops: Sequence[dict[str, Any]] = (), reference_ops: Sequence[dict[str, Any]] = (),
               ncu_skipped: str = "", flops: float | None = None) -> ProfileSummary:
     """Merge repeated launches of a kernel (mean of each figure), order kernels by total time, classify

@@ -13,12 +13,15 @@ load the anthropic SDK.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config import Config, load_config
 from engine.errors import KbenchError
 from engine.proposers.base import (OPERATORS, Proposal, ProposalRequest, ProposalStatus, Proposer, guarded,
                                    parent_id)
+
+if TYPE_CHECKING:
+    from engine.llm.accounting import CostLedger
 
 PROPOSER_NAMES = ("anthropic", "openai", "tuner", "replay", "human")
 LLM_PROPOSERS = {"anthropic": "anthropic", "openai": "openai-compatible"}   # proposer -> [llm] provider
@@ -27,7 +30,7 @@ __all__ = ["LLM_PROPOSERS", "OPERATORS", "PROPOSER_NAMES", "Proposal", "Proposal
            "Proposer", "guarded", "make_proposer", "parent_id"]
 
 
-def make_proposer(name: str, config: Config | None = None, *, ledger: Any = None,
+def make_proposer(name: str, config: Config | None = None, *, ledger: CostLedger | None = None,
                   replay_from: str | Path | None = None, **kw: Any) -> Proposer:
     """Build a proposer. `ledger` (a CostLedger) is shared with the verifiers so one budget covers both;
     `replay_from` is the directory the replay proposer reads (a session replay is built with

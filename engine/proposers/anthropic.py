@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate
 from engine.config import Config
@@ -24,7 +24,12 @@ from engine.llm.prompts import PromptError, load_template
 from engine.llm.tools import SUBMIT_DIRECTIVES, SUBMIT_KERNEL, directives_answer, kernel_answer
 from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed,
                                    new_proposal_id, parent_id, with_provenance)
-from engine.tasks.glue import GlueError, materialise
+from engine.tasks.glue import materialise
+from engine.tasks.glue_abi import GlueError
+
+if TYPE_CHECKING:
+    from engine.llm.client import LLMClient
+    from engine.llm.openai_client import OpenAICompatClient
 
 _PARENTS = {"translate": 0, "mutate": 1, "crossover": 2, "repair": 1, "meta": 0}
 
@@ -37,7 +42,7 @@ PROVIDER_PROPOSER = {"anthropic": "anthropic", "openai-compatible": "openai"}   
 class LLMProposer:
     operators = frozenset(_PARENTS)
 
-    def __init__(self, client: Any, config: Config, *, target: str = ""):
+    def __init__(self, client: LLMClient | OpenAICompatClient, config: Config, *, target: str = ""):
         self.client = client
         self.config = config
         self.target = target      # the GPU and build flags, as engine.llm.target describes them

@@ -19,11 +19,14 @@ import re
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 from engine.candidates import NATIVE_FILES, Candidate, load_candidate
 from engine.errors import KbenchError
 from engine.proposers.base import Proposal, ProposalRequest, ProposalStatus, failed, parent_id, with_provenance
+
+if TYPE_CHECKING:
+    from engine.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def recorded_from(record: Any, candidate: Candidate, prompt: str = "") -> Record
 class WorkspaceReader:
     """SessionReader over engine.workspace.Workspace (duck-typed: candidates, files, prompt)."""
 
-    def __init__(self, workspace: Any):
+    def __init__(self, workspace: Workspace):
         self.workspace = workspace
 
     def recorded_proposals(self, session: str) -> Iterator[RecordedProposal]:
@@ -120,7 +123,7 @@ class ReplayProposer:
         return cls(SessionSource(reader, session), **kw)
 
     @classmethod
-    def from_workspace(cls, workspace: Any, session: str, **kw: Any) -> "ReplayProposer":
+    def from_workspace(cls, workspace: Workspace, session: str, **kw: Any) -> "ReplayProposer":
         return cls(SessionSource(WorkspaceReader(workspace), session), **kw)
 
     def available(self) -> bool:

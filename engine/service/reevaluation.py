@@ -14,13 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.config import Config
 from engine.errors import KbenchError
+from engine.verdict import Stage
 
 if TYPE_CHECKING:
+    from engine.candidates import Candidate
+    from engine.evolve.outcome import EvalOutcome, Evaluator
+    from engine.tasks.model import Task
     from engine.verdict import Verdict
+    from engine.workspace import CandidateStatus, CandidateView, SessionInfo, Workspace
 
 # The `by` of every verdict a re-evaluation notes, the profile's included (EvalOutcome.reevaluation_notes notes
 # the others so); who asked for it is the `by` in its `reevaluated` event's data.
@@ -31,25 +36,25 @@ REEVALUATED_BY = "reevaluate"
 class Reevaluated:
     id: str
     before: float | None                  # the speedup before this evaluation
-    status: Any                           # the candidate's CandidateStatus after its notes
-    outcome: Any                          # EvalOutcome
-    profile: Any = None                   # the `profile` Verdict of a profile run after it ([eval] profile = "best")
+    status: CandidateStatus               # the candidate's status after its notes
+    outcome: EvalOutcome
+    profile: Verdict | None = None        # the `profile` Verdict of a profile run after it ([eval] profile = "best")
 
 
 class SessionReevaluation:
     """Picks the candidates to evaluate again, evaluates them and records what was found."""
 
     # Set by SessionService.__init__; task_of and make_evaluator come from SessionService and SessionWiring.
-    ws: Any
+    ws: Workspace
     config: Config
-    task_of: Callable[[str], Any]
-    make_evaluator: Callable[[Any, str], Any]
+    task_of: Callable[[str], Task]
+    make_evaluator: Callable[[Task, str], Evaluator]
 
-    def reevaluation_targets(self, target: str, all_: bool = False) -> tuple[Any, list[Any]]:
-        """(session info, candidate views) for `kbench reevaluate TARGET`: a candidate, or a session's measured
-        (or, with all_, every) candidates."""
-        from engine.verdict import Status
-
+    def reevaluation_targets(self, target: str, all_: bool = False) -> tuple[SessionInfo, list[CandidateView]]:
+        """(session info, candidate views) for `kbench reevaluate TARGET`: a candidate, or a session's candidates
+        that have a measurement or passed correctness (or, with all_, every one). "Passed correctness" is the
+        judge's (engine.verdict.judge): a pass from a check that ran; a person's override to pass over a check
+        that never ran is not one (an override may change a verdict, never invent a measurement)."""
         sessions = {s.name: s for s in self.ws.sessions()}
         if target in sessions:
             info = sessions[target]
@@ -59,13 +64,13 @@ class SessionReevaluation:
                 raise KbenchError(damaged[0].problem)
             if not all_:
                 views = [v for v in views if v.status.measurement is not None or v.problem
-                         or v.status.status_of("correctness") == Status.PASS]
+                         or Stage.CORRECTNESS not in v.status.judgement.unmet]
             return info, views
         view = self.ws.view(target)
         return self.ws.session(view.record.session), [view]
 
     def reevaluate(self, target: str, *, all_: bool = False, by: str = "reevaluate",
-                   evaluator: Any = None, take_over: bool = False, command: str = "kbench reevaluate",
+                   evaluator: Evaluator | None = None, take_over: bool = False, command: str = "kbench reevaluate",
                    on_stage: Callable[[Verdict], None] | None = None) -> Iterator[Reevaluated]:
         """Evaluate again and append the verdicts, the measurement and a `reevaluated` event (nothing is
         rewritten), as the session's one writer. Yields one Reevaluated per candidate as it finishes.
@@ -108,16 +113,16 @@ class SessionReevaluation:
             finally:
                 claim.release()
 
-    def record_reevaluation(self, view: Any, outcome: Any, by: str) -> Reevaluated:
+    def record_reevaluation(self, view: CandidateView, outcome: EvalOutcome, by: str) -> Reevaluated:
         notes = outcome.reevaluation_notes(by=by)
         status = self.ws.record(view.id, notes) if notes else self.ws.status(view.id)
         return Reevaluated(view.id, view.status.speedup, status, outcome)
 
-    def profile_reevaluated(self, r: Reevaluated, evaluator: Any, candidate: Any,
+    def profile_reevaluated(self, r: Reevaluated, evaluator: Evaluator, candidate: Candidate,
                             on_stage: Callable[[Verdict], None] | None = None) -> Reevaluated:
         """The profile stage on its own for a candidate just re-evaluated (where it passed and its evaluation
         did not profile it), its verdict appended to the note as the evaluation's others are."""
-        from engine.evolve.outcome import profile_now
+        from engine.evolve.outcome import profile_now   # here: the CLI and the app load the service at start-up
         verdict = profile_now(evaluator, candidate, r.outcome)
         if verdict is None:
             return r

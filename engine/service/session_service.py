@@ -4,14 +4,16 @@ session's stored settings, the config and the defaults (describe), then builds a
 session's config written to the workspace, the session claimed for this process.
 
 How the parts are built is engine.service.wiring (SessionWiring); re-evaluation is
-engine.service.reevaluation (SessionReevaluation); the values exchanged are engine.service.spec.
+engine.service.reevaluation (SessionReevaluation); the values exchanged are engine.service.spec. The engine
+modules a session is built from (the loop, the task loader, the integrity policy) are imported where they are
+used, as in wiring: the CLI and the app load the service at start-up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config import Config
 from engine.errors import KbenchError
@@ -30,14 +32,21 @@ from engine.service.wiring import (
     default_evaluator_factory,
 )
 
+if TYPE_CHECKING:
+    from engine.llm.target import TargetInfo
+    from engine.proposers.base import Proposer
+    from engine.tasks.model import Task
+    from engine.workspace import Workspace
+
 _COMMANDS = {"cli": "kbench evolve", "tui": "kbench app", "app": "kbench app"}   # how a claim names its holder
 
 
 class SessionService(SessionWiring, SessionReevaluation):
     """One workspace's sessions, described, started and resumed with one config and evaluator seam."""
 
-    def __init__(self, workspace: Any, config: Config, *, env: Mapping[str, str] | None = None,
-                 evaluator_factory: EvaluatorFactory | None = None, target: Any = None,
+    def __init__(self, workspace: Workspace, config: Config, *, env: Mapping[str, str] | None = None,
+                 evaluator_factory: EvaluatorFactory | None = None,
+                 target: TargetInfo | Callable[[], TargetInfo] | None = None,
                  llm_options: dict[str, Any] | None = None):
         """`target`: a TargetInfo (or a callable giving one) for the prompts; None probes this machine when an
         LLM session starts. `llm_options`: extra keyword arguments for the LLM client (tests: sleep, clock)."""
@@ -118,10 +127,10 @@ class SessionService(SessionWiring, SessionReevaluation):
                            session_config=session_config)
 
     @staticmethod
-    def _default_name(task: Any, direction: str, proposer: str) -> str:
+    def _default_name(task: Task, direction: str, proposer: str) -> str:
         return f"{task.name}-{'bwd' if direction == 'backward' else 'fwd'}-{proposer}"
 
-    def task_of(self, session: str) -> Any:
+    def task_of(self, session: str) -> Task:
         """The task a session evolves: its recorded copy when its folder still exists, else by name."""
         from engine.tasks.loader import load_task
         from engine.tasks.model import Task
@@ -136,7 +145,7 @@ class SessionService(SessionWiring, SessionReevaluation):
 
     def start(self, spec: SessionSpec, *, on_event: Callable[[Any], None] | None = None, paused: bool = False,
               on_unavailable: str = "stop", sequential: bool = False, background: bool = True,
-              proposer: Any = None) -> RunningSession:
+              proposer: Proposer | None = None) -> RunningSession:
         """Build and start (on its own thread, unless `background` is False) the session the spec describes;
         a session of that name is resumed. Events go to `on_event` on the loop's thread. `proposer`: one the
         front end built itself (the app's human proposer, whose editor the app must run)."""

@@ -8,7 +8,14 @@ running session from them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.evolve.loop import EvolutionSession
+    from engine.evolve.outcome import Evaluator
+    from engine.llm.accounting import CostLedger
+    from engine.tasks.model import Task
+    from engine.workspace.writers import Claim
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class SessionSpec:
 @dataclass(frozen=True)
 class SessionPlan:
     name: str
-    task: Any
+    task: Task
     direction: str
     proposer: str
     provider: str | None                  # the LLM provider, for LLM proposers
@@ -76,11 +83,11 @@ class SessionPlan:
 class RunningSession:
     """A started session, the evaluator it owns and the plan it runs."""
 
-    session: Any                          # engine.evolve.loop.EvolutionSession
-    evaluator: Any
+    session: EvolutionSession
+    evaluator: Evaluator
     plan: SessionPlan
-    ledger: Any = None
-    claim: Any = None                     # this process's claim on the session (released on close)
+    ledger: CostLedger | None = None
+    claim: Claim | None = None            # this process's claim on the session (released on close)
     _closed: bool = field(default=False, repr=False)
 
     def close(self, wait: bool = True) -> None:

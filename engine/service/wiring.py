@@ -23,12 +23,22 @@ from engine.errors import KbenchError
 from engine.proposers import LLM_PROPOSERS
 
 if TYPE_CHECKING:
+    from engine.candidates import Candidate
+    from engine.evolve.outcome import Evaluator
+    from engine.llm.accounting import CostLedger
+    from engine.llm.client import LLMClient
+    from engine.llm.openai_client import OpenAICompatClient
+    from engine.llm.target import TargetInfo
+    from engine.llm.verifiers import Verification
+    from engine.proposers.base import Proposer
     from engine.service.spec import SessionPlan
+    from engine.tasks.model import Task
+    from engine.workspace import Workspace
 
-EvaluatorFactory = Callable[[Any, str, Config], Any]   # (task, direction, config) -> engine.evolve Evaluator
+EvaluatorFactory = Callable[["Task", str, Config], "Evaluator"]   # (task, direction, config) -> an evaluator
 
 
-def default_evaluator_factory(task: Any, direction: str, config: Config, *, sequential: bool = False) -> Any:
+def default_evaluator_factory(task: Task, direction: str, config: Config, *, sequential: bool = False) -> Evaluator:
     """The seam to the evaluation harness: the configured executor ([executor], [eval])."""
     from engine.evolve.factory import make_evaluator
     return make_evaluator(task, direction, config, sequential=sequential)
@@ -36,17 +46,17 @@ def default_evaluator_factory(task: Any, direction: str, config: Config, *, sequ
 
 def fake_evaluator_factory(delay_s: float = 0.0) -> EvaluatorFactory:
     """The engine's FakeEvaluator (no compiler, no GPU): tests and demos."""
-    def factory(task: Any, direction: str, config: Config) -> Any:
+    def factory(task: Task, direction: str, config: Config) -> Evaluator:
         from engine.evolve.fake import FakeEvaluator
         return FakeEvaluator(task, delay_s=delay_s, profile=config.eval.profile == "all")
     return factory
 
 
 _probe_lock = threading.Lock()
-_probed: Any = None
+_probed: TargetInfo | None = None
 
 
-def probed_target() -> Any:
+def probed_target() -> TargetInfo:
     """engine.llm.target.probe(), once per process."""
     global _probed
     with _probe_lock:
@@ -60,11 +70,11 @@ class SessionWiring:
     """Builds a session's evaluator, LLM client, proposer and verifier from the service's settings."""
 
     # Set by SessionService.__init__.
-    ws: Any
+    ws: Workspace
     config: Config
     env: Mapping[str, str] | None
     evaluator_factory: EvaluatorFactory
-    _target: Any
+    _target: TargetInfo | Callable[[], TargetInfo] | None
     llm_options: dict[str, Any]
 
     # ------------------------------------------------------------------------------ availability
@@ -83,20 +93,20 @@ class SessionWiring:
 
     # ------------------------------------------------------------------------------ the parts
 
-    def _evaluator(self, task: Any, direction: str, sequential: bool) -> Any:
+    def _evaluator(self, task: Task, direction: str, sequential: bool) -> Evaluator:
         if self.evaluator_factory is default_evaluator_factory:
             return default_evaluator_factory(task, direction, self.config, sequential=sequential)
         return self.evaluator_factory(task, direction, self.config)
 
-    def make_evaluator(self, task: Any, direction: str) -> Any:
+    def make_evaluator(self, task: Task, direction: str) -> Evaluator:
         return self._evaluator(task, direction, False)
 
-    def _llm_client(self, ledger: Any) -> Any:
+    def _llm_client(self, ledger: CostLedger) -> LLMClient | OpenAICompatClient:
         from engine.llm.client import make_client
         kw = {"env": self.env, **self.llm_options} if self.env is not None else dict(self.llm_options)
         return make_client(self.config.llm, ledger, **kw)
 
-    def _proposer(self, plan: SessionPlan, ledger: Any) -> Any:
+    def _proposer(self, plan: SessionPlan, ledger: CostLedger) -> Proposer:
         from engine.proposers import make_proposer
         from engine.proposers.replay import ReplayProposer
 
@@ -119,7 +129,8 @@ class SessionWiring:
             raise KbenchError(f"the {plan.proposer} proposer cannot run: {why or 'not available'}")
         return prop
 
-    def _verifier(self, plan: SessionPlan, ledger: Any, proposer: Any) -> Callable[[Any], Any]:
+    def _verifier(self, plan: SessionPlan, ledger: CostLedger,
+                  proposer: Proposer) -> Callable[[Candidate], Verification]:
         from engine.llm.verifiers import verify
 
         client = getattr(proposer, "client", None) or self._llm_client(ledger)

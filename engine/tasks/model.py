@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from engine import jsonable
+from engine.errors import DataError, MissingDirectionError
 
 Direction = Literal["forward", "backward"]
 TaskFormat = Literal["native", "robust-kbench", "kernelbench"]
@@ -64,13 +64,28 @@ class TaskConfig:
         shown = ",".join(f"{k}={v}" for k, v in args.items())
         return f"{self.name}[{shown}|{self.init}|seed={self.seed}]"
 
+    # Explicit, not engine.jsonable: the jailed profile child reads tasks, and its import path holds the standard
+    # library and torch only (pydantic is not in reach there).
     def to_json(self) -> dict[str, Any]:
-        return jsonable.dump(self)
+        return {
+            "name": self.name, "model_kwargs": self.model_kwargs, "input_kwargs": self.input_kwargs,
+            "seed": self.seed, "init": self.init,
+            "cost": {d: {"flops": c.flops, "bytes": c.bytes} for d, c in self.cost.items()},
+            "tags": list(self.tags),
+        }
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], what: str = "") -> "TaskConfig":
-        name = obj.get("name", "?") if isinstance(obj, dict) else "?"
-        return jsonable.load(cls, obj, what or f"the task's config {name!r}")
+        try:
+            return cls(name=obj["name"], model_kwargs=dict(obj["model_kwargs"]),
+                       input_kwargs=dict(obj["input_kwargs"]), seed=int(obj.get("seed", 0)),
+                       init=obj.get("init", "normal"),
+                       cost={d: Cost(**c) for d, c in (obj.get("cost") or {}).items()},
+                       tags=tuple(obj.get("tags") or ()))
+        except (KeyError, TypeError, ValueError) as exc:
+            name = obj.get("name", "?") if isinstance(obj, dict) else "?"
+            raise DataError(f"{what or f'the task config {name!r}'}: not a valid TaskConfig ({type(exc).__name__}: "
+                            f"{exc})") from None
 
 
 @dataclass(frozen=True)
@@ -93,7 +108,6 @@ class Task:
         try:
             return self.directions[direction]
         except KeyError:
-            from engine.errors import MissingDirectionError
             have = ", ".join(self.directions) or "none"
             raise MissingDirectionError(f"task {self.name!r} ({self.root}) has no {direction} direction "
                                         f"(it has: {have})") from None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.workspace import claim_holders, gitio, gitrefs, listing_cache, writers
+from engine.workspace.commits import candidate_trailer
 from engine.workspace.errors import SessionBusyError, WorkspaceDamagedError, WorkspaceError
 from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
 from engine.workspace.views import best_of
@@ -217,7 +218,6 @@ def _describe(ws, sha: str, root: str) -> str:
     if sha == root:
         return "the session root"
     raw = ws._repo.read_commit(sha)
-    from engine.workspace.commits import candidate_trailer
     cid = candidate_trailer(raw) if raw else None
     return f"{cid} ({sha[:12]})" if cid else sha[:12]
 

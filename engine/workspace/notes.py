@@ -18,6 +18,7 @@ from engine.workspace import gitio, gitobjects, gitread, gitrefs
 from engine.workspace.crashpoints import crashpoint
 from engine.workspace.errors import CorruptNoteError, WorkspaceDamagedError, WorkspaceError
 from engine.workspace.naming import NOTES_REF
+from engine.workspace.records import now_iso
 from engine.workspace.repo import WorkspaceRepo
 
 
@@ -195,7 +196,6 @@ def note_text(obj: gitread.GitObject | None, blob: str) -> str:
 def _damage_line(exc: WorkspaceDamagedError) -> str:
     import json
 
-    from engine.workspace.records import now_iso
     obj = {"v": 1, "kind": "event", "at": now_iso(), "by": "kbench", "event": "history_unreadable",
            "data": {"object": exc.obj, "reason": str(exc)}}
     return json.dumps(obj, separators=(",", ":")) + "\n"

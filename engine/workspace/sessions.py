@@ -5,7 +5,7 @@ under the workspace writer lock and the session's write guard (`writers.write_gu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.workspace import commits, gitio, gitrefs, writers
 from engine.workspace.errors import WorkspaceError
@@ -13,10 +13,14 @@ from engine.workspace.naming import CANDIDATE_NS, branch_ref, check_session_name
 from engine.workspace.records import now_iso
 from engine.workspace.repo import WorkspaceRepo
 
+if TYPE_CHECKING:
+    from engine.tasks.model import Task
 
-def create(wr: WorkspaceRepo, name: str, task: Any, direction: str, proposer: str, model: str | None,
+
+def create(wr: WorkspaceRepo, name: str, task: Task | str | Path, direction: str, proposer: str, model: str | None,
            config: dict[str, Any] | None, description: str | None) -> None:
     """Write session `name`'s root commit and refs; WorkspaceError where the name is taken."""
+    # here: opening a workspace (every CLI command) need not import the task loader
     from engine.tasks.loader import load_task
     from engine.tasks.model import Task
 
@@ -60,7 +64,7 @@ def discard_empty(wr: WorkspaceRepo, name: str) -> bool:
     return True
 
 
-def task_files(task: Any) -> dict[str, bytes]:
+def task_files(task: Task) -> dict[str, bytes]:
     """The task's own files, by name: its task.toml and each direction's reference."""
     files: dict[str, bytes] = {}
     root = Path(task.root)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from engine.candidates import Candidate
 from engine.verdict import STAGES, Status, Verdict
@@ -25,6 +25,9 @@ from engine.workspace.note_parsing import parse_note
 from engine.workspace.records import CandidateRecord, SessionInfo, now_iso
 from engine.workspace.repo import WorkspaceRepo
 from engine.workspace.views import CandidateStatus, CandidateView, best_of, better, fold
+
+if TYPE_CHECKING:
+    from engine.tasks.model import Task
 
 __all__ = ["Workspace", "default_path", "default_export_dir"]
 
@@ -99,7 +102,7 @@ class Workspace:
 
     # ------------------------------------------------------------------------------------- sessions
 
-    def start_session(self, name: str, task: Any, direction: str = "forward", proposer: str = "anthropic",
+    def start_session(self, name: str, task: Task | str | Path, direction: str = "forward", proposer: str = "anthropic",
                       model: str | None = None, config: dict[str, Any] | None = None,
                       description: str | None = None) -> SessionInfo:
         """Create session `name`: a root commit holding the task's files and `.kbench/session.json`, the

@@ -103,9 +103,10 @@ def test_every_hack_is_rejected_with_a_verdict_naming_it(name, cache_root):
 OVERRIDE_CASES = {
     "pointer_cache": ("layernorm_lastdim", {}, [("integrity", {"fail"}, (dynamic.PERSISTENT_OUTPUT, dynamic.STALE_RESULT))]),
     "call_count_cache": ("layernorm_lastdim", {}, [("integrity", {"fail"}, (dynamic.PERSISTENT_OUTPUT, dynamic.STALE_RESULT))]),
+    # The judge's input probes change x beyond the 64 elements this hack samples, so its kept output is wrong
+    # while it is checked: correctness rejects it (or integrity names the kept output), before any timing.
     "below_floor": ("layernorm_lastdim", {"timing": True, "timing_configs": ["bench"], "baselines": ("eager",)},
-                    [("integrity", {"fail"}, (dynamic.PERSISTENT_OUTPUT,)),
-                     ("timing", {"suspicious"}, ("below the physical floor",))]),
+                    [("correctness|integrity", {"fail"}, ("outside atol", dynamic.PERSISTENT_OUTPUT))]),
     "side_stream": ("layernorm_lastdim", {"timing": True, "timing_configs": ["bench"], "baselines": ("eager",)},
                     [("integrity|timing", {"fail", "suspicious"}, (dynamic.SIDE_WORK, "work continues after"))]),
     "host_thread": ("layernorm_lastdim", {}, [("integrity|correctness", {"fail"}, (dynamic.SIDE_WORK, "NaN"))]),

@@ -15,8 +15,9 @@ import pytest
 
 from engine.candidates import Candidate, detect_format, load_candidate
 from engine.errors import CandidateError, KbenchError
-from engine.tasks.glue import (GlueError, abi_from_signature, glue_binding, glue_header, launcher_abi, load_for_task,
-                               materialise, refusal)
+from engine.tasks.glue import glue_binding, glue_header, load_for_task, materialise, refusal
+from engine.tasks.glue_abi import GlueError, abi_from_signature, launcher_abi
+from engine.tasks.glue_text import binding_text
 from engine.tasks.loader import builtin_task_names, load_task
 from tests.paths import FIXTURES, LLM_FIXTURES, REPO
 
@@ -75,7 +76,7 @@ def test_the_llama_rmsnorm_launcher():
     header = glue_header(task, "forward")
     assert header.startswith("// kbench launcher ABI (task llama_rmsnorm, forward)")
     assert "#pragma once" in header and "#include <cuda_runtime.h>" in header and 'extern "C"' in header
-    binding = abi.binding()
+    binding = binding_text(abi)
     for line in ('kb_check_tensor(x, "x", "f32[B,S,H]", at::kFloat, 3, kb_device);',
                  "const int64_t B = x.size(0);", "const int64_t H = x.size(2);",
                  'kb_check_size(w, "w", "f32[H]", 0, H, "H");',
@@ -87,7 +88,7 @@ def test_the_llama_rmsnorm_launcher():
     assert [(p.name, p.annotation) for p in back.inputs] == [("grad_y", "f32[B,S,H]"), ("x", "f32[B,S,H]"),
                                                             ("w", "f32[H]"), ("eps", "float")]
     assert back.resolved == (("x", "f32[B,S,H]"), ("w", "f32[H]"), ("eps", "float"))
-    assert "return {grad_x, grad_w};" in back.binding()
+    assert "return {grad_x, grad_w};" in binding_text(back)
 
 
 def test_one_signature_one_binding_whatever_the_task():
@@ -101,17 +102,17 @@ def test_one_signature_one_binding_whatever_the_task():
 def test_dimensions_come_in_first_appearance_order_and_expressions_are_checked():
     abi = launcher_abi(load_task("mnist_pool"), "backward")   # grad_y: f32[B,C,H//2,W//2], x: f32[B,C,H,W]
     assert [d for d, _ in abi.dims] == ["B", "C", "H", "W"]
-    binding = abi.binding()
+    binding = binding_text(abi)
     assert 'kb_check_size(grad_y, "grad_y", "f32[B,C,H//2,W//2]", 2, kb_floordiv(H, 2), "H//2");' in binding
     assert "int64_t kb_floordiv(int64_t a, int64_t b)" in binding and "kb_mod" not in binding
-    conv = launcher_abi(load_task("mnist_conv_relu_pool"), "forward").binding()
+    conv = binding_text(launcher_abi(load_task("mnist_conv_relu_pool"), "forward"))
     assert 'kb_size(kb_floordiv((H - K) + 1, 2), "y", "f32[B,Co,(H-K+1)//2,(W-K+1)//2]", "(H-K+1)//2")' in conv
 
 
 def test_a_zero_dim_output_and_an_integer_input():
     abi = launcher_abi(load_task("mnist_cross_entropy"), "forward")
     assert "const int64_t* targets" in abi.declaration() and "float* loss" in abi.declaration()
-    binding = abi.binding()
+    binding = binding_text(abi)
     assert "at::Tensor loss = at::empty(at::IntArrayRef()," in binding
     assert 'kb_check_tensor(targets, "targets", "i64[B]", at::kLong, 1, kb_device);' in binding
 
@@ -123,13 +124,13 @@ def test_int_arguments_may_size_an_output():
     abi = abi_from_signature(sig, "forward")
     assert [d for d, _ in abi.dims] == ["B", "Ci", "H", "W", "Co", "K"]
     assert "int64_t stride, int64_t padding, float* y" in abi.declaration().replace("\n", " ").replace("  ", "")
-    assert "kb_floordiv((H + (2 * padding)) - K, stride) + 1" in abi.binding()
+    assert "kb_floordiv((H + (2 * padding)) - K, stride) + 1" in binding_text(abi)
 
 
 def test_an_int_argument_as_a_dimension():
     abi = abi_from_signature("forward(x: f32[N], idx: i64[k], k: int) -> (v: f32[k], i: i64[k])", "forward")
     assert [d for d, _ in abi.dims] == ["N"] and "int64_t k, float* v, int64_t* i, int64_t N" in abi.declaration()
-    binding = abi.binding()
+    binding = binding_text(abi)
     assert 'kb_check_size(idx, "idx", "i64[k]", 0, k, "k");' in binding
     assert 'at::Tensor v = at::empty({kb_size(k, "v", "f32[k]", "k")}' in binding
 
@@ -143,7 +144,7 @@ def test_every_dtype_optional_tensors_and_names_that_clash():
                     "double scale, int64_t k, bool flag, const uint8_t* new_, const int32_t* stream_, "
                     "const __nv_bfloat16* akb_x, __nv_bfloat16* y, float* s, double* x_, int64_t B, int64_t N, "
                     "cudaStream_t stream);")
-    binding = abi.binding()
+    binding = binding_text(abi)
     assert "#include <cuda_fp16.h>" in binding and "#include <cuda_bf16.h>" in binding
     assert "reinterpret_cast<const __half*>(x_c.data_ptr<at::Half>())" in binding
     assert "bias_c.defined() ? bias_c.data_ptr<float>() : nullptr" in binding
@@ -448,12 +449,12 @@ def test_prebuilt_glue_serves_the_first_candidate_and_every_dtype_compiles(toolc
     sig = ("forward(x: f16[B,N], idx: i64[B], mask: bool[N], bias: f32[N] | None, scale: float, k: int, flag: bool, "
            "half: bf16[(B+1)//2, N % 7 + k], new: u8[3]) -> (y: bf16[B,N], s: f32[], z: i32[2*B-1])")
     abi = abi_from_signature(sig, "forward")
-    status, detail = prebuild_binding(abi.binding(), native_cache_root, toolchain)
+    status, detail = prebuild_binding(binding_text(abi), native_cache_root, toolchain)
     assert status == "compiled", detail
-    assert prebuild_binding(abi.binding(), native_cache_root, toolchain)[0] == "cached"
+    assert prebuild_binding(binding_text(abi), native_cache_root, toolchain)[0] == "cached"
     stub = f"#include <cstdint>\n#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" \
            f"__global__ void stub() {{}}\n{abi.declaration()[:-1]} {{ stub<<<1, 1, 0, stream>>>(); }}\n"
-    cand = Candidate("native", {"kernel.cu": stub, "binding.cpp": abi.binding()}, "glue-kitchen-sink")
+    cand = Candidate("native", {"kernel.cu": stub, "binding.cpp": binding_text(abi)}, "glue-kitchen-sink")
     t0 = time.monotonic()
     res = build_candidate(cand, native_cache_root, toolchain)
     assert res.ok, f"{res.error}\n{res.log}"

@@ -1,0 +1,55 @@
+"""Which candidates `kbench reevaluate SESSION` picks without --all: those with a measurement, or whose correctness
+is met as engine.verdict.judge reads it (a pass from a check that ran). A person's override to pass over a
+correctness check that never ran is not a pass the judge counts, so it is not picked either. CPU only."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine.candidates import load_candidate
+from engine.config import Config
+from engine.service.session_service import SessionService
+from engine.verdict import Stage, Status, Verdict
+from engine.workspace import Workspace
+
+LN_FWD = Path(__file__).resolve().parents[1] / "tasks" / "layernorm_lastdim" / "baselines" / "forward"
+
+
+@pytest.fixture
+def ws(tmp_path, layernorm_task):
+    w = Workspace.create(tmp_path / "ws")
+    w.start_session("ln", layernorm_task, "forward", proposer="tuner")
+    yield w
+    w.close()
+
+
+def _commit(ws, n):
+    c = load_candidate(LN_FWD)
+    files = {k: v + f"\n// variant {n}\n" if k == c.main_file else v for k, v in c.files.items()}
+    return ws.commit_candidate("ln", replace(c, files=files)).id
+
+
+def test_a_session_reevaluates_its_candidates_whose_correctness_the_judge_counts(ws):
+    passed_untimed = _commit(ws, 1)     # correctness passed, timing failed: worth measuring again
+    ws.record_verdicts(passed_untimed, [Verdict(Stage.COMPILE, Status.PASS, "compiled"),
+                                        Verdict(Stage.CORRECTNESS, Status.PASS, "ok"),
+                                        Verdict(Stage.TIMING, Status.FAIL, "timing crashed")])
+    overridden = _commit(ws, 2)         # correctness never ran (no GPU); a person overrode it to pass
+    ws.record_verdicts(overridden, [Verdict(Stage.COMPILE, Status.PASS, "compiled"),
+                                    Verdict(Stage.CORRECTNESS, Status.SKIPPED, "no GPU")])
+    ws.override(overridden, Stage.CORRECTNESS, "pass", "I trust it", by="newcomer")
+    failed = _commit(ws, 3)
+    ws.record_verdicts(failed, [Verdict(Stage.COMPILE, Status.PASS, "compiled"),
+                                Verdict(Stage.CORRECTNESS, Status.FAIL, "mismatch")])
+    assert ws.status(overridden).status_of(Stage.CORRECTNESS) is Status.PASS    # the stage's status did change
+
+    svc = SessionService(ws, Config())
+    _, views = svc.reevaluation_targets("ln")
+    assert [v.id for v in views] == [passed_untimed]
+    _, every = svc.reevaluation_targets("ln", all_=True)
+    assert {v.id for v in every} == {passed_untimed, overridden, failed}
+    _, (one,) = svc.reevaluation_targets(overridden)       # by id: always, so the check can run at last
+    assert one.id == overridden
