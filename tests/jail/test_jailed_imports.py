@@ -6,9 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
+
 OUT_OF_REACH = ("pydantic", "pydantic_core", "anthropic", "openai", "httpx", "textual", "rich", "gitdb", "git",
                 "filelock", "tree_sitter", "pynvml", "ray", "matplotlib")
 

@@ -5,7 +5,6 @@ correctness check that never ran is not a pass the judge counts, so it is not pi
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,9 @@ from engine.config import Config
 from engine.service.session_service import SessionService
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace import Workspace
+from tests.paths import REPO
 
-LN_FWD = Path(__file__).resolve().parents[1] / "tasks" / "layernorm_lastdim" / "baselines" / "forward"
+LN_FWD = REPO / "tasks" / "layernorm_lastdim" / "baselines" / "forward"
 
 
 @pytest.fixture
