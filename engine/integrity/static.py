@@ -17,7 +17,7 @@ loop's pre-GPU check), `scan_cpp` / `scan_python` (one source).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from engine.integrity.cpp_scan import parser_available, scan_cpp_source
 from engine.integrity.findings import (  # noqa: F401 - the catalog ids are part of this module's API
@@ -44,8 +44,14 @@ from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
     from engine.candidates import Candidate
-    from engine.pipeline.evaluate import EvalReport
     from engine.tasks.model import Task
+
+
+class CollectsVerdicts(Protocol):
+    """What gate_static appends its verdicts to (the pipeline's EvalReport; the floors never import the pipeline)."""
+
+    verdicts: list[Verdict]
+
 
 CPP_SUFFIXES = (".cu", ".cpp", ".cuh", ".h", ".hpp", ".cc", ".cxx")
 
@@ -166,7 +172,7 @@ def check_candidate(candidate: Candidate, task: Task | None = None, policy: str 
     return static_verdict(findings, resolve_policy(policy, task))
 
 
-def gate_static(report: EvalReport, candidate: Candidate, task: Task | None, override: bool = False,
+def gate_static(report: CollectsVerdicts, candidate: Candidate, task: Task | None, override: bool = False,
                 say: Callable[[str], None] | None = None,
                 policy: str | None = None) -> bool:
     """The evaluator's static stage: append the `static` verdict to `report`; False when it must stop there.
