@@ -82,19 +82,22 @@ def bench_split(native: Candidate, cache: Path, tc, repeats: int) -> tuple[list[
     return times, steps, last
 
 
-def bench_kernel_only(last: Candidate, cache: Path, tc, repeats: int) -> list[float]:
-    """A new kernel.cu each time with the binding (and headers) of `last`: binding.o comes from the object cache."""
-    times = []
+def bench_kernel_only(last: Candidate, cache: Path, tc, repeats: int,
+                      what: str = "kernel") -> tuple[list[float], list[dict]]:
+    """A new kernel.cu each time with the binding (and headers) of `last`: binding.o comes from the object cache.
+    The seconds and steps of each build."""
+    times, steps = [], []
     for i in range(repeats):
         files = dict(last.files)
-        files["kernel.cu"] += f"\n// bench nonce kernel-{i}-{uuid.uuid4().hex}\n"
+        files["kernel.cu"] += f"\n// bench nonce {what}-{i}-{uuid.uuid4().hex}\n"
         res = build_candidate(Candidate("native", files, last.name), cache, tc)
         if not res.ok:
-            raise SystemExit(f"kernel-only build failed: {res.error}\n{res.log}")
+            raise SystemExit(f"{what} build failed: {res.error}\n{res.log}")
         if "cxx (cached object)" not in res.steps:
-            print(f"warning: kernel-only build {i} compiled binding.cpp again ({res.steps})", file=sys.stderr)
+            print(f"warning: {what} build {i} compiled binding.cpp again ({res.steps})", file=sys.stderr)
         times.append(res.seconds)
-    return times
+        steps.append(res.steps)
+    return times, steps
 
 
 def bench_glue(kernel_only: Candidate, task_ref: str, direction: str, cache: Path, tc,
@@ -103,7 +106,7 @@ def bench_glue(kernel_only: Candidate, task_ref: str, direction: str, cache: Pat
     builds). Each build gets a new kernel.cu; the cold ones a new binding.cpp too (the generated text plus a nonce)."""
     task = load_task(task_ref)
     native = materialise(kernel_only, task, direction)
-    cold, warm, steps = [], [], []
+    cold = []
     for i in range(repeats):
         files = _nonce(native.files, f"glue-cold-{i}-{uuid.uuid4().hex}")
         res = build_candidate(Candidate("native", files, native.name), cache, tc)
@@ -113,16 +116,7 @@ def bench_glue(kernel_only: Candidate, task_ref: str, direction: str, cache: Pat
     pre = prebuild_glue(task, direction, cache, tc)
     if pre.status not in ("compiled", "cached"):
         raise SystemExit(f"glue prebuild: {pre.status}: {pre.detail}")
-    for i in range(repeats):
-        files = dict(native.files)
-        files["kernel.cu"] += f"\n// bench nonce glue-warm-{i}-{uuid.uuid4().hex}\n"
-        res = build_candidate(Candidate("native", files, native.name), cache, tc)
-        if not res.ok:
-            raise SystemExit(f"kernel-only (glue warm) build failed: {res.error}\n{res.log}")
-        if "cxx (cached object)" not in res.steps:
-            print(f"warning: kernel-only build {i} compiled the glue again ({res.steps})", file=sys.stderr)
-        warm.append(res.seconds)
-        steps.append(res.steps)
+    warm, steps = bench_kernel_only(native, cache, tc, repeats, what="kernel-only (glue warm)")
     return cold, warm, pre.seconds, steps
 
 
@@ -236,8 +230,8 @@ def main() -> None:
     split_times, split_steps, last = bench_split(native, cache, tc, args.repeats)
     rows.append(_row("split kernel.cu + binding.cpp (cold, PCH built)", split_times))
     extra["split_steps"] = split_steps
-    rows.append(_row("kernel.cu changed, binding.o from the object cache", bench_kernel_only(last, cache, tc,
-                                                                                            args.repeats)))
+    reuse_times, _ = bench_kernel_only(last, cache, tc, args.repeats)
+    rows.append(_row("kernel.cu changed, binding.o from the object cache", reuse_times))
     rows.append(_row("cache hit", bench_hits(last, cache, tc, args.repeats)))
     if not args.skip_kernel_only:
         ko = load_candidate(args.kernel_only)
