@@ -12,13 +12,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-try:
-    import ray
-except ImportError as exc:  # pragma: no cover - exercised where ray is missing
-    raise ImportError("the Ray executor needs Ray: pip install 'kbench[ray]' (or pip install ray)") from exc
-
 from engine.errors import KbenchError
-from engine.evolve.ray_tasks import probe_job
+from engine.evolve.ray_tasks import probe_job, ray
 
 
 def connect(address: str | None, ship_code: bool | None, init_kwargs: dict[str, Any] | None) -> bool:

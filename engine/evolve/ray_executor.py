@@ -22,17 +22,12 @@ from concurrent.futures import Future
 from dataclasses import fields
 from typing import Any
 
-try:
-    import ray
-except ImportError as exc:  # pragma: no cover - exercised where ray is missing
-    raise ImportError("the Ray executor needs Ray: pip install 'kbench[ray]' (or pip install ray)") from exc
-
 from engine.candidates import Candidate
 from engine.errors import KbenchError
 from engine.evolve.outcome import EvalOutcome, StageCallback
 from engine.evolve.ray_cluster import connect, gpus_and_cpus, probe_archs
 from engine.evolve.ray_jobs import RayJob
-from engine.evolve.ray_tasks import build_job, gpu_job, profile_job
+from engine.evolve.ray_tasks import build_job, gpu_job, profile_job, ray
 from engine.evolve.worker_fns import compile_verdict
 from engine.harness.build_result import BuildSummary
 from engine.pipeline.evaluate import EvalOptions

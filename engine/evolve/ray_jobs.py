@@ -18,12 +18,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-try:
-    import ray.exceptions
-except ImportError as exc:  # pragma: no cover - exercised where ray is missing
-    raise ImportError("the Ray executor needs Ray: pip install 'kbench[ray]' (or pip install ray)") from exc
-
 from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, Submission
+from engine.evolve.ray_tasks import ray
 from engine.evolve.worker_fns import compile_verdict
 from engine.harness.build_result import BuildSummary
 from engine.verdict import Stage, Status, Verdict

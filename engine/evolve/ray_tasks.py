@@ -18,8 +18,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+# The one guarded import of Ray: the other ray_* modules take `ray` from here, so a machine without Ray gets
+# this one message whichever of them is imported first.
 try:
     import ray
+    import ray.exceptions
 except ImportError as exc:  # pragma: no cover - exercised where ray is missing
     raise ImportError("the Ray executor needs Ray: pip install 'kbench[ray]' (or pip install ray)") from exc
 
