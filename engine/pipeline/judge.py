@@ -17,10 +17,10 @@ are timed here with the same compiled loop. The result file is rewritten after e
 killed at its deadline still says which config was running.
 
 Transport (docs/formats.md, "Evaluation"): the judge ships the candidate's exact arguments (the `fn` arguments
-the task's Model passes, the backward's arguments, or a KernelBench model's inputs and weights) as bytes over
-a socket, and the runner ships outputs back through the helper. CUDA IPC would save a host copy, but it needs
-the two processes to trust each other's allocations (and the same uid for some handle types), and it would let
-the runner write into the judge's memory; bytes it cannot reach back through are simpler to reason about.
+the task's Model passes, the backward's arguments, or a KernelBench model's inputs and weights) and the helper
+ships checked outputs back through a sealed shared-memory slot (engine/pipeline/arena.py), or as bytes over
+the socket and the record pipe when they do not fit. Nothing in the slot is trusted: outputs are copied out,
+then checked against the fingerprint the helper signed.
 """
 
 from __future__ import annotations

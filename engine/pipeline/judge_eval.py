@@ -209,4 +209,7 @@ class Judge:
 
     def close(self) -> None:
         """Stop the runner (once): after the candidate's last job, and whatever happens."""
+        arena = self.runner.process.arena if self.runner.process is not None else None
+        if arena is not None and self.out is not None:  # copies through the shared arena, within their phases
+            self.out.data.seconds.update({f"arena_{k}": round(v, 3) for k, v in arena.seconds.items()})
         self.runner.close()
