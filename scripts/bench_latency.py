@@ -118,6 +118,7 @@ def main() -> int:
     ap.add_argument("--old-rejudge", default=None, metavar="TREE",
                     help="an older kbench tree: its first evaluation and re-judgements, after this tree's")
     ap.add_argument("--rejudges", type=int, default=2)
+    ap.add_argument("--old-rejudges", type=int, default=1, help="re-judgements in the --old-rejudge tree")
     ap.add_argument("--no-one-shot", action="store_true", help="skip step 5")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -159,7 +160,7 @@ def main() -> int:
         save()
     if args.old_rejudge:
         p = subprocess.run([sys.executable, "-c", OLD_REJUDGE, str(Path(args.old_rejudge).resolve()), task.name,
-                            str(args.rejudges)], capture_output=True, text=True, timeout=1200,
+                            str(args.old_rejudges)], capture_output=True, text=True, timeout=1200,
                            env={**os.environ, "KBENCH_CACHE": str(cache / "old-rejudge"),
                                 "PYTHONPATH": str(Path(args.old_rejudge).resolve())})
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("OLD ")]
