@@ -116,6 +116,8 @@ class Judge:
             try:
                 prep = prepare(runtime, cfg, self.req.trials, device)
                 t = self.spent("reference", t0)
+            except torch.OutOfMemoryError:
+                raise   # the judge's own memory, not the task's code: judge.py reports it as unmeasured
             except Exception as exc:  # noqa: BLE001 - the task's own code: a task problem, named as such
                 self.out.data.error = (f"the task's reference failed on config {cfg.name}: {type(exc).__name__}: "
                                        f"{str(exc).strip()[:600]}")

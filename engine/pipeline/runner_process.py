@@ -162,7 +162,7 @@ class RunnerProcess:
                 self.forged = str(exc)
                 self.records.put(exc)
             except Exception as exc:  # noqa: BLE001 - the stream ended, or taking an arena payload failed
-                self.records.put(exc)
+                self.records.put(exc)   # (the judge's own memory running out there is raised as it is)
             finally:
                 stream.close()
 
@@ -196,7 +196,7 @@ class RunnerProcess:
                 if self.proc.poll() is not None and self.records.empty():
                     raise RunnerGone(self.describe_exit("the runner died"))
                 continue
-            if isinstance(item, Forgery):
+            if isinstance(item, Forgery) or type(item).__name__ == "OutOfMemoryError":
                 raise item
             if isinstance(item, BaseException):
                 raise RunnerGone(self.describe_exit(f"the record stream ended ({item})"))
