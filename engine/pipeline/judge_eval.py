@@ -167,6 +167,8 @@ class Judge:
                 if not all_ok:
                     prepared.clear()
             del job, prep, compose, header, tensors
+            if cfg.name not in prepared:   # give what it held back to the GPU: it may be shared with other work
+                torch.cuda.empty_cache()
         if not (self.req.timing and all_ok):
             return
         self._time(configs, prepared, runtime, tol, decode)

@@ -153,7 +153,10 @@ class Runner:
         return {"type": "job_done", "job": h["job"], "status": status}
 
     def drop(self, h: dict[str, Any], _: list[bytearray]) -> dict[str, Any]:
+        import torch
         self.configs.pop(h["cid"], None)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()   # back to the GPU, which other evaluations may share
         return {"type": "dropped"}
 
 
