@@ -161,7 +161,7 @@ def main() -> int:
     if args.old_rejudge:
         p = subprocess.run([sys.executable, "-c", OLD_REJUDGE, str(Path(args.old_rejudge).resolve()), task.name,
                             str(args.old_rejudges)], capture_output=True, text=True, timeout=1200,
-                           env={**os.environ, "KBENCH_CACHE": str(cache / "old-rejudge"),
+                           env={**os.environ, "KBENCH_CACHE": str(cache),
                                 "PYTHONPATH": str(Path(args.old_rejudge).resolve())})
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("OLD ")]
         rows["old first+re-judge"] = json.loads(lines[-1][4:]) if lines else {"error": p.stderr[-2000:]}
