@@ -15,6 +15,10 @@ torch.compile baselines, profile "best"), through the evaluator the app and `kbe
 5. `one-shot`: the built candidate through `evaluate()` with EvalOptions() defaults in this process, no warm
    judge (what `kbench eval` does), and with --old the same in an older kbench tree (its own process, same
    build cache layout is not assumed: it builds first, untimed), for the ratio against that tree's path.
+
+`--old-rejudge TREE` instead runs steps 2-3 in an older tree (its own process, after this tree's): the first
+evaluation and `--rejudges` re-judgements through that tree's evaluator, for the re-judge ratio in one run.
+Each row carries the judge's phases (`EvalReport.phases`) where the tree reports them.
 """
 
 from __future__ import annotations
@@ -57,6 +61,32 @@ print("OLD " + json.dumps({"seconds": time.monotonic() - t0, "passed": rep.passe
 '''
 
 
+OLD_REJUDGE = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from engine.candidates import load_candidate
+from engine.config import load_config
+from engine.evolve.factory import eval_options, make_evaluator
+from engine.harness.build import build_candidate, ensure_pch
+from engine.harness.toolchain import detect
+from engine.tasks.loader import load_task
+from pathlib import Path
+import os
+cache = Path(os.environ["KBENCH_CACHE"])
+t = load_task(sys.argv[2]); c = load_candidate(t.baseline_dir("forward"))
+tc = detect(); ensure_pch(cache, tc); build_candidate(c, cache, tc)
+config = load_config(None)
+ev = make_evaluator(t, "forward", config, eval_options(config, cache_root=cache))
+rows = []
+for _ in range(1 + int(sys.argv[3])):
+    t0 = time.monotonic(); out = ev.submit(c).result()
+    rows.append({"total_s": round(time.monotonic() - t0, 2), "passed": out.judgement.eligible,
+                 "speedup_eager": out.speedup_eager, "phases": (out.data or {}).get("phases")})
+    print("OLD " + json.dumps(rows), flush=True)
+ev.close()
+'''
+
+
 def knob_edits(kernel: str, n: int) -> list[str]:
     """n edited kernel.cu texts: one `#define NAME value // kbench:knob values=...` at a time set to another of
     its listed values (the edit a person makes when trying a block size)."""
@@ -77,7 +107,7 @@ def timed_submit(ev, cand: Candidate) -> dict:
     out = fut.result()
     return {"verdict_s": round(at.get(Stage.TIMING, time.monotonic() - t0), 2), "total_s": round(time.monotonic() - t0, 2),
             "build_s": out.build_s, "passed": out.judgement.eligible, "speedup_eager": out.speedup_eager,
-            "speedup_compile": out.speedup_compile}
+            "speedup_compile": out.speedup_compile, "phases": (out.data or {}).get("phases")}
 
 
 def main() -> int:
@@ -85,6 +115,11 @@ def main() -> int:
     ap.add_argument("--task", default="llama_rmsnorm")
     ap.add_argument("--edits", type=int, default=3)
     ap.add_argument("--old", default=None, help="an older kbench tree to time `evaluate()` defaults in")
+    ap.add_argument("--old-rejudge", default=None, metavar="TREE",
+                    help="an older kbench tree: its first evaluation and re-judgements, after this tree's")
+    ap.add_argument("--rejudges", type=int, default=2)
+    ap.add_argument("--old-rejudges", type=int, default=1, help="re-judgements in the --old-rejudge tree")
+    ap.add_argument("--no-one-shot", action="store_true", help="skip step 5")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
@@ -108,7 +143,7 @@ def main() -> int:
     try:
         rows["first"] = timed_submit(ev, base)
         save()
-        rows["re-judge"] = [timed_submit(ev, base) for _ in range(2)]
+        rows["re-judge"] = [timed_submit(ev, base) for _ in range(args.rejudges)]
         save()
         rows["edit"] = []
         for text in knob_edits(base.files["kernel.cu"], args.edits):
@@ -117,11 +152,20 @@ def main() -> int:
             save()
     finally:
         ev.close()
-    t0 = time.monotonic()
-    rep = evaluate(task, base, "forward", EvalOptions(cache_root=cache))
-    rows["one-shot"] = {"seconds": round(time.monotonic() - t0, 2), "passed": rep.passed,
-                        "phases": rep.phases}
-    save()
+    if not args.no_one_shot:
+        t0 = time.monotonic()
+        rep = evaluate(task, base, "forward", EvalOptions(cache_root=cache))
+        rows["one-shot"] = {"seconds": round(time.monotonic() - t0, 2), "passed": rep.passed,
+                            "phases": rep.phases}
+        save()
+    if args.old_rejudge:
+        p = subprocess.run([sys.executable, "-c", OLD_REJUDGE, str(Path(args.old_rejudge).resolve()), task.name,
+                            str(args.old_rejudges)], capture_output=True, text=True, timeout=1200,
+                           env={**os.environ, "KBENCH_CACHE": str(cache),
+                                "PYTHONPATH": str(Path(args.old_rejudge).resolve())})
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("OLD ")]
+        rows["old first+re-judge"] = json.loads(lines[-1][4:]) if lines else {"error": p.stderr[-2000:]}
+        save()
     if args.old:
         p = subprocess.run([sys.executable, "-c", OLD_CHILD, str(Path(args.old).resolve()), task.name],
                            capture_output=True, text=True, timeout=900,

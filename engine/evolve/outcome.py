@@ -139,13 +139,13 @@ class EvalOutcome:
     def from_report(cls, report: EvalReport) -> EvalOutcome:
         if report.unmeasured:   # the machine could not measure: the skipped stages judge nothing, say why
             return cls(verdicts=[v for v in report.verdicts if v.stage not in (Stage.CORRECTNESS, Stage.TIMING)],
-                       device=dict(report.device or {}), seconds=report.seconds, data={"build": report.build},
+                       device=dict(report.device or {}), seconds=report.seconds, data={"build": report.build, "phases": report.phases},
                        infra_error=report.unmeasured)
         configs = [ConfigTiming(r.name, r.candidate_ms, r.candidate_iqr_ms, r.eager_ms, r.compile_ms)
                    for r in report.rows if r.candidate_ms is not None]
         return cls(verdicts=list(report.verdicts), configs=configs, speedup_eager=report.geomean_speedup_eager,
                    speedup_compile=report.geomean_speedup_compile, device=dict(report.device or {}),
-                   seconds=report.seconds, data={"build": report.build})
+                   seconds=report.seconds, data={"build": report.build, "phases": report.phases})
 
 
 class Evaluator(Protocol):

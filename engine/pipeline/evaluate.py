@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 # The parent's grace beyond the judge's own deadline: the judge stops a runner that hangs and still reports.
 JUDGE_GRACE_S = 60.0
+MEMORY_RETRY_S = 10.0   # the pause before judging again when the judge's GPU memory ran out
 
 
 def default_cache_root() -> Path:
@@ -234,6 +235,12 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         request = replace(request, session_baselines=SESSION.for_request(bkey))
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
     outcome = _run_judge(request, opts)
+    if outcome.result.get("unmeasured"):
+        # the judge's own GPU memory ran out (another process holds the GPU's memory): once more after a pause,
+        # then the candidate stays unmeasured rather than failed
+        say(f"{outcome.result['unmeasured']}; judging once more in {MEMORY_RETRY_S:.0f} s")
+        time.sleep(MEMORY_RETRY_S)
+        outcome = _run_judge(request, opts)
     report.phases["judge"] = round(outcome.seconds, 3)
     if (first := contention_sensitive(outcome.result)):
         # The clock checks compare the runner's events with what the judge's clock and the device saw; another

@@ -17,10 +17,10 @@ are timed here with the same compiled loop. The result file is rewritten after e
 killed at its deadline still says which config was running.
 
 Transport (docs/formats.md, "Evaluation"): the judge ships the candidate's exact arguments (the `fn` arguments
-the task's Model passes, the backward's arguments, or a KernelBench model's inputs and weights) as bytes over
-a socket, and the runner ships outputs back through the helper. CUDA IPC would save a host copy, but it needs
-the two processes to trust each other's allocations (and the same uid for some handle types), and it would let
-the runner write into the judge's memory; bytes it cannot reach back through are simpler to reason about.
+the task's Model passes, the backward's arguments, or a KernelBench model's inputs and weights) and the helper
+ships checked outputs back through a sealed shared-memory slot (engine/pipeline/arena.py), or as bytes over
+the socket and the record pipe when they do not fit. Nothing in the slot is trusted: outputs are copied out,
+then checked against the fingerprint the helper signed.
 """
 
 from __future__ import annotations
@@ -89,13 +89,38 @@ def main(argv: list[str]) -> int:
             out.data.correctness[where["config"]] = {"ok": False, "reason": cause}
     except Exception as exc:  # noqa: BLE001
         out.data.traces["judge"] = traceback.format_exc(limit=12)[-6000:]
-        out.data.error = f"judge error: {type(exc).__name__}: {str(exc).strip()[:600]} (traceback in the result's traces)"
+        if out_of_memory(exc):
+            out.data.unmeasured = judge_out_of_memory(out.data.progress)
+        else:
+            out.data.error = f"judge error: {type(exc).__name__}: {str(exc).strip()[:600]} (traceback in the " \
+                             "result's traces)"
     finally:
         judge.close()
         out.data.finished = True
         out.data.progress = None
         out.write()
     return 0
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """The judge's own CUDA allocation failed (torch's OutOfMemoryError, or the same from the helper's kernel or
+    the arena's copy, which surface as RuntimeErrors naming it)."""
+    return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
+
+def judge_out_of_memory(progress: dict | None) -> str:
+    """Why the judge stopped, when its own GPU memory ran out: where, and what the GPU holds now."""
+    where = progress or {}
+    at = f" during {where.get('stage')}" + (f" of config {where['config']}" if where.get("config") else "")
+    held = ""
+    try:
+        import torch
+        free, total = torch.cuda.mem_get_info()
+        held = f" ({free >> 20} MiB free of {total >> 20} MiB)"
+    except Exception:  # noqa: BLE001 - the figure is a courtesy; the reason stands without it
+        pass
+    return (f"the judge ran out of GPU memory{at}{held}: the GPU is shared with other work or too small for "
+            "this task's configs; not a verdict on the kernel")
 
 
 def _cold(request: Path) -> Started:

@@ -116,6 +116,8 @@ class Judge:
             try:
                 prep = prepare(runtime, cfg, self.req.trials, device)
                 t = self.spent("reference", t0)
+            except torch.OutOfMemoryError:
+                raise   # the judge's own memory, not the task's code: judge.py reports it as unmeasured
             except Exception as exc:  # noqa: BLE001 - the task's own code: a task problem, named as such
                 self.out.data.error = (f"the task's reference failed on config {cfg.name}: {type(exc).__name__}: "
                                        f"{str(exc).strip()[:600]}")
@@ -165,6 +167,8 @@ class Judge:
                 if not all_ok:
                     prepared.clear()
             del job, prep, compose, header, tensors
+            if cfg.name not in prepared:   # give what it held back to the GPU: it may be shared with other work
+                torch.cuda.empty_cache()
         if not (self.req.timing and all_ok):
             return
         self._time(configs, prepared, runtime, tol, decode)
@@ -209,4 +213,7 @@ class Judge:
 
     def close(self) -> None:
         """Stop the runner (once): after the candidate's last job, and whatever happens."""
+        arena = self.runner.process.arena if self.runner.process is not None else None
+        if arena is not None and self.out is not None:  # copies through the shared arena, within their phases
+            self.out.data.seconds.update({f"arena_{k}": round(v, 3) for k, v in arena.seconds.items()})
         self.runner.close()

@@ -74,9 +74,12 @@ class RunnerLink:
         return None
 
     def configure(self, header: dict[str, Any], tensors: list[Any], deadline: float) -> dict[str, Any]:
-        """Send a config's `config` message (engine/pipeline/judge_configs.py); the runner's reply."""
+        """Send a config's `config` message (engine/pipeline/judge_configs.py); the runner's reply. The tensors
+        go through the arena's slot when they fit (the slot is free between jobs), else through the socket."""
         assert self.process is not None
-        self.process.send(header, tensors)
+        arena = self.process.arena
+        placed = arena.place(tensors) if arena is not None and tensors else None
+        self.process.send(header, tensors, placed)
         return self.process.reply(deadline - time.monotonic())
 
     def drop(self, cid: str, deadline: float) -> None:
@@ -107,7 +110,10 @@ class RunnerLink:
                 return None
             if b.get("kind") == "scalar":
                 return float(b["value"])
-            flat = wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"", "cuda")
+            if isinstance(rec.payload, (bytes, bytearray)) or rec.payload is None:
+                flat = wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"", "cuda")
+            else:  # already on the GPU, from the arena (engine/pipeline/arena.py)
+                flat = wire.device_tensor(b, rec.payload)
             if local.fingerprint(flat, wire.fingerprint_seed(key, rec.seq, k)) != int(str(b["fp"]), 16):
                 raise wire.Forgery(f"the bytes of output {k} of iteration {b.get('i')} do not match their signed "
                                    "fingerprint (they were changed after the helper sent them)")

@@ -1,10 +1,11 @@
-"""The runner: `python -m engine.pipeline.runner CONTROL_FD KEY_FD RECORD_FD`, one fresh process per candidate.
+"""The runner: `python -m engine.pipeline.runner CONTROL_FD KEY_FD RECORD_FD [ARENA_FD]`, one fresh process per
+candidate.
 
 Untrusted by design: it loads the candidate and calls it on the arguments the judge sends, through the compiled
 timing helper, and nothing else. It jails itself first (engine.jail: Landlock, network namespace, seccomp,
 no privileges, dies with the judge), while it is still a single thread and before torch or the candidate is
 imported; then it imports torch, loads the helper from its read-only folder and hands it the two descriptors
-(the helper reads the signing key and closes it). Only then does candidate code run. What the runner says on
+(the helper reads the signing key and closes it; it maps the arena, engine/pipeline/arena.py). Only then does candidate code run. What the runner says on
 the control channel is never taken as a result: results are the helper's signed records, and the judge
 checks them against references it computed itself.
 """
@@ -19,13 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine import jail
-from engine.pipeline.wire import Channel, ChannelClosed, decode_args, tensor_from_bytes
+from engine.pipeline.wire import Channel, ChannelClosed, decode_args, dtype_of, restride, tensor_from_bytes
 
 
 class Runner:
-    def __init__(self, ctl: Channel, key_fd: int, record_fd: int):
+    def __init__(self, ctl: Channel, key_fd: int, record_fd: int, arena_fd: int = -1):
         self.ctl = ctl
-        self.key_fd, self.record_fd = key_fd, record_fd
+        self.key_fd, self.record_fd, self.arena_fd = key_fd, record_fd, arena_fd
         self.timer: Any = None
         self.module: Any = None
         self.configs: dict[str, dict[str, Any]] = {}
@@ -44,11 +45,13 @@ class Runner:
             # still answers `load` and `ping`, so a machine without a GPU can show what a candidate's import
             # does in the jail (the CPU tests do).
             os.close(self.key_fd)
+            if self.arena_fd >= 0:
+                os.close(self.arena_fd)
             self.ctl.send({"type": "no_gpu"})
             return
         torch.cuda.init()
         self.timer = load_extension(Path(header["timer_so"]), header["timer_module"])
-        self.timer.init(self.key_fd, self.record_fd)
+        self.timer.init(self.key_fd, self.record_fd, self.arena_fd)
         self.ctl.send({"type": "ready", "device": {"gpu": torch.cuda.get_device_name()}, "pid": os.getpid()})
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -84,7 +87,8 @@ class Runner:
     def configure(self, h: dict[str, Any], blobs: list[bytearray]) -> dict[str, Any]:
         import torch
         metas = h["tensors"]
-        tensors = [tensor_from_bytes(m, b, "cuda") for m, b in zip(metas, blobs)]
+        tensors = [self._from_arena(m) if "arena_offset" in m else tensor_from_bytes(m, b, "cuda")
+                   for m, b in zip(metas, blobs)]
         k, n = int(h["variants"]), int(h["per_variant"])
         variants = [tensors[v * n:(v + 1) * n] for v in range(k)]
         live = [t.clone() for t in variants[0]]  # fresh storage with variant 0's strides, refilled per call
@@ -99,6 +103,16 @@ class Runner:
                     return fn(*args)
         self.configs[h["cid"]] = {"live": live, "variants": variants, "call": call}
         return {"type": "configured", "cid": h["cid"]}
+
+    def _from_arena(self, meta: dict[str, Any]) -> Any:
+        """An argument the judge placed in the arena's slot, copied to the GPU (page-locked: full speed)."""
+        import torch
+        off, n = int(meta["arena_offset"]), int(meta["nbytes"])
+        flat = torch.empty(n, dtype=torch.uint8, device="cuda")
+        if n:
+            flat.copy_(self.timer.arena_view(off + n)[off:])
+        t = flat.view(dtype_of(str(meta["dtype"]))).reshape([int(x) for x in meta["shape"]])
+        return restride(t, meta.get("strides"), "cuda")
 
     def _modelnew_call(self, h: dict[str, Any], state_tensors: list[Any], args: Any) -> Callable[[], Any]:
         import torch
@@ -139,7 +153,10 @@ class Runner:
         return {"type": "job_done", "job": h["job"], "status": status}
 
     def drop(self, h: dict[str, Any], _: list[bytearray]) -> dict[str, Any]:
+        import torch
         self.configs.pop(h["cid"], None)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()   # back to the GPU, which other evaluations may share
         return {"type": "dropped"}
 
 
@@ -156,8 +173,9 @@ def main(argv: list[str]) -> int:
     import faulthandler
     faulthandler.enable()  # a crash in candidate code leaves its Python stack in runner.log, which the judge quotes
     ctl_fd, key_fd, record_fd = (int(a) for a in argv[:3])
+    arena_fd = int(argv[3]) if len(argv) > 3 else -1
     ctl = Channel(socket.socket(fileno=ctl_fd))
-    runner = Runner(ctl, key_fd, record_fd)
+    runner = Runner(ctl, key_fd, record_fd, arena_fd)
     try:
         runner.start()
         runner.serve()

@@ -8,7 +8,8 @@ Layout of a run folder (created by the trusted side, mode 0711):
     runner.log its stdout and stderr (the judge's file; kernels may printf)
 
 The runner joins the judge's process group (a kill of the judge's group takes it along), dies with the judge
-(PDEATHSIG, which its seccomp filter stops it from clearing), and inherits exactly three descriptors.
+(PDEATHSIG, which its seccomp filter stops it from clearing), and inherits exactly four descriptors: control,
+key, records and the shared arena (engine/pipeline/arena.py), through which output and argument bytes travel.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from engine import procs
 from engine import jail
 from engine.jail import JailReport, JailSpec, privileges
 from engine.jail.profiles import runner_environment, runner_spec
+from engine.pipeline.arena import Arena
 from engine.pipeline.types import CandidateSpec
 from engine.pipeline.wire import Channel, ChannelClosed, Forgery, Record, RecordReader
 
@@ -114,6 +116,7 @@ class RunnerProcess:
     log_path: Path | None = None
     started: int = 0          # the runner's start time (clock ticks since boot)
     forged: str = ""          # set by the record reader when a record the helper did not sign arrives
+    arena: Arena | None = None
 
     @classmethod
     def spawn(cls, run: RunDir, gpu: int | None = None, extra_env: dict[str, str] | None = None) -> "RunnerProcess":
@@ -125,30 +128,31 @@ class RunnerProcess:
             fcntl.fcntl(rec_w, _F_SETPIPE_SZ, 1 << 20)
         except OSError:
             pass
+        arena = Arena()
         env = run.environment(extra_env)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         log_path = run.root / "runner.log"
         cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.runner",
-               str(runner_end.fileno()), str(key_r), str(rec_w)]
+               str(runner_end.fileno()), str(key_r), str(rec_w), str(arena.fd)]
         procs.become_subreaper()
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, pass_fds=(runner_end.fileno(), key_r, rec_w))
+                                    stderr=subprocess.STDOUT, pass_fds=(runner_end.fileno(), key_r, rec_w, arena.fd))
         runner_end.close()
         os.close(key_r)
         os.close(rec_w)
         os.write(key_w, key)
         os.close(key_w)
         _LIVE.add(proc.pid)
-        rp = cls(proc, Channel(judge_end), key, run.root, log_path=log_path)
+        rp = cls(proc, Channel(judge_end), key, run.root, log_path=log_path, arena=arena)
         rp.started = procs.start_ticks(proc.pid) or 0
         rp._start_reader(rec_r)
         return rp
 
     def _start_reader(self, fd: int) -> None:
         stream = open(fd, "rb", buffering=1 << 20)
-        reader = RecordReader(stream, self.key)
+        reader = RecordReader(stream, self.key, arena=self.arena)
 
         def pump() -> None:
             try:
@@ -157,17 +161,17 @@ class RunnerProcess:
             except Forgery as exc:
                 self.forged = str(exc)
                 self.records.put(exc)
-            except (ChannelClosed, OSError, ValueError) as exc:
-                self.records.put(exc)
+            except Exception as exc:  # noqa: BLE001 - the stream ended, or taking an arena payload failed
+                self.records.put(exc)   # (the judge's own memory running out there is raised as it is)
             finally:
                 stream.close()
 
         threading.Thread(target=pump, name="kbench-records", daemon=True).start()
 
     # -- control channel ----------------------------------------------------------------------------------
-    def send(self, header: dict[str, Any], tensors: Any = ()) -> None:
+    def send(self, header: dict[str, Any], tensors: Any = (), placed: list[int] | None = None) -> None:
         try:
-            self.ctl.send(header, tensors)
+            self.ctl.send(header, tensors, placed)
         except OSError as exc:
             raise RunnerGone(self.describe_exit(f"the runner stopped listening ({exc})")) from exc
 
@@ -192,7 +196,7 @@ class RunnerProcess:
                 if self.proc.poll() is not None and self.records.empty():
                     raise RunnerGone(self.describe_exit("the runner died"))
                 continue
-            if isinstance(item, Forgery):
+            if isinstance(item, Forgery) or type(item).__name__ == "OutOfMemoryError":
                 raise item
             if isinstance(item, BaseException):
                 raise RunnerGone(self.describe_exit(f"the record stream ended ({item})"))
@@ -257,4 +261,6 @@ class RunnerProcess:
             self.ctl.sock.close()
         except OSError:
             pass
+        if self.arena is not None:
+            self.arena.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -101,6 +101,9 @@ class JudgeResult:
     traces: dict[str, str] = field(default_factory=dict)   # kbench's own failures, for a bug report
     warm: bool = False     # a spare judge: started (runner jailed, CUDA up) before this request came
     baseline_drift: dict[str, dict[str, Any]] = field(default_factory=dict)  # session baselines that moved
+    # set when the judge itself could not go on (its own GPU memory ran out on a shared or small GPU): what it
+    # did not finish is not a verdict on the kernel, and an evolution evaluates the candidate again
+    unmeasured: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

@@ -71,10 +71,11 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
         report.rows.append(row)
 
     error = res.get("error")
-    if error == NO_GPU:
-        report.unmeasured = NO_GPU
-        report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.SKIPPED, NO_GPU_REASON))
-        report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, NO_GPU_REASON))
+    if error == NO_GPU or res.get("unmeasured"):
+        report.unmeasured = NO_GPU if error == NO_GPU else str(res["unmeasured"])
+        why = NO_GPU_REASON if error == NO_GPU else report.unmeasured
+        report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.SKIPPED, why))
+        report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, why))
         return
     failed = [r for r in report.rows if r.correct is False]
     if outcome.crashed or error:

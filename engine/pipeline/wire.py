@@ -7,7 +7,9 @@ Two channels, both inherited descriptors:
 - records (a pipe, runner to judge): written only by the compiled timing helper, each record numbered and
   signed with HMAC-SHA256 under a key the judge generated and the helper read from a third descriptor
   before any candidate code ran. Outputs ride on records as a signed header (shape, dtype, a keyed
-  fingerprint of the bytes) followed by the bytes.
+  fingerprint of the bytes) followed by the bytes, or with the bytes in the shared arena's slot
+  (engine/pipeline/arena.py; the header says `"arena": 1`), which the reader copies to the GPU.
+Large arguments of a `config` message likewise travel in the arena (their metas carry `arena_offset`).
 
 The judge never unpickles anything: headers are JSON, tensor bytes become tensors through `frombuffer`.
 """
@@ -77,6 +79,16 @@ def tensor_from_bytes(meta: dict[str, Any], data: bytes | bytearray | memoryview
     return restride(t.to(device), meta.get("strides"), device)
 
 
+def device_tensor(meta: dict[str, Any], flat: Any) -> Any:
+    """A contiguous tensor with `meta`'s dtype and shape over `flat`, a uint8 tensor of exactly its bytes."""
+    import torch
+    dtype = dtype_of(str(meta["dtype"]))
+    shape = [int(s) for s in meta["shape"]]
+    if flat.numel() != int(math.prod(shape)) * torch.empty(0, dtype=dtype).element_size():
+        raise Forgery(f"{flat.numel()} bytes for a {dtype} tensor of shape {shape}")
+    return flat.view(dtype).reshape(shape) if flat.numel() else torch.empty(shape, dtype=dtype, device=flat.device)
+
+
 def restride(t: Any, strides: Any, device: Any) -> Any:
     """`t` on `device` with the given strides where they describe a layout of its shape (a transposed output
     stays transposed, so the comparison sees what the candidate returned); else contiguous."""
@@ -124,16 +136,21 @@ def decode_args(tree: Any, tensors: list[Any]) -> Any:
 
 class Channel:
     """Framed messages on a stream socket: u32 header length, JSON header, then the bytes of each tensor the
-    header lists under "tensors" (contiguous, in order)."""
+    header lists under "tensors" (contiguous, in order), except those it says are in the arena."""
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
 
-    def send(self, header: dict[str, Any], tensors: Any = ()) -> None:
+    def send(self, header: dict[str, Any], tensors: Any = (), placed: list[int] | None = None) -> None:
+        """`placed`: the tensors are already in the arena's slot at these offsets (Arena.place); only their
+        metas travel here."""
         import torch
         blobs = []
         metas = []
-        for t in tensors:
+        for j, t in enumerate(tensors):
+            if placed is not None:
+                metas.append({**tensor_meta(t), "arena_offset": placed[j]})
+                continue
             c = t.detach().contiguous().cpu()
             metas.append({**tensor_meta(t), "nbytes": c.numel() * c.element_size()})
             blobs.append(c)
@@ -151,7 +168,8 @@ class Channel:
         header = json.loads(self._exact(n))
         if not isinstance(header, dict):
             raise ChannelClosed("control header is not an object")
-        blobs = [self._exact(int(m["nbytes"])) for m in header.get("tensors", [])]
+        blobs = [bytearray() if "arena_offset" in m else self._exact(int(m["nbytes"]))
+                 for m in header.get("tensors", [])]
         return header, blobs
 
     def _exact(self, n: int) -> bytearray:
@@ -174,7 +192,7 @@ class Record:
     job: int
     body: dict[str, Any]
     received: float                    # the judge's monotonic clock when the record was complete
-    payload: bytes | bytearray | None = None
+    payload: Any = None                # the output's bytes: bytes/bytearray, or a uint8 GPU tensor from the arena
 
     @property
     def name(self) -> str:
@@ -197,6 +215,7 @@ class RecordReader:
     next_seq: int = 0
     max_payload: int = 1 << 40
     seen: list[int] = field(default_factory=list)
+    arena: Any = None                  # engine.pipeline.arena.Arena, when the helper was given one
 
     def _exact(self, n: int) -> bytes:
         chunks = []
@@ -242,6 +261,11 @@ class RecordReader:
             n = int(parsed.get("nbytes", 0))
             if n < 0 or n > self.max_payload:
                 raise Forgery(f"record {seq} announces {n} payload bytes")
-            rec.payload = self._exact_into(n)
+            if not parsed.get("arena"):
+                rec.payload = self._exact_into(n)
+            elif self.arena is None or n > self.arena.capacity:
+                raise Forgery(f"record {seq} puts {n} bytes in an arena slot that cannot hold them")
+            else:  # copied to the GPU and released at once: the helper is waiting to write the next one
+                rec.payload = self.arena.take(n)
         rec.received = time.monotonic()
         return rec

@@ -101,3 +101,34 @@ def test_a_clean_result_or_another_hack_is_judged_once(judged):
     # a clock failure beside a hack that contention cannot cause: no second measurement, the fail stands
     report = run(_result(task, clock_ok=False, other_hack=SIDE_WORK))
     assert len(calls) == 1 and not report.passed and not report.remeasured
+
+
+OOM = ("the judge ran out of GPU memory during correctness of config bench (12 MiB free of 81559 MiB): the GPU "
+       "is shared with other work or too small for this task's configs; not a verdict on the kernel")
+
+
+def test_the_judges_own_memory_running_out_is_judged_again_then_left_unmeasured(judged, monkeypatch):
+    monkeypatch.setattr(ev, "MEMORY_RETRY_S", 0.0)
+    task, run, calls = judged
+    report = run({"finished": True, "unmeasured": OOM}, _result(task))
+    assert len(calls) == 2 and report.passed and not report.unmeasured   # the second judgement counts
+    calls.clear()
+    report = run({"finished": True, "unmeasured": OOM}, {"finished": True, "unmeasured": OOM})
+    assert len(calls) == 2 and not report.passed and report.unmeasured == OOM
+    assert {v.stage: v.status for v in report.verdicts if v.stage in ("correctness", "timing")} == \
+        {"correctness": Status.SKIPPED, "timing": Status.SKIPPED}
+    from engine.evolve.outcome import EvalOutcome
+    assert EvalOutcome.from_report(report).infra_error == OOM             # the loop evaluates it again later
+
+
+def test_only_the_judges_own_allocation_failures_count_as_out_of_memory():
+    from engine.pipeline.judge import judge_out_of_memory, out_of_memory
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+    assert out_of_memory(OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB"))
+    assert out_of_memory(RuntimeError("fingerprint: out of memory"))
+    assert not out_of_memory(ValueError("out of memory"))               # not a CUDA allocation
+    assert not out_of_memory(RuntimeError("an illegal memory access was encountered"))
+    why = judge_out_of_memory({"stage": "correctness", "config": "rkb-multi-3"})
+    assert "during correctness of config rkb-multi-3" in why and "not a verdict on the kernel" in why

@@ -13,8 +13,9 @@
 // other streams lands between end and end-all). After the call: alias checks (an output sharing storage with
 // an input, or with the previous call's still-alive output), optional input-mutation and async-completeness
 // probes, and for checked calls the output itself: a signed header with a keyed fingerprint of its bytes,
-// then the bytes. In a timing job the checked calls are a few iterations drawn at random after the iteration
-// count is known: the candidate cannot tell a checked call from any other.
+// then the bytes (in the shared arena's slot when the judge gave one: engine/pipeline/arena.py). In a timing
+// job the checked calls are a few iterations drawn at random after the iteration count is known: the
+// candidate cannot tell a checked call from any other.
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -32,7 +33,9 @@
 #include <string>
 #include <execinfo.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -122,6 +125,16 @@ bool g_ready = false;
 int g_record_fd = -1;
 uint64_t g_seq = 0;
 at::Tensor g_flush;
+
+// The shared arena (engine/pipeline/arena.py): a control page whose first word the judge bumps for every slot
+// payload it has taken, then one slot. Absent (nullptr) when the judge gave none.
+constexpr size_t kArenaData = 4096;
+constexpr size_t kRegisterStep = 256u << 20;
+uint8_t* g_arena = nullptr;
+size_t g_arena_cap = 0;        // bytes in the slot
+size_t g_arena_pinned = 0;     // bytes of the slot page-locked so far
+bool g_arena_pin_ok = true;
+uint64_t g_arena_sent = 0;     // slot payloads sent
 
 enum RecordType : uint32_t { HELLO = 6, JOB_BEGIN = 1, ITER = 2, OUTPUT = 3, JOB_END = 4, ERROR_ = 5 };
 
@@ -285,6 +298,39 @@ uint64_t fingerprint(const at::Tensor& contiguous, uint64_t seed) {
   return kb_fingerprint_host(contiguous.data_ptr(), nbytes, seed);
 }
 
+// ------------------------------------------------------------------------------------------ arena
+void map_arena(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size <= kArenaData)
+    throw std::runtime_error("kbench timer: the arena descriptor is not a usable memfd");
+  void* p = mmap(nullptr, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw std::runtime_error(std::string("kbench timer: cannot map the arena: ") + std::strerror(errno));
+  g_arena = static_cast<uint8_t*>(p);
+  g_arena_cap = (size_t)st.st_size - kArenaData;
+}
+
+// The first `nbytes` of the slot, page-locked as far as they reach (where the driver lets us).
+uint8_t* arena_slot(size_t nbytes) {
+  uint8_t* slot = g_arena + kArenaData;
+  if (g_arena_pin_ok && nbytes > g_arena_pinned) {
+    size_t want = std::min(g_arena_cap, (nbytes + kRegisterStep - 1) / kRegisterStep * kRegisterStep);
+    if (g_arena_pinned) cudaHostUnregister(slot);
+    g_arena_pinned = 0;
+    if (cudaHostRegister(slot, want, cudaHostRegisterDefault) == cudaSuccess) g_arena_pinned = want;
+    else { cudaGetLastError(); g_arena_pin_ok = false; }
+  }
+  return slot;
+}
+
+// Wait until the judge has taken every payload sent so far: the slot is ours again.
+void arena_wait() {
+  auto* released = reinterpret_cast<uint64_t*>(g_arena);
+  py::gil_scoped_release release;
+  while (__atomic_load_n(released, __ATOMIC_ACQUIRE) < g_arena_sent)
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
 // Strings are built with std::string and snprintf only: no iostreams, whose template code compiled into this
 // library can disagree with the libstdc++ the process loaded (a crash seen with a newer host compiler).
 void send_output(uint64_t job, int64_t i, int k, const Out& o) {
@@ -293,8 +339,17 @@ void send_output(uint64_t job, int64_t i, int k, const Out& o) {
   if (o.kind == Out::SCALAR) { emit(OUTPUT, job, b + ",\"kind\":\"scalar\",\"value\":" + num(o.value) + "}"); return; }
   const at::Tensor& t = o.t;
   at::Tensor c = t.contiguous();
-  at::Tensor host = c.is_cuda() ? c.to(at::kCPU) : c;
-  const size_t nbytes = (size_t)host.numel() * host.element_size();
+  const size_t nbytes = (size_t)c.numel() * c.element_size();
+  const bool in_arena = g_arena != nullptr && nbytes <= g_arena_cap;
+  at::Tensor host;
+  if (in_arena) {
+    arena_wait();
+    uint8_t* slot = arena_slot(nbytes);
+    if (nbytes && c.is_cuda()) check_cuda(cudaMemcpy(slot, c.data_ptr(), nbytes, cudaMemcpyDeviceToHost), "arena copy");
+    else if (nbytes) std::memcpy(slot, c.data_ptr(), nbytes);
+  } else {
+    host = c.is_cuda() ? c.to(at::kCPU) : c;
+  }
   // The seed depends on the sequence number this record will carry: fresh for every output.
   uint64_t seed = fp_seed(g_seq, k);
   uint64_t fp = fingerprint(c, seed);
@@ -303,8 +358,13 @@ void send_output(uint64_t job, int64_t i, int k, const Out& o) {
   b += ",\"kind\":\"tensor\",\"dtype\":" + json_str(c10::toString(t.scalar_type())) + ",\"shape\":" +
        ints(t.sizes()) + ",\"strides\":" + ints(t.strides()) + ",\"contiguous\":" +
        std::to_string(t.is_contiguous() ? 1 : 0) + ",\"device\":" + json_str(t.device().str()) + ",\"nbytes\":" +
-       std::to_string(nbytes) + ",\"fp\":\"" + fph + "\"}";
-  emit(OUTPUT, job, b, host.data_ptr(), nbytes);
+       std::to_string(nbytes) + ",\"fp\":\"" + fph + "\"" + (in_arena ? ",\"arena\":1}" : "}");
+  if (in_arena) {
+    emit(OUTPUT, job, b);
+    ++g_arena_sent;
+  } else {
+    emit(OUTPUT, job, b, host.data_ptr(), nbytes);
+  }
 }
 
 // ------------------------------------------------------------------------------------------ one call
@@ -439,8 +499,9 @@ void on_fatal_signal(int sig, siginfo_t* info, void* ctx) {
 }
 
 // ------------------------------------------------------------------------------------------ API
-void init(int key_fd, int record_fd) {
+void init(int key_fd, int record_fd, int arena_fd) {
   if (g_ready) throw std::runtime_error("kbench timer: already initialised");
+  if (arena_fd >= 0) map_arena(arena_fd);
   size_t got = 0;
   while (got < 32) {
     ssize_t r = ::read(key_fd, g_key + got, 32 - got);
@@ -532,6 +593,13 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
   return ok ? "ok" : "error";
 }
 
+// The runner's view of the slot's first `nbytes` (a config's arguments the judge placed there), page-locked.
+at::Tensor arena_view(int64_t nbytes) {
+  if (g_arena == nullptr) throw std::runtime_error("kbench timer: no arena");
+  if (nbytes < 0 || (size_t)nbytes > g_arena_cap) throw std::runtime_error("kbench timer: outside the arena");
+  return at::from_blob(arena_slot((size_t)nbytes), {nbytes}, at::TensorOptions().dtype(at::kByte));
+}
+
 uint64_t py_fingerprint(at::Tensor t, uint64_t seed) {
   return fingerprint(t.contiguous(), seed);
 }
@@ -540,7 +608,8 @@ uint64_t py_fingerprint(at::Tensor t, uint64_t seed) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "kbench timing helper: signed, compiled call-and-time loop (see engine/pipeline/timer)";
-  m.def("init", &init, py::arg("key_fd"), py::arg("record_fd"));
+  m.def("init", &init, py::arg("key_fd"), py::arg("record_fd"), py::arg("arena_fd") = -1);
+  m.def("arena_view", &arena_view, py::arg("nbytes"));
   m.def("run", &run, py::arg("job_id"), py::arg("mode"), py::arg("call"), py::arg("live"), py::arg("variants"),
         py::arg("schedule"), py::arg("warmup"), py::arg("min_iters"), py::arg("max_iters"), py::arg("budget_s"),
         py::arg("checks"), py::arg("flush"), py::arg("probe_inputs"), py::arg("settle_ms"));

@@ -1,0 +1,128 @@
+"""The shared arena between judge and runner (engine/pipeline/arena.py), on the CPU: sealing, the slot's
+placement of arguments, taking a payload and releasing the slot, and the record reader's rules for payloads
+that claim to be in the arena. The helper's side (binding.cpp) runs in the GPU tests."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import mmap
+import os
+import socket
+
+import pytest
+import torch
+
+from engine.pipeline import wire
+from engine.pipeline.arena import CONTROL, DATA_OFFSET, Arena
+
+
+@pytest.fixture
+def arena():
+    a = Arena(size=DATA_OFFSET + (1 << 20))
+    yield a
+    a.close()
+
+
+def _runner_view(a: Arena) -> mmap.mmap:
+    """The arena as the runner maps it: through the inherited descriptor."""
+    return mmap.mmap(a.fd, a.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def test_the_runner_cannot_resize_the_arena(arena):
+    # a shrink would make the judge's next read of the slot a SIGBUS; a grow would eat memory
+    for size in (DATA_OFFSET, arena.size * 2):
+        with pytest.raises(PermissionError):
+            os.ftruncate(arena.fd, size)
+    assert os.fstat(arena.fd).st_size == arena.size
+
+
+def test_place_puts_each_tensor_at_an_aligned_offset_and_refuses_what_does_not_fit(arena):
+    a = torch.arange(10, dtype=torch.float32)
+    b = torch.arange(7, dtype=torch.int64).reshape(7, 1).t()   # not contiguous: placed contiguous
+    offsets = arena.place([a, b])
+    assert offsets == [0, 64]
+    view = _runner_view(arena)
+    got_a = torch.frombuffer(view, dtype=torch.float32, offset=DATA_OFFSET, count=10).clone()
+    got_b = torch.frombuffer(view, dtype=torch.int64, offset=DATA_OFFSET + 64, count=7).clone()
+    view.close()
+    assert torch.equal(got_a, a) and torch.equal(got_b, b.reshape(-1))
+    too_big = torch.zeros(arena.capacity // 4 + 1, dtype=torch.float32)
+    assert arena.place([too_big]) is None
+
+
+def test_take_copies_the_slot_then_releases_it_to_the_helper(arena):
+    view = _runner_view(arena)
+    payload = os.urandom(1000)
+    view[DATA_OFFSET:DATA_OFFSET + len(payload)] = payload          # what the helper writes
+    assert CONTROL.unpack_from(view, 0)[0] == 0
+    got = arena.take(len(payload), device="cpu")
+    assert bytes(got.numpy()) == payload
+    assert CONTROL.unpack_from(view, 0)[0] == 1                    # the helper may write the next one
+    view[DATA_OFFSET:DATA_OFFSET + 4] = b"XXXX"                    # the runner scribbles afterwards:
+    assert bytes(got[:4].numpy()) == payload[:4]                   # the judge's copy is its own
+    arena.take(0, device="cpu")
+    assert CONTROL.unpack_from(view, 0)[0] == 2
+    view.close()
+    with pytest.raises(ValueError):
+        arena.take(arena.capacity + 1, device="cpu")
+
+
+def _record(key: bytes, rtype: int, seq: int, job: int, body: dict, payload: bytes = b"") -> bytes:
+    b = json.dumps(body).encode()
+    head = wire.HEADER.pack(wire.RECORD_MAGIC, rtype, seq, job, len(b))
+    return head + b + hmac.new(key, head + b, hashlib.sha256).digest() + payload
+
+
+class _CpuArena(Arena):
+    def take(self, nbytes: int, device: str = "cpu"):
+        return super().take(nbytes, device="cpu")
+
+
+def test_record_reader_takes_arena_payloads_only_from_a_slot_that_holds_them():
+    key = os.urandom(32)
+    out = {"kind": "tensor", "nbytes": 8, "i": 0, "k": 0, "arena": 1, "dtype": "Float", "shape": [2]}
+    stream = _record(key, wire.OUTPUT, 0, 1, out)
+    with pytest.raises(wire.Forgery, match="arena slot"):          # no arena was given to this helper
+        wire.RecordReader(io.BytesIO(stream), key).read()
+    a = _CpuArena(size=DATA_OFFSET + 4096)
+    try:
+        view = _runner_view(a)
+        view[DATA_OFFSET:DATA_OFFSET + 8] = torch.tensor([1.5, -2.0]).numpy().tobytes()
+        # the payload is not in the stream: the next record follows the header directly
+        two = stream + _record(key, wire.JOB_END, 1, 1, {"status": "ok"})
+        reader = wire.RecordReader(io.BytesIO(two), key, arena=a)
+        rec = reader.read()
+        assert torch.equal(wire.device_tensor(rec.body, rec.payload), torch.tensor([1.5, -2.0]))
+        assert CONTROL.unpack_from(view, 0)[0] == 1
+        assert reader.read().type == wire.JOB_END
+        big = {**out, "nbytes": a.capacity + 8}
+        with pytest.raises(wire.Forgery, match="arena slot"):
+            wire.RecordReader(io.BytesIO(_record(key, wire.OUTPUT, 0, 1, big)), key, arena=a).read()
+        view.close()
+    finally:
+        a.close()
+
+
+def test_device_tensor_refuses_bytes_that_do_not_make_the_announced_tensor():
+    with pytest.raises(wire.Forgery):
+        wire.device_tensor({"dtype": "Float", "shape": [3]}, torch.zeros(8, dtype=torch.uint8))
+
+
+def test_a_config_message_names_placed_tensors_instead_of_carrying_them(arena):
+    left, right = socket.socketpair()
+    try:
+        ts = [torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.ones(4, dtype=torch.int32)]
+        offsets = arena.place(ts)
+        wire.Channel(left).send({"type": "config"}, ts, offsets)
+        wire.Channel(left).send({"type": "ping"})                  # framing intact after it
+        header, blobs = wire.Channel(right).recv(timeout=5)
+        assert [m["arena_offset"] for m in header["tensors"]] == offsets
+        assert [m["nbytes"] for m in header["tensors"]] == [24, 16]
+        assert blobs == [bytearray(), bytearray()]
+        assert wire.Channel(right).recv(timeout=5)[0]["type"] == "ping"
+    finally:
+        left.close()
+        right.close()
