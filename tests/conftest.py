@@ -63,9 +63,21 @@ def native_cache_root(tmp_path_factory):
 @pytest.fixture
 def ws(tmp_path):
     """A new, empty workspace at `tmp_path/ws`, closed after the test. A module that needs more (a session
-    started, a task of its own) defines its own `ws`."""
+    started, a task of its own) defines its own `ws` (`ln_ws` starts the usual layernorm one)."""
     from engine.workspace import Workspace
 
     w = Workspace.create(tmp_path / "ws")
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def ln_ws(tmp_path, layernorm_task):
+    """A new workspace at `tmp_path/ws` with session "ln" started (layernorm forward, the tuner proposing);
+    modules whose tests all want it define `ws` as it."""
+    from engine.workspace import Workspace
+
+    w = Workspace.create(tmp_path / "ws")
+    w.start_session("ln", layernorm_task, "forward", proposer="tuner")
     yield w
     w.close()

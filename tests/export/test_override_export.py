@@ -17,7 +17,7 @@ from engine.pipeline.evaluate import EvalReport
 from engine.pipeline.verdicts import NO_GPU_REASON
 from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
-from engine.workspace import ConfigTiming, Measurement, Workspace
+from engine.workspace import ConfigTiming, Measurement
 from tests.paths import REPO
 
 LN_FWD = REPO / "tasks" / "layernorm_lastdim" / "baselines" / "forward"
@@ -25,11 +25,8 @@ SM_FWD = REPO / "tasks" / "softmax" / "baselines" / "forward"
 
 
 @pytest.fixture
-def ws(tmp_path, layernorm_task):
-    w = Workspace.create(tmp_path / "ws")
-    w.start_session("ln", layernorm_task, "forward", proposer="tuner")
-    yield w
-    w.close()
+def ws(ln_ws):
+    return ln_ws
 
 
 def _compiled_without_gpu(ws, cid):

@@ -33,7 +33,7 @@ from engine.verdict import (
     judge,
     judge_verdicts,
 )
-from engine.workspace import ConfigTiming, Measurement, Workspace
+from engine.workspace import ConfigTiming, Measurement
 
 P, F, S, K = Status.PASS, Status.FAIL, Status.SUSPICIOUS, Status.SKIPPED
 SPEEDUP = 1.5
@@ -87,11 +87,8 @@ CASES = {
 
 
 @pytest.fixture
-def ws(tmp_path, layernorm_task):
-    w = Workspace.create(tmp_path / "ws")
-    w.start_session("ln", layernorm_task, "forward", proposer="tuner")
-    yield w
-    w.close()
+def ws(ln_ws):
+    return ln_ws
 
 
 def _cand(tag: str) -> Candidate:

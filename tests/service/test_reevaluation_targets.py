@@ -12,18 +12,14 @@ from engine.candidates import load_candidate
 from engine.config import Config
 from engine.service.session_service import SessionService
 from engine.verdict import Stage, Status, Verdict
-from engine.workspace import Workspace
 from tests.paths import REPO
 
 LN_FWD = REPO / "tasks" / "layernorm_lastdim" / "baselines" / "forward"
 
 
 @pytest.fixture
-def ws(tmp_path, layernorm_task):
-    w = Workspace.create(tmp_path / "ws")
-    w.start_session("ln", layernorm_task, "forward", proposer="tuner")
-    yield w
-    w.close()
+def ws(ln_ws):
+    return ln_ws
 
 
 def _commit(ws, n):
