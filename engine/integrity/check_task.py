@@ -214,7 +214,7 @@ def footprint_bytes(runtime: TaskRuntime, config: TaskConfig) -> int | None:
     meta = torch.device("meta")
     try:
         with torch.device(meta), torch.no_grad():
-            # the init scheme redraws values, never shapes (and its CPU generator cannot draw on meta)
+            # the init scheme redraws values, never shapes (and would draw a meta tensor's on the CPU)
             runtime.setup(dataclasses.replace(config, init="normal"), config.seed, meta)
             inputs = list(runtime.pristine())
             model = getattr(runtime, "model", None) or getattr(runtime, "_model", None)

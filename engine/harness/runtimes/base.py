@@ -14,11 +14,12 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from engine.tasks.model import Task, TaskConfig
 
 Outputs = tuple  # tuple of tensors (or scalars); compared element by element
+T = TypeVar("T")
 
 
 def import_file(path: Path, module_name: str) -> Any:
@@ -30,6 +31,51 @@ def import_file(path: Path, module_name: str) -> Any:
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def draw_device(device: Any) -> Any:
+    """Where a task's own model and input code draws for a setup on `device`: `device` itself where it is a CUDA
+    device, else None (no device context: the CPU, or whatever context the caller has entered, as the meta one
+    of engine.integrity.check_task's size guard)."""
+    import torch
+    dev = torch.device(device)
+    return dev if dev.type == "cuda" else None
+
+
+def on_device(device: Any, step: Callable[[], T]) -> T:
+    """`step()` (a setup step: it seeds the global generators, then calls the task's own code) run under
+    `with torch.device(d)` for d = draw_device(device), so the task's factory calls without a device (torch.randn,
+    torch.empty(...).normal_(), nn.Linear's parameters) allocate and draw there rather than on the CPU and a copy.
+    torch.manual_seed seeds the CUDA generators too, so the draws are as deterministic per seed as on the CPU
+    (but not the same values: each device has its own generator).
+
+    Task code that raises under the context (it goes through numpy, or draws with a CPU torch.Generator) runs
+    again without it, on the CPU exactly as before the context existed; the caller moves the result as ever.
+    An error of the task's own shows up there, from the CPU run."""
+    import torch
+    dev = draw_device(device)
+    if dev is None:
+        return step()
+    try:
+        with torch.device(dev):
+            return step()
+    except Exception:  # noqa: BLE001 - the CPU run below raises it again if it is not the context's doing
+        pass
+    # outside the handler: the failed attempt's frames, and the device memory they hold, are gone by now
+    return step()
+
+
+def seeded_normals(specs: list[tuple[Any, Any]], device: Any, seed: int) -> list[Any]:
+    """Standard normal draws, one tensor per (shape, dtype) of `specs`, in order from one generator seeded with
+    `seed`: a generator on `device` where it is CUDA (no host draw and copy), else on the CPU as ever, the draws
+    then moved to `device`."""
+    import torch
+    dev = draw_device(device)
+    if dev is not None:
+        gen = torch.Generator(device=dev).manual_seed(seed)
+        return [torch.randn(shape, generator=gen, dtype=dtype, device=dev) for shape, dtype in specs]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return [torch.randn(shape, generator=gen, dtype=dtype).to(device) for shape, dtype in specs]
 
 
 def as_outputs(value: Any) -> Outputs:
@@ -69,7 +115,8 @@ class TaskRuntime(ABC):
 
     @abstractmethod
     def setup(self, config: TaskConfig, seed: int, device: Any) -> None:
-        """Build the model (seeded) and inputs (seeded, config's init scheme applied) on `device`."""
+        """Build the model (seeded) and inputs (seeded, config's init scheme applied) on `device`, drawn there
+        where it is CUDA (`on_device`)."""
 
     @abstractmethod
     def pristine(self) -> list[Any]:

@@ -2,8 +2,15 @@
 
 As KernelBench's eval: the problem's own `get_inputs()` (never rewritten), floating-point tensors and the models
 cast to the task's precision, the models left in training mode, both called under `torch.no_grad()`.
+`get_inputs()` runs under `with torch.device(device)` where the device is CUDA, so its factory calls without a
+device (torch.randn...) draw on the GPU from the CUDA generator seeded by torch.manual_seed, instead of on the CPU
+and a copy; its code is the same, only where it draws. A `get_inputs` that raises there (it goes through numpy, say)
+runs again on the CPU, as it always did, and its tensors are moved (base.on_device).
 ModelNew is built under the same seed as Model and then given Model's weights (state_dict, matching keys and
-shapes only), so a candidate cannot fail, or pass, because its parameters were drawn differently.
+shapes only), so a candidate cannot fail, or pass, because its parameters were drawn differently. ModelNew is built
+on the CPU (runner.py, `candidate_model`), so Model and `get_init_inputs()` are too, then moved: a parameter that
+ModelNew names differently (no state_dict key to match) gets Model's values from the shared seed only where both
+draw on the same device.
 A config's `input_kwargs` are module constants (kbench's odd-size variant) set while `get_inputs` runs.
 """
 
@@ -12,7 +19,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file
+from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file, on_device
 from engine.harness.runtimes.robust_kbench import ModelState, module_name, to_device, try_compile
 from engine.tasks.model import Task, TaskConfig
 
@@ -64,16 +71,14 @@ class KernelBenchRuntime(TaskRuntime):
     def setup(self, config: TaskConfig, seed: int, device: Any) -> None:
         import torch
         mod = self.reference_module
+        self._model, self._state, self._inputs = None, None, []  # not held while the next setup's are built
         torch.manual_seed(seed)
         self._init_inputs = cast_floats(list(mod.get_init_inputs()), self.dtype)
         torch.manual_seed(seed)
         model = mod.Model(*self._init_inputs)
-        torch.manual_seed(seed + 1)  # not the weights' draws again (as the other runtimes do)
-        with module_constants(mod, config.input_kwargs):
-            inputs = cast_floats(list(mod.get_inputs()), self.dtype)
         self._model = model.to(device=device, dtype=self.dtype)
         self._state = ModelState(self._model)
-        self._inputs = to_device(inputs, device)
+        self._inputs = self._draw_inputs(config, seed, device)
         self._seed, self._device = seed, device
         self._candidate_models.clear()  # new weights: a ModelNew built for the last setup is stale
 
@@ -85,11 +90,20 @@ class KernelBenchRuntime(TaskRuntime):
     shares_model_across_variants = True
 
     def reseed_inputs(self, config: TaskConfig, seed: int, device: Any) -> None:
+        self._inputs = []  # the last variant's inputs are not held while the next ones are drawn
+        self._inputs = self._draw_inputs(config, seed, device)
+
+    def _draw_inputs(self, config: TaskConfig, seed: int, device: Any) -> list[Any]:
+        """The problem's get_inputs() under seed + 1 (not the weights' draws again, as the other runtimes do), on
+        `device` where it is CUDA (on the CPU where its code needs it), cast and moved to `device`."""
         import torch
         mod = self.reference_module
-        torch.manual_seed(seed + 1)
-        with module_constants(mod, config.input_kwargs):
-            self._inputs = to_device(cast_floats(list(mod.get_inputs()), self.dtype), device)
+
+        def draw() -> list[Any]:
+            torch.manual_seed(seed + 1)
+            with module_constants(mod, config.input_kwargs):
+                return list(mod.get_inputs())
+        return to_device(cast_floats(on_device(device, draw), self.dtype), device)
 
     def call_plan(self, inputs: list[Any]) -> CallPlan:
         if self._state is not None:

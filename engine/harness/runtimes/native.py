@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file, stub_fn
+from engine.harness.runtimes.base import (CallPlan, Outputs, TaskRuntime, as_outputs, import_file, on_device,
+                                          seeded_normals, stub_fn)
 from engine.tasks.inits import apply_init
 from engine.tasks.model import Task, TaskConfig
 
@@ -28,21 +29,29 @@ class NativeRuntime(TaskRuntime):
     def setup(self, config: TaskConfig, seed: int, device: Any) -> None:
         import torch
 
-        torch.manual_seed(seed)
-        model = self.ref.Model(**config.model_kwargs)
-        torch.manual_seed(seed + 1)
-        inputs = list(self.ref.get_inputs(**config.input_kwargs))
-        inputs = apply_init(inputs, config.init, seed)
-        self.model = model.to(device).eval()
+        # The last setup's tensors go first: a GiB input is not held twice while the next one is drawn.
+        self.model, self._pristine, self.grad_out = None, [], None
+
+        def build_model() -> Any:
+            torch.manual_seed(seed)
+            return self.ref.Model(**config.model_kwargs)
+
+        def build_inputs() -> list[Any]:
+            torch.manual_seed(seed + 1)
+            return list(self.ref.get_inputs(**config.input_kwargs))
+
+        # Drawn on `device` where it is CUDA (on_device: on the CPU, as before, where the task's code needs it);
+        # the init scheme redraws each tensor where it lies.
+        self.model = on_device(device, build_model).to(device).eval()
+        inputs = apply_init(on_device(device, build_inputs), config.init, seed)
         self._pristine = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
-        self.grad_out = None
+        del inputs  # a CPU fallback's host copies
         if self.direction == "backward":
             with torch.no_grad():
                 out = self.model(*self.inputs())
             if not isinstance(out, torch.Tensor):
                 raise TypeError("a backward task's forward must return one tensor")
-            gen = torch.Generator(device="cpu").manual_seed(seed + 2)
-            self.grad_out = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(device)
+            self.grad_out = seeded_normals([(out.shape, out.dtype)], device, seed + 2)[0]
 
     def pristine(self) -> list[Any]:
         return self._pristine

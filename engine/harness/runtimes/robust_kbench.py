@@ -16,7 +16,8 @@ import hashlib
 import inspect
 from typing import Any, Callable
 
-from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outputs, import_file, stub_fn
+from engine.harness.runtimes.base import (CallPlan, Outputs, TaskRuntime, as_outputs, import_file, on_device,
+                                          seeded_normals, stub_fn)
 from engine.tasks.inits import apply_init
 from engine.tasks.model import Task, TaskConfig
 from engine.tasks.robust_kbench import AUTOGRAD_CLASS
@@ -126,19 +127,32 @@ class RobustKbenchRuntime(TaskRuntime):
     def setup(self, config: TaskConfig, seed: int, device: Any) -> None:
         import torch
         mod = self.reference_module
-        # Built on the CPU under fixed seeds, then moved: the same draws whatever the device. Inputs get
-        # seed + 1 so that they do not repeat the weights' draws (x[0] == weight[0] would hide mix-ups).
-        torch.manual_seed(seed)
-        model = mod.Model(**accepted_kwargs(mod.Model, config.model_kwargs))
-        torch.manual_seed(seed + 1)
-        raw = list(mod.get_inputs(**accepted_kwargs(mod.get_inputs, config.input_kwargs)))
+        # The last setup's tensors go first: a GiB input is not held twice while the next one is drawn.
+        self._model, self._state, self._inputs, self._grad_outputs = None, None, [], []
+
+        # Built under fixed seeds, on `device` where it is CUDA (on_device: on the CPU, then moved, where the
+        # task's code needs the CPU). Inputs get seed + 1 so that they do not repeat the weights' draws
+        # (x[0] == weight[0] would hide mix-ups).
+        def build_model() -> Any:
+            torch.manual_seed(seed)
+            return mod.Model(**accepted_kwargs(mod.Model, config.model_kwargs))
+
+        def build_inputs() -> list[Any]:
+            torch.manual_seed(seed + 1)
+            return list(mod.get_inputs(**accepted_kwargs(mod.get_inputs, config.input_kwargs)))
+
+        model = on_device(device, build_model)
+        raw = on_device(device, build_inputs)
+        wants_grad = [is_float_tensor(r) and r.requires_grad for r in raw]
         inputs = apply_init(raw, config.init, seed)
-        inputs = [t.requires_grad_(True) if is_float_tensor(t) and is_float_tensor(r) and r.requires_grad
-                  and not t.requires_grad else t for t, r in zip(inputs, raw)]
+        del raw  # the init scheme's draws replace the task's: not both held
+        inputs = [t.requires_grad_(True) if is_float_tensor(t) and g and not t.requires_grad else t
+                  for t, g in zip(inputs, wants_grad)]
         # No eval(): upstream runs the model as constructed (training mode), and so does the reference here.
         self._model = model.to(device)
         self._state = ModelState(self._model)
         self._inputs = to_device(inputs, device)
+        del inputs  # a CPU fallback's host copies
         if self.direction == "backward":
             self._grad_outputs = self._make_grad_outputs(seed, device)
 
@@ -156,8 +170,8 @@ class RobustKbenchRuntime(TaskRuntime):
         with torch.no_grad():
             outs = as_outputs(self._model(*self.inputs()))
         self._restore()
-        gen = torch.Generator().manual_seed(seed * GRAD_OUTPUT_SALT + 7)
-        return [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(device) for o in outs if is_float_tensor(o)]
+        return seeded_normals([(o.shape, o.dtype) for o in outs if is_float_tensor(o)], device,
+                              seed * GRAD_OUTPUT_SALT + 7)
 
     def _restore(self) -> None:
         if self._state is not None:
