@@ -147,6 +147,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"[verify] min_confidence must be between 0 and 1, got {cfg.verify.min_confidence}.")
     if cfg.eval.trials < 1 or cfg.eval.timeout_s <= 0:
         raise ConfigError("[eval] trials must be at least 1 and timeout_s positive.")
+    # "all" stands alone (the rule is engine.tasks.model.check_timing_names, out of this layer's reach)
+    timing = list(cfg.eval.timing_configs or ())
+    if "all" in timing and any(n != "all" for n in timing):
+        raise ConfigError(f"[eval] timing_configs: \"all\" (time every config) cannot be combined with config "
+                          f"names ({', '.join(n for n in timing if n != 'all')}); give either [\"all\"] or the "
+                          "names of the configs to time.")
     if cfg.eval.library_policy is not None and cfg.eval.library_policy not in ("pure", "engineering"):
         raise ConfigError(f"[eval] library_policy: expected pure or engineering, got {cfg.eval.library_policy!r}.")
     ex = cfg.executor

@@ -97,7 +97,9 @@ class EvalConfig:
     trials: int = 2                       # fresh-seed correctness trials per config
     timeout_s: float = 600.0              # one evaluation's sandbox is killed after this long
     compile_baseline: bool = True         # also time torch.compile (slow to warm up: off for quick sessions)
-    timing_configs: list[str] | None = None  # time only these configs (correctness still covers all)
+    # Time only these configs (correctness still covers all); ["all"]: every config; None: the task's default,
+    # its `bench` config and those tagged `timed` (every config where it has neither; engine.tasks.model)
+    timing_configs: list[str] | None = None
     # The profile stage (ncu + torch profiler, seconds to a minute per candidate): "best" profiles a candidate
     # when it becomes the session's new best (and on demand: `kbench profile`, the app's re-evaluate), "all"
     # every candidate that passes, "off" none. The older booleans still read: true is "all", false "off".

@@ -218,6 +218,8 @@ def evaluate_kernels(checkout: Path, targets: tuple[str, ...] = ("upstream", "bu
         entry["verdicts"] = {v.stage: f"{v.status.value}: {v.reason}"[:300] for v in rep.verdicts}
         entry["failed_configs"] = [r.name for r in rep.rows if r.correct is False]
         entry["speedup_eager"] = rep.geomean_speedup_eager
+        # by default the task's `bench` and `timed` configs (upstream's single settings), else every config
+        entry["timed_configs"] = [r.name for r in rep.rows if r.candidate_ms is not None]
         bad = "; ".join(f"{v.stage} {v.status.value}: {v.reason[:160]}" for v in rep.verdicts
                         if v.status.value not in ("pass", "skipped"))
         print(f"  {entry['kernel']:<32} on {where:<9} passed={rep.passed} "

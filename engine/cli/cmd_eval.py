@@ -25,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backward", action="store_true", help="evaluate the backward direction")
     p.add_argument("--config", action="append", dest="configs", metavar="NAME", help="only this config (repeatable)")
     p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
-                   help="time only this config (repeatable); correctness still runs on every selected config")
+                   help="time only this config (repeatable), or `all` for every config; correctness still runs on "
+                        "every selected config. Default: `bench` and the configs tagged `timed` (every config "
+                        "where the task has neither)")
     p.add_argument("--trials", type=int, default=2, help="fresh-seed trials per config (default 2)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only")
     p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
@@ -46,7 +48,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     direction = "backward" if args.backward else "forward"
     task.spec(direction)                       # a missing direction is bad input, before any compile
     check_config_names(task, args.configs, "--config")
-    check_config_names(task, args.timing_configs, "--time-config")
+    check_config_names(task, args.timing_configs, "--time-config", allow_all=True)
     candidate = load_for_task(args.candidate, task, direction)   # kernel-only: binding.cpp generated here
     policy = args.library_policy
     if policy is None:

@@ -92,7 +92,9 @@ def _evaluation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds before one evaluation is killed (600)")
     p.add_argument("--no-compile-baseline", action="store_true", help="time against eager only (faster)")
     p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
-                   help="time only this config (repeatable; correctness still runs on every config)")
+                   help="time only this config (repeatable), or `all` for every config; correctness still runs on "
+                        "every config. Default: [eval] timing_configs, else `bench` and the configs tagged `timed` "
+                        "(every config where the task has neither)")
     p.add_argument("--profile", choices=["best", "all", "off"], default=None, dest="profile",
                    help="the profile stage (ncu + torch profiler): best (each new best of the session), all (every "
                         "candidate that passes) or off; default: [eval] profile, else best")
@@ -148,7 +150,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     from engine.service.spec import SessionSpec
     from engine.tasks.loader import load_task
 
-    check_config_names(load_task(args.task), args.timing_configs, "--time-config")
+    check_config_names(load_task(args.task), args.timing_configs, "--time-config", allow_all=True)
     ws = _workspace(args)
     service = _service(args, ws)
     spec = SessionSpec(task=args.task, direction="backward" if args.backward else "forward", proposer=args.proposer,

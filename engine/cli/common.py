@@ -26,11 +26,19 @@ def workspace_path(args: argparse.Namespace) -> Path:
     return Path(given) if given else default_path()
 
 
-def check_config_names(task: Task, names: Iterable[str] | None, flag: str = "--config") -> None:
+def check_config_names(task: Task, names: Iterable[str] | None, flag: str = "--config",
+                       allow_all: bool = False) -> None:
     """Every NAME given with `flag` must be one of the task's configs: an unknown one is bad input (exit 2),
-    never a silently empty selection."""
+    never a silently empty selection. With `allow_all` (--time-config), `all` alone means every config
+    (engine.tasks.model.check_timing_names: never mixed with names)."""
+    from engine.tasks.model import ALL_CONFIGS, check_timing_names
+
     known = [c.name for c in task.configs]
+    if allow_all:
+        check_timing_names(names, flag)
     for name in names or ():
+        if allow_all and name == ALL_CONFIGS:
+            continue
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -32,7 +32,7 @@ from engine.evolve.outcome import (
 )
 from engine.harness.build_result import BuildSummary
 from engine.pipeline.types import NO_GPU
-from engine.tasks.model import Task
+from engine.tasks.model import Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace.note_entries import ConfigTiming
 
@@ -64,15 +64,17 @@ def fake_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: float
     return BuildSummary(ok=True, seconds=time.monotonic() - t0).to_json()
 
 
-def fake_result(task: Task | None, candidate: Candidate) -> EvalOutcome:
-    """Correctness fails on `FAIL_CORRECT` in the source; otherwise timed with fake_speedup over 3 configs."""
+def fake_result(task: Task | None, candidate: Candidate, timing_configs: list[str] | None = None) -> EvalOutcome:
+    """Correctness fails on `FAIL_CORRECT` in the source; otherwise timed with fake_speedup on the configs the
+    real evaluation times (engine.tasks.model.timing_selection: by default `bench` and those tagged `timed`)."""
     text = "".join(candidate.files.values())
     if "FAIL_CORRECT" in text:
         return EvalOutcome([Verdict(Stage.COMPILE, Status.PASS, "compiled"),
                             Verdict(Stage.CORRECTNESS, Status.FAIL, "1 of 3 configs fail; fake mismatch"),
                             Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed")])
     s = fake_speedup(candidate)
-    names = [c.name for c in task.configs] if task is not None else ["a", "b", "c"]
+    names = ((timing_selection(task, timing_configs) or [c.name for c in task.configs]) if task is not None
+             else ["a", "b", "c"])
     configs = [ConfigTiming(n, 1.0 / s, 0.001, 1.0, 1.2) for n in names]
     return EvalOutcome([Verdict(Stage.COMPILE, Status.PASS, "compiled"),
                         Verdict(Stage.CORRECTNESS, Status.PASS, "fake: all configs within tolerance"),
@@ -104,7 +106,7 @@ def fake_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     delay = env_float("KBENCH_FAKE_GPU_S", default=sleep_s)
     if delay:
         time.sleep(delay)
-    return fake_result(task, candidate)
+    return fake_result(task, candidate, getattr(options, "timing_configs", None))
 
 
 def fake_profile(candidate: Candidate) -> Verdict:

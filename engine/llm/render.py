@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from engine.candidates import Candidate
 from engine.tasks.glue import glue_header
 from engine.tasks.glue_abi import GlueError
-from engine.tasks.model import Task
+from engine.tasks.model import Task, default_timing_configs
 from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
 
 if TYPE_CHECKING:
@@ -96,10 +96,13 @@ def _backward_contract(task: Task) -> str:
 
 
 def render_configs(task: Task) -> str:
+    """One line a config; those the evaluation times by default (engine.tasks.model) end in "timed"."""
+    timed = default_timing_configs(task) or []
     lines = []
     for c in task.configs:
         args = ", ".join(f"{k}={v}" for k, v in {**c.model_kwargs, **c.input_kwargs}.items())
-        lines.append(f"- `{c.name}`: {args or 'no args'}; init `{c.init}`, seed {c.seed}")
+        lines.append(f"- `{c.name}`: {args or 'no args'}; init `{c.init}`, seed {c.seed}"
+                     + ("; timed" if c.name in timed else ""))
     return "\n".join(lines) or "- (none listed)"
 
 

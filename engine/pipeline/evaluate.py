@@ -18,7 +18,7 @@ from engine.candidates import Candidate
 from engine.harness.stats import geomean
 from engine.pipeline.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec, TimingParams  # noqa: F401 - NO_GPU re-exported
 from engine.procs import run_child
-from engine.tasks.model import Task
+from engine.tasks.model import Task, timing_selection
 from engine.verdict import Judgement, Stage, Status, Verdict, effective, judge_verdicts
 from engine.config import cache_root
 
@@ -38,7 +38,9 @@ def default_cache_root() -> Path:
 @dataclass
 class EvalOptions:
     configs: list[str] | None = None       # None: every config
-    timing_configs: list[str] | None = None  # time only these (correctness still covers `configs`)
+    # Time only these (correctness still covers `configs`); ["all"]: every config; None: the task's default,
+    # `bench` and the configs tagged `timed` (engine.tasks.model.timing_selection)
+    timing_configs: list[str] | None = None
     trials: int = 2
     timing: bool = True
     baselines: tuple[str, ...] = ("eager", "compile")
@@ -78,6 +80,7 @@ class ConfigRow:
     floor_ms: float | None = None          # physical floor from the cost model and measured peaks
     roofline_fraction: float | None = None
     baselines: str = ""                    # "measured" by this evaluation, or reused from the "session"
+    timed: bool = True                     # chosen for timing (engine.tasks.model.timing_selection)
 
 
 @dataclass
@@ -100,6 +103,9 @@ class EvalReport:
     # Set when the judge measured twice because the first measurement failed a contention-sensitive check
     # (contention_sensitive): what the first one saw, the host's load, what the second saw ("" if clean).
     remeasured: dict[str, str] = field(default_factory=dict)
+    # How the timed configs (ConfigRow.timed) were chosen: "default" (the task's `bench` and `timed` configs),
+    # "all", or "named" (--time-config / [eval] timing_configs); "" where nothing was to be timed.
+    timed_by: str = ""
 
     @property
     def judgement(self) -> Judgement:
@@ -132,6 +138,7 @@ class EvalReport:
             "geomean_speedup_compile": self.geomean_speedup_compile, "seconds": round(self.seconds, 2),
             "jail": self.jail, "phases": self.phases, **({"traces": self.traces} if self.traces else {}),
             **({"remeasured": self.remeasured} if self.remeasured else {}),
+            **({"timed_by": self.timed_by} if self.timed_by else {}),
         }
 
 
@@ -226,7 +233,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         task=task.to_json(), direction=direction,
         candidate=candidate_spec(candidate, build, opts.cache_root, toolchain),
         timer=TimerSpec(str(timer.so_path), str(timer.module_name)), result_path="",
-        configs=opts.configs, timing_configs=opts.timing_configs, trials=opts.trials, timing=opts.timing,
+        configs=opts.configs, timing_configs=timing_selection(task, opts.timing_configs, opts.configs),
+        trials=opts.trials, timing=opts.timing,
         baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
         integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu)
     if opts.reuse_baselines and opts.timing:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from engine.profile.ncu import build_ncu_command, ncu_unavailable_reason, parse_ncu_csv, permission_denied
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
 from engine.profile.summarise import summarise
+from engine.tasks.model import ALL_CONFIGS
 from engine.verdict import Status, Verdict
 
 if TYPE_CHECKING:
@@ -148,8 +149,8 @@ def profile_stage(task: Task, candidate: Candidate, direction: str, eval_options
         peaks = Peaks(**{"measured_at": 0.0, **peaks_json}) if peaks_json else None
         opts = ProfileOptions(gpu=getattr(eval_options, "gpu", None))
         timing = getattr(eval_options, "timing_configs", None)
-        if timing:
-            opts.config = timing[-1]
+        if timing and ALL_CONFIGS not in timing:   # the configs named for timing: the last of them
+            opts.config = timing[-1]               # (else representative_config: `bench` or a default-timed one)
         return profile_candidate(task, candidate, direction, opts, peaks=peaks,
                                  cache_root=getattr(eval_options, "cache_root", None))
     except Exception as exc:  # noqa: BLE001 - profiling is feedback; its failure must not fail the candidate

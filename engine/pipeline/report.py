@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from engine.pipeline.evaluate import EvalReport
+from engine.tasks.model import DEFAULT_TIMING_NOTE
 from engine.verdict import Stage, Status
+
+# Why a correct config has no timings, by EvalReport.timed_by
+WHY_NOT_TIMED = {"default": DEFAULT_TIMING_NOTE, "named": "only the configs named with --time-config are timed"}
 
 
 def _ms(v: float | None) -> str:
@@ -30,11 +34,18 @@ def render(report: EvalReport) -> str:
         for r in report.rows:
             ok = {True: "yes", False: "NO", None: "-"}[r.correct]
             err = f"{r.max_abs_err:.2e}" if r.max_abs_err is not None else "-"
-            lines.append(f"  {r.name:<{w}}  {ok:<7} {err:>9} {_ms(r.candidate_ms):>10} {_ms(r.eager_ms):>10} "
-                         f"{_ms(r.compile_ms):>10} {_x(r.speedup_eager):>8} {_x(r.speedup_compile):>8} "
-                         f"{(f'{r.roofline_fraction:.0%}' if r.roofline_fraction else '-'):>8}")
+            if not r.timed and report.timed_by and r.candidate_ms is None:
+                lines.append(f"  {r.name:<{w}}  {ok:<7} {err:>9} {'not timed':>10}")
+            else:
+                lines.append(f"  {r.name:<{w}}  {ok:<7} {err:>9} {_ms(r.candidate_ms):>10} {_ms(r.eager_ms):>10} "
+                             f"{_ms(r.compile_ms):>10} {_x(r.speedup_eager):>8} {_x(r.speedup_compile):>8} "
+                             f"{(f'{r.roofline_fraction:.0%}' if r.roofline_fraction else '-'):>8}")
             if r.correct is False and r.reason:
                 lines.append(f"  {'':<{w}}  ↳ {r.reason}")
+        untimed = [r for r in report.rows if not r.timed]
+        if untimed and report.timed_by in WHY_NOT_TIMED:
+            lines.append(f"  {len(untimed)} of {len(report.rows)} configs not timed "
+                         f"({WHY_NOT_TIMED[report.timed_by]})")
     lines.append("")
     for v in report.verdicts:
         lines.append(f"  {v.stage:<12} {v.status.value.upper():<10} {v.reason}")
@@ -42,8 +53,11 @@ def render(report: EvalReport) -> str:
     if profile is not None and profile.data.get("text"):
         lines.append("\n  " + "\n  ".join(str(profile.data["text"]).splitlines()))
     if report.geomean_speedup_eager:
+        timed = [r.name for r in report.rows if r.speedup_eager]
+        over = "" if len(timed) == len(report.rows) else (f" (over {', '.join(timed)})" if len(timed) <= 4 else
+                                                          f" (over {len(timed)} of {len(report.rows)} configs)")
         lines.append(f"\n  geomean speedup: {_x(report.geomean_speedup_eager)} vs eager, "
-                     f"{_x(report.geomean_speedup_compile)} vs torch.compile")
+                     f"{_x(report.geomean_speedup_compile)} vs torch.compile{over}")
     build = report.build
     if build:
         lines.append(f"  build {build.get('seconds', 0):.1f}s{' (cache hit)' if build.get('cache_hit') else ''}, "

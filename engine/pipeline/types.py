@@ -48,6 +48,8 @@ class JudgeRequest:
     timer: TimerSpec
     result_path: str
     configs: list[str] | None = None
+    # None: time every config checked. evaluate() fills it from engine.tasks.model.timing_selection (by default
+    # the task's `bench` and `timed` configs), so every path that evaluates gets the same choice.
     timing_configs: list[str] | None = None
     trials: int = 2
     timing: bool = True

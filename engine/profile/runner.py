@@ -25,7 +25,7 @@ STAGE = Stage.PROFILE
 @dataclass
 class ProfileOptions:
     enabled: bool = True             # run after timing for candidates that pass
-    config: str | None = None        # default: the task's last (largest) config
+    config: str | None = None        # default: representative_config's choice
     launch_count: int = 3
     ncu: str | None = None           # ncu executable (default: found on PATH)
     ncu_timeout_s: float = 300
@@ -34,12 +34,18 @@ class ProfileOptions:
 
 
 def representative_config(task: Task, wanted: str | None = None) -> str:
+    """`wanted`, else a config the evaluation times by default (engine.tasks.model.default_timing_configs):
+    `bench` where the task has one, else the last of them; the task's last config where none is timed by
+    default (every config is timed then)."""
+    from engine.tasks.model import BENCH_CONFIG, default_timing_configs
+
     names = [c.name for c in task.configs]
     if wanted:
         if wanted not in names:
             raise ValueError(f"task {task.name} has no config {wanted!r} (has: {', '.join(names)})")
         return wanted
-    return names[-1]
+    timed = default_timing_configs(task) or names
+    return BENCH_CONFIG if BENCH_CONFIG in timed else timed[-1]
 
 
 def profile_verdict(summary: ProfileSummary, torch_error: str = "") -> Verdict:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
-from engine.errors import DataError, MissingDirectionError
+from engine.errors import ConfigError, DataError, MissingDirectionError
 
 Direction = Literal["forward", "backward"]
 TaskFormat = Literal["native", "robust-kbench", "kernelbench"]
@@ -150,3 +150,53 @@ class Task:
             library_policy=obj.get("library_policy"),
             notes=tuple(obj.get("notes") or ()),
         )
+
+
+# Which configs are timed. Correctness always covers every config the evaluation checks; timing costs a launch
+# loop and the baselines per config, and an edge-case config (3x37x1000, a 10 us launch) says nothing about
+# speed. So when the user names no timing configs, the task's representative ones are timed: the config named
+# `bench` and those tagged `timed`. `default_timing_configs` is that rule, `timing_selection` applies it to a
+# request (engine.pipeline.evaluate builds every judge request through it), `check_timing_names` checks a
+# request. docs/formats.md ("Which configs are timed") and the README say the same.
+BENCH_CONFIG = "bench"
+TIMED_TAG = "timed"
+ALL_CONFIGS = "all"       # `--time-config all`, `[eval] timing_configs = ["all"]`: time every config
+DEFAULT_TIMING_NOTE = (f"the default times `{BENCH_CONFIG}` and configs tagged `{TIMED_TAG}`; "
+                       f"--time-config {ALL_CONFIGS} times every config")
+
+
+def default_timing_configs(task: Task) -> list[str] | None:
+    """The configs timed when the user names none: the one named `bench` and those tagged `timed`, in the
+    task's order. None (time every config) when the task has neither, so a KernelBench problem, a
+    single-config task and an imported task without such tags are timed on every config."""
+    names = [c.name for c in task.configs if c.name == BENCH_CONFIG or TIMED_TAG in c.tags]
+    return names or None
+
+
+def check_timing_names(names: Iterable[str] | None, where: str = "timing configs") -> None:
+    """`all` stands alone: raises ConfigError when it comes with config names."""
+    given = list(names or ())
+    if ALL_CONFIGS in given and any(n != ALL_CONFIGS for n in given):
+        others = ", ".join(n for n in given if n != ALL_CONFIGS)
+        raise ConfigError(f"{where}: \"{ALL_CONFIGS}\" (time every config) cannot be combined with config names "
+                          f"({others}); give either \"{ALL_CONFIGS}\" alone or the names of the configs to time.")
+
+
+def timing_selection(task: Task, timing_configs: Iterable[str] | None,
+                     configs: Iterable[str] | None = None) -> list[str] | None:
+    """What the judge times for a request (`JudgeRequest.timing_configs`: None = every config it checks).
+
+    `timing_configs` as the user gave it: config names are kept as given; ["all"] is None; None or empty is
+    the task's default (`default_timing_configs`), within `configs` when the evaluation checks only those, and
+    every checked config when none of them is a default one (a `--config odd-small` evaluation times it)."""
+    given = list(timing_configs or ())
+    check_timing_names(given)
+    if given:
+        return None if ALL_CONFIGS in given else given
+    default = default_timing_configs(task)
+    if default is None:
+        return None
+    chosen = set(configs or ())
+    if chosen:
+        return [n for n in default if n in chosen] or None
+    return default

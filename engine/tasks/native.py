@@ -10,7 +10,7 @@ from engine.errors import TaskError
 from engine.integrity.policy import POLICIES
 from engine.tasks import costexpr, pysource, toml_checks
 from engine.tasks.inits import SCHEMES
-from engine.tasks.model import DTYPE_BYTES, Cost, DirectionSpec, Task, TaskConfig, Tolerance
+from engine.tasks.model import ALL_CONFIGS, DTYPE_BYTES, Cost, DirectionSpec, Task, TaskConfig, Tolerance
 
 DIRECTIONS = ("forward", "backward")
 
@@ -72,6 +72,9 @@ def load_native(root: Path) -> Task:
         cname = str(need(raw, "name", where))
         if cname in seen:
             raise TaskError(f"{toml_path}: two configs are named {cname!r}; names must be unique.")
+        if cname == ALL_CONFIGS:
+            raise TaskError(f"{toml_path}: {where} is named {ALL_CONFIGS!r}, which --time-config and [eval] "
+                            "timing_configs read as every config; give it another name.")
         seen.add(cname)
         args = dict(need(raw, "args", where))
         model_kwargs, input_kwargs = route_args(args, model_params, input_params, f"{toml_path}: {where} ({cname})")

@@ -9,7 +9,8 @@ Upstream's conventions, kept as they are:
   `backward` calls `AutogradFunction.backward_fn(...)` with task-specific arguments; the evaluator sets that
   attribute to the candidate's `backward` and runs `Model(...)(*inputs, fn=AutogradFunction.apply)`.
 - configs: upstream evaluates either the "single" settings (the default) or the "multi" ones; kbench runs both.
-  Each is the product init x input x shared, with the shared keys applied last (they override).
+  Each is the product init x input x shared, with the shared keys applied last (they override). The single ones,
+  upstream's default run, are also tagged `timed`: kbench times them by default (engine.tasks.model).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from engine.errors import TaskError
 from engine.tasks import pysource
-from engine.tasks.model import DirectionSpec, Task, TaskConfig, Tolerance
+from engine.tasks.model import TIMED_TAG, DirectionSpec, Task, TaskConfig, Tolerance
 
 REFERENCE_FILES = {"forward": "func_forward.py", "backward": "func_backward.py"}
 CONFIG_FILES = {"forward": "config_forward.json", "backward": "config_backward.json"}
@@ -348,6 +349,8 @@ def name_configs(combos: list[ConfigArgs]) -> list[TaskConfig]:
             name, n = f"{base}#{n}", n + 1
         used.add(name)
         tags = ("robust-kbench",) + tuple(sorted(combo.tags, key=lambda t: (t not in MODES, t)))
+        if "single" in combo.tags:      # upstream's default run: what kbench times by default
+            tags += (TIMED_TAG,)
         configs.append(TaskConfig(name=name, model_kwargs=combo.model_kwargs, input_kwargs=combo.input_kwargs,
                                   seed=i, init="normal", cost={}, tags=tags))
     return configs

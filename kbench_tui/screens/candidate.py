@@ -34,6 +34,8 @@ def profile_text(view, gpu_notice: str) -> str:
     if m is not None:
         lines.append(f"latest measurement on {m.gpu or '?'} (driver {m.driver or '?'}, torch {m.torch or '?'}, "
                      f"CUDA {m.cuda or '?'}) at {m.at}")
+        lines.append("timed configs (the speedup is over these; by default a task's `bench` and `timed` configs, "
+                     "correctness covers every config):")
         lines.append(f"{'config':24} {'ms':>10} {'iqr':>9} {'eager ms':>10} {'compile ms':>10} {'vs eager':>9}")
         for c in m.configs:
             lines.append(f"{c.config:24} {c.ms:10.4f} {(c.iqr_ms or 0):9.4f} {(c.eager_ms or 0):10.4f} "

@@ -49,7 +49,7 @@ class VerdictTable(VerticalScroll):
     def on_mount(self) -> None:
         self.query_one("#stages", DataTable).add_columns("stage", "status", "reason", "verdicts", "override")
         self.query_one("#measurements", DataTable).add_columns(
-            "at", "gpu", "driver", "torch", "cuda", "vs eager", "vs compile", "configs (ms)")
+            "at", "gpu", "driver", "torch", "cuda", "vs eager", "vs compile", "timed configs (ms)")
 
     def show(self, view, gpu_notice: str = "") -> None:
         st = view.status

@@ -14,6 +14,7 @@ from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.outcome import EvalOutcome
 from engine.evolve.worker_fns import visible_gpus
 from engine.pipeline.evaluate import EvalOptions
+from engine.tasks.model import default_timing_configs
 from engine.verdict import Status
 
 
@@ -98,7 +99,9 @@ def test_compile_failures_never_reach_a_gpu_and_verdicts_stream(task, tmp_path):
     assert [v.stage for v in ok.verdicts] == ["compile", "correctness", "timing"]
     assert ok.verdicts[0].status == Status.PASS and ok.gpu in (0, 1)
     m = ok.measurement()
-    assert m.speedup_eager == pytest.approx(fake_speedup(cs[0])) and len(m.configs) == len(task.configs)
+    # timed as the real evaluation times: the task's `bench` and `timed` configs (engine.tasks.model)
+    assert m.speedup_eager == pytest.approx(fake_speedup(cs[0]))
+    assert [c.config for c in m.configs] == (default_timing_configs(task) or [c.name for c in task.configs])
     assert ("c1", "compile", Status.FAIL) in stages and ("c0", "timing", Status.PASS) in stages
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import LLM_FIXTURES
+from tests.paths import FIXTURES, LLM_FIXTURES
 
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import layernorm, parent_candidate  # noqa: E402,F401
@@ -81,3 +81,14 @@ def test_every_builtin_renders_for_a_real_task(layernorm):
 def test_candidate_rendering_puts_the_kernel_first():
     text = render.render_candidate(parent_candidate())
     assert text.index("### kernel.cu") < text.index("### binding.cpp") and "```cuda" in text
+
+
+def test_the_context_marks_the_configs_timed_by_default():
+    from engine.tasks.loader import load_task
+
+    ctx = load_template("context").render(render.context_values(load_task("llama_rmsnorm"), "forward"))
+    marked = [line.split("`")[1] for line in ctx.splitlines() if line.startswith("- `") and line.endswith("; timed")]
+    assert marked == ["bench", "rkb-single-1"]
+    assert 'by default those marked "timed" below' in ctx
+    kb = render.render_configs(load_task(str(FIXTURES / "kernelbench" / "matmul_relu.py")))
+    assert "timed" not in kb                    # every config is timed: none is marked

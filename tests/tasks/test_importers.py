@@ -89,7 +89,8 @@ def test_single_and_multi_settings_are_both_configs():
     multi = {(o, b, i) for o in (65, 128) for b in (7, 33) for i in (100, 37)}
     assert set(got) == multi | {(32, 16, 64)}
     single = got[(32, 16, 64)]
-    assert single.tags == ("robust-kbench", "single", "backward", "forward")  # in both files' single lists
+    # in both files' single lists; upstream's default run, so timed by default (engine.tasks.model)
+    assert single.tags == ("robust-kbench", "single", "backward", "forward", "timed")
     assert got[(65, 7, 37)].tags == ("robust-kbench", "multi", "backward", "forward")
     assert got[(128, 33, 100)].tags == ("robust-kbench", "multi", "forward")
     for c in t.configs:  # the shared key reaches both Model(**init) and get_inputs(**input)
@@ -130,8 +131,8 @@ def test_backward_only_task_and_config_union(rkb: Path):
     write_json(rkb / "config_backward.json", {**ONE, "single_input_configs": [{"batch_size": 6}]})
     t = load_robust_kbench(rkb)
     assert [c.name for c in t.configs] == ["batch_size=5", "batch_size=6"]
-    assert [c.tags for c in t.configs] == [("robust-kbench", "single", "forward"),
-                                           ("robust-kbench", "single", "backward")]
+    assert [c.tags for c in t.configs] == [("robust-kbench", "single", "forward", "timed"),
+                                           ("robust-kbench", "single", "backward", "timed")]
     (rkb / "func_forward.py").unlink()
     t = load_robust_kbench(rkb)
     assert list(t.directions) == ["backward"] and len(t.configs) == 1
