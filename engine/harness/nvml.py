@@ -60,3 +60,12 @@ def compute_capabilities() -> dict[int, str]:
             out[i] = f"{major}.{minor}"
         return out
     return _query(caps) or {}
+
+
+def memory_by_process(pci_bus_id: str) -> dict[int, int] | None:
+    """pid -> bytes of GPU memory held by each process with a compute context on the GPU at `pci_bus_id`
+    (torch's `pci_bus_id` form, e.g. "00000000:1B:00.0"); None where NVML cannot say."""
+    def held(nv: Any) -> dict[int, int]:
+        handle = nv.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if isinstance(pci_bus_id, str) else pci_bus_id)
+        return {int(p.pid): int(p.usedGpuMemory or 0) for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)}
+    return _query(held)

@@ -89,8 +89,12 @@ def main(argv: list[str]) -> int:
             out.data.correctness[where["config"]] = {"ok": False, "reason": cause}
     except Exception as exc:  # noqa: BLE001
         out.data.traces["judge"] = traceback.format_exc(limit=12)[-6000:]
-        if out_of_memory(exc):
-            out.data.unmeasured = judge_out_of_memory(out.data.progress)
+        blame = memory_blame(judge.runner.process.proc.pid if judge.runner.process else None) \
+            if out_of_memory(exc) else None
+        if blame is not None and blame[0]:
+            out.data.unmeasured = judge_out_of_memory(out.data.progress) + blame[1]
+        elif blame is not None:
+            out.data.error = f"the judge ran out of GPU memory{blame[1]}: the candidate's process held it"
         else:
             out.data.error = f"judge error: {type(exc).__name__}: {str(exc).strip()[:600]} (traceback in the " \
                              "result's traces)"
@@ -106,6 +110,33 @@ def out_of_memory(exc: BaseException) -> bool:
     """The judge's own CUDA allocation failed (torch's OutOfMemoryError, or the same from the helper's kernel or
     the arena's copy, which surface as RuntimeErrors naming it)."""
     return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
+
+def memory_blame(runner_pid: int | None) -> tuple[bool, str] | None:
+    """Whose memory the judge could not allocate past: (True: other processes on this GPU hold more than the
+    candidate's runner, so the GPU is contended; False: the runner holds more, the candidate's doing) and the
+    figures. None where NVML cannot list this GPU's processes as this process sees them (then nothing is
+    excused: a candidate must not turn its own hoarding into "unmeasured")."""
+    try:
+        import torch
+
+        from engine.harness.nvml import memory_by_process
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        held = memory_by_process(bus)
+    except Exception:  # noqa: BLE001 - no attribution possible
+        return None
+    return blame_from(held, os.getpid(), runner_pid)
+
+
+def blame_from(held: dict[int, int] | None, judge_pid: int, runner_pid: int | None) -> tuple[bool, str] | None:
+    if not held or judge_pid not in held:     # another pid namespace's view: pids cannot be matched
+        return None
+    runner = held.get(runner_pid, 0) if runner_pid is not None else 0
+    others = sum(b for pid, b in held.items() if pid not in (judge_pid, runner_pid))
+    figures = (f" (the candidate's runner held {runner >> 20} MiB, other processes {others >> 20} MiB, the "
+               f"judge {held[judge_pid] >> 20} MiB)")
+    return others > runner, figures
 
 
 def judge_out_of_memory(progress: dict | None) -> str:
@@ -138,7 +169,7 @@ def _cold(request: Path) -> Started:
 def _standby(timer: TimerSpec) -> Started | None:
     """Warm up before any request, say so, then wait for one request path on stdin (None: EOF, not needed)."""
     judge = Judge(timer)
-    warm_error = _warm(judge)
+    warm_error = _warm(judge, spare=True)
     # tell the pool whether this spare came up (cwd is its request folder): a spare that did not is never
     # handed a request, so its trouble cannot become the next candidate's verdict
     not_up = judge.not_up if judge.not_up != NO_GPU else None
@@ -156,15 +187,21 @@ def _standby(timer: TimerSpec) -> Started | None:
     return judge, req, out, warm_error
 
 
-def _warm(judge: Judge) -> BaseException | None:
-    """Start the runner and warm up; an exception is kept for the request's result, not raised here."""
+def _warm(judge: Judge, spare: bool = False) -> BaseException | None:
+    """Start the runner and warm up; an exception is kept for the request's result, not raised here. A spare
+    also page-locks the arena's slot on both sides now (a second or two nobody waits for)."""
     try:
-        judge.runner.start()
-        judge.warm_up()
+        judge.runner.start(pin_arena=spare)
+        judge.warm_up(pin_arena=spare)
         return None
     except BaseException as exc:  # noqa: BLE001 - reported in the result of the request that follows
         return exc
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the result file is final and the runner gone; the caller waits for this process's exit: skip tearing
+    # down torch and the CUDA context in Python (about a second), the kernel releases them
+    os._exit(code)

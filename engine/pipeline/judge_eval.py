@@ -61,8 +61,9 @@ class Judge:
         sec[phase] = round(sec.get(phase, 0.0) + now - since, 3)
         return now
 
-    def warm_up(self) -> None:
-        """Everything that needs no request: torch and its CUDA context here, the runner up to its hello."""
+    def warm_up(self, pin_arena: bool = False) -> None:
+        """Everything that needs no request: torch and its CUDA context here, the runner up to its hello;
+        `pin_arena`: the arena's whole slot page-locked on this side too."""
         import torch
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -72,6 +73,9 @@ class Judge:
         if self.has_gpu:
             torch.zeros(1, device="cuda")   # the context, now rather than inside the first measurement
             self.local = LocalTimer(self.timer.so_path, self.timer.module_name)
+            arena = self.runner.process.arena if self.runner.process is not None else None
+            if pin_arena and arena is not None:
+                arena.slot(arena.capacity)
         self.not_up = self.runner.up(self.deadline)
 
     def note_forgery(self) -> None:

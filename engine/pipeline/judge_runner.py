@@ -32,14 +32,16 @@ class RunnerLink:
         self._run: RunDir | None = None
         self._closed = False
 
-    def start(self) -> None:
-        """Spawn the jailed runner (it jails itself, imports torch and starts CUDA while we do the same)."""
+    def start(self, pin_arena: bool = False) -> None:
+        """Spawn the jailed runner (it jails itself, imports torch and starts CUDA while we do the same);
+        `pin_arena`: it page-locks the whole arena slot once up."""
         run = make_run_dir()
         self._run = run
         timer = stage_readonly(run.ro, Path(self.timer.so_path))
         self.process = RunnerProcess.spawn(run)
         self.process.send({"type": "setup", "jail": run.spec(die_with_parent=True).to_json(),
-                           "timer_so": str(timer), "timer_module": self.timer.module_name})
+                           "timer_so": str(timer), "timer_module": self.timer.module_name,
+                           "pin_arena": pin_arena})
 
     def up(self, deadline: float) -> str | None:
         """Wait for the jail report, the runner's start and its helper's hello; None when up, else why not."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine import jail
+from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET
 from engine.pipeline.wire import Channel, ChannelClosed, decode_args, dtype_of, restride, tensor_from_bytes
 
 
@@ -51,7 +52,10 @@ class Runner:
             return
         torch.cuda.init()
         self.timer = load_extension(Path(header["timer_so"]), header["timer_module"])
+        slot = os.fstat(self.arena_fd).st_size - ARENA_DATA_OFFSET if self.arena_fd >= 0 else 0
         self.timer.init(self.key_fd, self.record_fd, self.arena_fd)
+        if header.get("pin_arena") and slot > 0:
+            self.timer.arena_view(slot)   # page-locks the whole slot now, not during the first config
         self.ctl.send({"type": "ready", "device": {"gpu": torch.cuda.get_device_name()}, "pid": os.getpid()})
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -192,4 +196,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the judge waits for this process to be gone before it times the baselines: skip tearing down torch and
+    # the CUDA context in Python (about a second); the kernel releases everything at exit
+    os._exit(code)

@@ -132,3 +132,16 @@ def test_only_the_judges_own_allocation_failures_count_as_out_of_memory():
     assert not out_of_memory(RuntimeError("an illegal memory access was encountered"))
     why = judge_out_of_memory({"stage": "correctness", "config": "rkb-multi-3"})
     assert "during correctness of config rkb-multi-3" in why and "not a verdict on the kernel" in why
+
+
+def test_out_of_memory_is_excused_only_when_other_processes_hold_the_gpu():
+    from engine.pipeline.judge import blame_from
+    mib = 1 << 20
+    judge, runner = 100, 200
+    contended, why = blame_from({judge: 2000 * mib, runner: 1000 * mib, 300: 70000 * mib}, judge, runner)
+    assert contended and "other processes 70000 MiB" in why and "runner held 1000 MiB" in why
+    hoarded, why = blame_from({judge: 2000 * mib, runner: 75000 * mib, 300: 500 * mib}, judge, runner)
+    assert not hoarded and "runner held 75000 MiB" in why       # the candidate's own doing: a failure
+    # NVML lists pids of another namespace (the judge's own is not among them): nothing can be excused
+    assert blame_from({1: 2000 * mib, 2: 70000 * mib}, judge, runner) is None
+    assert blame_from(None, judge, runner) is None
