@@ -1,15 +1,17 @@
 // LLaMA RMSNorm forward: y = x * rsqrt(mean(x^2) + eps) * w over rows of length n.
-// Persistent blocks (grid = SMs x resident blocks) stride over the rows. A thread owns the same
-// columns in every row, so its slice of w is loaded into registers once. When a row fits in the
+// Blocks stride over the rows: one block per row (PERSISTENT 0: the scheduler keeps many rows' loads in
+// flight), or persistent blocks (grid = SMs x resident blocks), where a thread owns the same columns in every
+// row and its slice of w is loaded into registers once. When a row fits in the
 // block's registers (ITEMS vectors per thread) it is loaded once, reduced, scaled and stored: DRAM
 // sees one read of x and one write of y. Longer rows take two sweeps (the second mostly hits L2).
 // VEC-wide (16-byte) accesses need n % VEC == 0 and aligned pointers; otherwise scalar.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#define BLOCK_SIZE 256  // kbench:knob values=128,256,512,1024
+#define BLOCK_SIZE 512  // kbench:knob values=128,256,512,1024
 #define VEC 4           // kbench:knob values=1,2,4
 #define MAX_ITEMS 8     // kbench:knob values=4,8,16 requires=BLOCK_SIZE*MAX_ITEMS<=4096
+#define PERSISTENT 0    // kbench:knob values=0,1
 
 template <int V> struct alignas(4 * V) Vec { float v[V]; };
 
@@ -109,9 +111,10 @@ rmsnorm_fwd_loop(const float* __restrict__ x, const float* __restrict__ w, float
     }
 }
 
-// Enough blocks to fill every SM once (the kernels stride over rows), never more than rows.
+// Enough blocks to fill every SM once (the kernels stride over rows), never more than rows; or one per row.
 template <typename K>
 static int persistent_grid(K kernel, int rows) {
+    if (!PERSISTENT) return rows;
     int dev = 0, sms = 1, occ = 1;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
