@@ -162,7 +162,8 @@ def main() -> int:
         p = subprocess.run([sys.executable, "-c", OLD_REJUDGE, str(Path(args.old_rejudge).resolve()), task.name,
                             str(args.old_rejudges)], capture_output=True, text=True, timeout=1200,
                            env={**os.environ, "KBENCH_CACHE": str(cache),
-                                "PYTHONPATH": str(Path(args.old_rejudge).resolve())})
+                                "PYTHONPATH": os.pathsep.join([str(Path(args.old_rejudge).resolve()),
+                                                               os.environ.get("PYTHONPATH", "")])})
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("OLD ")]
         rows["old first+re-judge"] = json.loads(lines[-1][4:]) if lines else {"error": p.stderr[-2000:]}
         save()
@@ -170,7 +171,8 @@ def main() -> int:
         p = subprocess.run([sys.executable, "-c", OLD_CHILD, str(Path(args.old).resolve()), task.name],
                            capture_output=True, text=True, timeout=900,
                            env={**os.environ, "KBENCH_CACHE": str(cache / "old"),
-                                "PYTHONPATH": str(Path(args.old).resolve())})
+                                "PYTHONPATH": os.pathsep.join([str(Path(args.old).resolve()),
+                                                               os.environ.get("PYTHONPATH", "")])})
         line = next((ln for ln in p.stdout.splitlines() if ln.startswith("OLD ")), None)
         rows["old one-shot"] = json.loads(line[4:]) if line else {"error": p.stderr[-2000:]}
         save()
