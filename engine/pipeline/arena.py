@@ -20,8 +20,9 @@ declares), and with a jailed user and namespaces the legacy IPC handles are not 
 slot costs one copy each way at PCIe speed; the pipe it replaces cost four (pageable copies, the pipe, a
 bytearray) and page faults, about 1.3 s per GiB.
 
-On both sides the slot is page-locked (cudaHostRegister) as far as it has been used, so copies run at full speed;
-a registration that fails leaves plain shared memory, which still works.
+On both sides the slot is page-locked (cudaHostRegister) as far as it has been used (a spare judge locks the first
+PIN_AHEAD bytes before its request), so copies run at full speed; a registration that fails leaves plain shared
+memory, which still works.
 """
 
 from __future__ import annotations
@@ -40,17 +41,34 @@ CONTROL = struct.Struct("<Q")      # u64 `released`: slot payloads the judge has
 # pipe or the socket); sparse, so only what is used takes memory
 DEFAULT_BYTES = (4 << 30) + DATA_OFFSET
 REGISTER_STEP = 256 << 20          # page-lock in steps, as far as payloads reach
+# what a spare judge page-locks before its request (both sides), so most configs' arguments and outputs find
+# the slot ready; larger ones grow the locked part when they come. Locked memory cannot be swapped: a spare and
+# the evaluation it follows each hold this much per GPU.
+PIN_AHEAD = 1 << 30
 
 
 def arena_bytes() -> int:
-    """The memfd's size: DEFAULT_BYTES, or an eighth of the machine's memory where that is less (a payload
-    in the slot takes as much RAM as its bytes)."""
+    """The memfd's size: DEFAULT_BYTES, or an eighth of the memory this process may use where that is less
+    (the machine's, or its cgroup's limit; a payload in the slot takes as much RAM as its bytes)."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         total = 0
+    limit = _cgroup_limit()
+    if limit and (not total or limit < total):
+        total = limit
     size = min(DEFAULT_BYTES, total // 8) if total else DEFAULT_BYTES
     return max(size - size % PAGE, 2 * PAGE)
+
+
+def _cgroup_limit() -> int:
+    """This process's cgroup v2 memory limit in bytes (0: none, or not readable)."""
+    try:
+        line = next(ln for ln in open("/proc/self/cgroup").read().splitlines() if ln.startswith("0::"))
+        text = open(f"/sys/fs/cgroup{line[3:]}/memory.max").read().strip()
+    except (OSError, StopIteration):
+        return 0
+    return int(text) if text.isdigit() else 0
 
 
 class Arena:
@@ -71,11 +89,14 @@ class Arena:
         self._registered = 0          # bytes of the slot page-locked so far
         self.pinned = True            # False once a registration failed: plain shared memory from then on
         self.seconds = {"out": 0.0, "in": 0.0}
+        self.closed = False
 
     # -- both directions -----------------------------------------------------------------------------------
     def slot(self, nbytes: int) -> Any:
         """The first `nbytes` of the slot as a uint8 CPU tensor, page-locked where possible."""
         import torch
+        if self.closed:
+            raise ValueError("the arena is closed")
         if self._view is None:
             self._view = torch.frombuffer(self.mm, dtype=torch.uint8, offset=DATA_OFFSET, count=self.capacity)
         if self.pinned and nbytes > self._registered:
@@ -138,13 +159,15 @@ class Arena:
         return offsets
 
     def close(self) -> None:
+        """Unmap. Only from the thread that takes and places (the judge's main thread, after its runner is
+        gone): a tensor over the slot does not keep the mapping alive, so nothing may copy from it afterwards."""
+        if self.closed:
+            return
+        self.closed = True
         if self._registered and self._view is not None:
             import torch
             torch.cuda.cudart().cudaHostUnregister(self._view.data_ptr())
             self._registered = 0
         self._view = None
-        try:
-            self.mm.close()
-        except BufferError:   # a tensor over it is still alive somewhere: the mapping goes with the process
-            pass
+        self.mm.close()
         os.close(self.fd)

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from engine.jail.privileges import die_with_parent
 from engine.pipeline.judge_eval import Judge
+from engine.pipeline.judge_memory import judge_out_of_memory, memory_blame, out_of_memory
+from engine.pipeline.judge_runner import OutputsTooLarge
 from engine.pipeline.runner_process import RunnerGone
 from engine.pipeline.types import NO_GPU, JudgeRequest, JudgeResult, TimerSpec
 
@@ -75,6 +77,8 @@ def main(argv: list[str]) -> int:
             raise warm_error
         judge.run()
         judge.note_forgery()
+    except OutputsTooLarge as exc:   # the candidate's outputs exhausted the judge's memory: its own doing
+        out.data.error = str(exc)
     except RunnerGone as exc:
         judge.note_forgery()
         where = out.data.progress or {}
@@ -89,12 +93,11 @@ def main(argv: list[str]) -> int:
             out.data.correctness[where["config"]] = {"ok": False, "reason": cause}
     except Exception as exc:  # noqa: BLE001
         out.data.traces["judge"] = traceback.format_exc(limit=12)[-6000:]
-        blame = memory_blame(judge.runner.process.proc.pid if judge.runner.process else None) \
-            if out_of_memory(exc) else None
-        if blame is not None and blame[0]:
-            out.data.unmeasured = judge_out_of_memory(out.data.progress) + blame[1]
+        blame = memory_blame() if out_of_memory(exc) and not _failed_already(out.data) else None
+        if blame is not None and blame.contended:
+            out.data.unmeasured = judge_out_of_memory(out.data.progress) + blame.figures
         elif blame is not None:
-            out.data.error = f"the judge ran out of GPU memory{blame[1]}: the candidate's process held it"
+            out.data.error = f"the judge ran out of GPU memory{blame.figures}: the candidate's processes held it"
         else:
             out.data.error = f"judge error: {type(exc).__name__}: {str(exc).strip()[:600]} (traceback in the " \
                              "result's traces)"
@@ -106,52 +109,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def out_of_memory(exc: BaseException) -> bool:
-    """The judge's own CUDA allocation failed (torch's OutOfMemoryError, or the same from the helper's kernel or
-    the arena's copy, which surface as RuntimeErrors naming it)."""
-    return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
-
-
-def memory_blame(runner_pid: int | None) -> tuple[bool, str] | None:
-    """Whose memory the judge could not allocate past: (True: other processes on this GPU hold more than the
-    candidate's runner, so the GPU is contended; False: the runner holds more, the candidate's doing) and the
-    figures. None where NVML cannot list this GPU's processes as this process sees them (then nothing is
-    excused: a candidate must not turn its own hoarding into "unmeasured")."""
-    try:
-        import torch
-
-        from engine.harness.nvml import memory_by_process
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-        held = memory_by_process(bus)
-    except Exception:  # noqa: BLE001 - no attribution possible
-        return None
-    return blame_from(held, os.getpid(), runner_pid)
-
-
-def blame_from(held: dict[int, int] | None, judge_pid: int, runner_pid: int | None) -> tuple[bool, str] | None:
-    if not held or judge_pid not in held:     # another pid namespace's view: pids cannot be matched
-        return None
-    runner = held.get(runner_pid, 0) if runner_pid is not None else 0
-    others = sum(b for pid, b in held.items() if pid not in (judge_pid, runner_pid))
-    figures = (f" (the candidate's runner held {runner >> 20} MiB, other processes {others >> 20} MiB, the "
-               f"judge {held[judge_pid] >> 20} MiB)")
-    return others > runner, figures
-
-
-def judge_out_of_memory(progress: dict | None) -> str:
-    """Why the judge stopped, when its own GPU memory ran out: where, and what the GPU holds now."""
-    where = progress or {}
-    at = f" during {where.get('stage')}" + (f" of config {where['config']}" if where.get("config") else "")
-    held = ""
-    try:
-        import torch
-        free, total = torch.cuda.mem_get_info()
-        held = f" ({free >> 20} MiB free of {total >> 20} MiB)"
-    except Exception:  # noqa: BLE001 - the figure is a courtesy; the reason stands without it
-        pass
-    return (f"the judge ran out of GPU memory{at}{held}: the GPU is shared with other work or too small for "
-            "this task's configs; not a verdict on the kernel")
+def _failed_already(res: JudgeResult) -> bool:
+    """A verdict against the candidate is on record: a later out-of-memory cannot undo it."""
+    return any(not c.get("ok", True) for c in res.correctness.values()) or \
+        any(not i.get("ok", True) for i in res.integrity.values())
 
 
 def _cold(request: Path) -> Started:
@@ -189,7 +150,7 @@ def _standby(timer: TimerSpec) -> Started | None:
 
 def _warm(judge: Judge, spare: bool = False) -> BaseException | None:
     """Start the runner and warm up; an exception is kept for the request's result, not raised here. A spare
-    also page-locks the arena's slot on both sides now (a second or two nobody waits for)."""
+    also page-locks the start of the arena's slot on both sides now (time nobody waits for)."""
     try:
         judge.runner.start(pin_arena=spare)
         judge.warm_up(pin_arena=spare)

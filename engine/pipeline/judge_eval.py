@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
+from engine.pipeline.arena import PIN_AHEAD
 from engine.pipeline.judge_configs import Prepared, composer, plan_message, prepare
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
@@ -63,7 +64,7 @@ class Judge:
 
     def warm_up(self, pin_arena: bool = False) -> None:
         """Everything that needs no request: torch and its CUDA context here, the runner up to its hello;
-        `pin_arena`: the arena's whole slot page-locked on this side too."""
+        `pin_arena`: the arena's first PIN_AHEAD bytes page-locked on this side too."""
         import torch
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -75,7 +76,7 @@ class Judge:
             self.local = LocalTimer(self.timer.so_path, self.timer.module_name)
             arena = self.runner.process.arena if self.runner.process is not None else None
             if pin_arena and arena is not None:
-                arena.slot(arena.capacity)
+                arena.slot(min(arena.capacity, PIN_AHEAD))
         self.not_up = self.runner.up(self.deadline)
 
     def note_forgery(self) -> None:

@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from engine.pipeline.judge_timer import LocalTimer
 
 
+class OutputsTooLarge(RuntimeError):
+    """The judge's GPU memory ran out while taking the candidate's outputs: their number and size are the
+    candidate's doing, so this is its failure, never an excuse for leaving it unmeasured."""
+
+
 class RunnerLink:
     """One jailed runner, seen from the judge. Nothing it sends is trusted but the helper's signed records."""
 
@@ -104,7 +109,7 @@ class RunnerLink:
     def decoder(self, local: LocalTimer) -> Callable[[wire.Record, int], Any]:
         """Output records to tensors, each checked against the fingerprint the helper signed for it."""
         assert self.process is not None
-        key = self.process.key
+        key, arena = self.process.key, self.process.arena
 
         def decode(rec: wire.Record, k: int) -> Any:
             b = rec.body
@@ -112,10 +117,17 @@ class RunnerLink:
                 return None
             if b.get("kind") == "scalar":
                 return float(b["value"])
-            if isinstance(rec.payload, (bytes, bytearray)) or rec.payload is None:
-                flat = wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"", "cuda")
-            else:  # already on the GPU, from the arena (engine/pipeline/arena.py)
-                flat = wire.device_tensor(b, rec.payload)
+            try:
+                if b.get("arena"):   # in the arena's slot (engine/pipeline/arena.py): copied out, slot released
+                    assert arena is not None   # the reader refuses arena records when there is no arena
+                    flat = wire.device_tensor(b, arena.take(int(b.get("nbytes", 0))))
+                else:
+                    flat = wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"", "cuda")
+            except RuntimeError as exc:
+                if type(exc).__name__ != "OutOfMemoryError":
+                    raise
+                raise OutputsTooLarge(f"the candidate's outputs exhausted the judge's GPU memory at output {k} "
+                                      f"of iteration {b.get('i')} ({int(b.get('nbytes', 0)) >> 20} MiB)") from exc
             if local.fingerprint(flat, wire.fingerprint_seed(key, rec.seq, k)) != int(str(b["fp"]), 16):
                 raise wire.Forgery(f"the bytes of output {k} of iteration {b.get('i')} do not match their signed "
                                    "fingerprint (they were changed after the helper sent them)")

@@ -4,10 +4,10 @@ candidate.
 Untrusted by design: it loads the candidate and calls it on the arguments the judge sends, through the compiled
 timing helper, and nothing else. It jails itself first (engine.jail: Landlock, network namespace, seccomp,
 no privileges, dies with the judge), while it is still a single thread and before torch or the candidate is
-imported; then it imports torch, loads the helper from its read-only folder and hands it the two descriptors
-(the helper reads the signing key and closes it; it maps the arena, engine/pipeline/arena.py). Only then does candidate code run. What the runner says on
-the control channel is never taken as a result: results are the helper's signed records, and the judge
-checks them against references it computed itself.
+imported; then it imports torch, loads the helper from its read-only folder and hands it the descriptors
+(the helper reads the signing key and closes it, and maps the arena, engine/pipeline/arena.py). Only then does
+candidate code run. What the runner says on the control channel is never taken as a result: results are the
+helper's signed records, and the judge checks them against references it computed itself.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from engine import jail
 from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET
+from engine.pipeline.arena import PIN_AHEAD as ARENA_PIN_AHEAD
 from engine.pipeline.wire import Channel, ChannelClosed, decode_args, dtype_of, restride, tensor_from_bytes
 
 
@@ -54,8 +55,8 @@ class Runner:
         self.timer = load_extension(Path(header["timer_so"]), header["timer_module"])
         slot = os.fstat(self.arena_fd).st_size - ARENA_DATA_OFFSET if self.arena_fd >= 0 else 0
         self.timer.init(self.key_fd, self.record_fd, self.arena_fd)
-        if header.get("pin_arena") and slot > 0:
-            self.timer.arena_view(slot)   # page-locks the whole slot now, not during the first config
+        if header.get("pin_arena") and slot > 0:   # page-lock the slot's start now, not during the first config
+            self.timer.arena_view(min(slot, ARENA_PIN_AHEAD))
         self.ctl.send({"type": "ready", "device": {"gpu": torch.cuda.get_device_name()}, "pid": os.getpid()})
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -199,6 +200,11 @@ if __name__ == "__main__":
     code = main(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
+    try:   # a kernel's printf tail, still in C stdio's buffers, belongs in runner.log too
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
     # the judge waits for this process to be gone before it times the baselines: skip tearing down torch and
     # the CUDA context in Python (about a second); the kernel releases everything at exit
     os._exit(code)

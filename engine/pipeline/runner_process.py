@@ -136,9 +136,18 @@ class RunnerProcess:
         cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.runner",
                str(runner_end.fileno()), str(key_r), str(rec_w), str(arena.fd)]
         procs.become_subreaper()
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, pass_fds=(runner_end.fileno(), key_r, rec_w, arena.fd))
+        try:
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT,
+                                        pass_fds=(runner_end.fileno(), key_r, rec_w, arena.fd))
+        except BaseException:   # no runner: nothing of it may stay open in a long-lived process
+            arena.close()
+            for end in (judge_end, runner_end):
+                end.close()
+            for fd in (key_r, key_w, rec_r, rec_w):
+                os.close(fd)
+            raise
         runner_end.close()
         os.close(key_r)
         os.close(rec_w)
@@ -152,7 +161,7 @@ class RunnerProcess:
 
     def _start_reader(self, fd: int) -> None:
         stream = open(fd, "rb", buffering=1 << 20)
-        reader = RecordReader(stream, self.key, arena=self.arena)
+        reader = RecordReader(stream, self.key, arena_capacity=self.arena.capacity if self.arena else None)
 
         def pump() -> None:
             try:
@@ -161,8 +170,8 @@ class RunnerProcess:
             except Forgery as exc:
                 self.forged = str(exc)
                 self.records.put(exc)
-            except Exception as exc:  # noqa: BLE001 - the stream ended, or taking an arena payload failed
-                self.records.put(exc)   # (the judge's own memory running out there is raised as it is)
+            except (ChannelClosed, OSError, ValueError) as exc:
+                self.records.put(exc)
             finally:
                 stream.close()
 
@@ -177,7 +186,7 @@ class RunnerProcess:
 
     def reply(self, timeout: float) -> dict[str, Any]:
         try:
-            header, _ = self.ctl.recv(timeout=max(timeout, 0.01))
+            header, _ = self.ctl.recv(timeout=max(timeout, 0.01), tensors=False)
             return header
         except (socket.timeout, TimeoutError) as exc:
             raise RunnerGone(f"the runner gave no answer within {timeout:.0f} s") from exc
@@ -196,7 +205,7 @@ class RunnerProcess:
                 if self.proc.poll() is not None and self.records.empty():
                     raise RunnerGone(self.describe_exit("the runner died"))
                 continue
-            if isinstance(item, Forgery) or type(item).__name__ == "OutOfMemoryError":
+            if isinstance(item, Forgery):
                 raise item
             if isinstance(item, BaseException):
                 raise RunnerGone(self.describe_exit(f"the record stream ended ({item})"))

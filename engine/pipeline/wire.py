@@ -8,7 +8,7 @@ Two channels, both inherited descriptors:
   signed with HMAC-SHA256 under a key the judge generated and the helper read from a third descriptor
   before any candidate code ran. Outputs ride on records as a signed header (shape, dtype, a keyed
   fingerprint of the bytes) followed by the bytes, or with the bytes in the shared arena's slot
-  (engine/pipeline/arena.py; the header says `"arena": 1`), which the reader copies to the GPU.
+  (engine/pipeline/arena.py; the header says `"arena": 1`), which the judge's decoder takes in order.
 Large arguments of a `config` message likewise travel in the arena (their metas carry `arena_offset`).
 
 The judge never unpickles anything: headers are JSON, tensor bytes become tensors through `frombuffer`.
@@ -160,7 +160,9 @@ class Channel:
             if c.numel():
                 self.sock.sendall(memoryview(c.reshape(-1).view(torch.uint8).numpy()))
 
-    def recv(self, timeout: float | None = None) -> tuple[dict[str, Any], list[bytearray]]:
+    def recv(self, timeout: float | None = None, tensors: bool = True) -> tuple[dict[str, Any], list[bytearray]]:
+        """One message. `tensors=False`: a message announcing tensor bytes is refused unread (the judge takes
+        no bytes from its runner here, and a size the runner announces must not size the judge's buffers)."""
         self.sock.settimeout(timeout)
         (n,) = struct.unpack("<I", self._exact(4))
         if n > MAX_HEADER:
@@ -168,6 +170,8 @@ class Channel:
         header = json.loads(self._exact(n))
         if not isinstance(header, dict):
             raise ChannelClosed("control header is not an object")
+        if not tensors and header.get("tensors"):
+            raise ChannelClosed("the runner announced tensor bytes on the control channel")
         blobs = [bytearray() if "arena_offset" in m else self._exact(int(m["nbytes"]))
                  for m in header.get("tensors", [])]
         return header, blobs
@@ -192,7 +196,7 @@ class Record:
     job: int
     body: dict[str, Any]
     received: float                    # the judge's monotonic clock when the record was complete
-    payload: Any = None                # the output's bytes: bytes/bytearray, or a uint8 GPU tensor from the arena
+    payload: bytes | bytearray | None = None   # the output's bytes (None: in the arena's slot, `"arena": 1`)
 
     @property
     def name(self) -> str:
@@ -215,7 +219,7 @@ class RecordReader:
     next_seq: int = 0
     max_payload: int = 1 << 40
     seen: list[int] = field(default_factory=list)
-    arena: Any = None                  # engine.pipeline.arena.Arena, when the helper was given one
+    arena_capacity: int | None = None  # the arena's slot, when the helper was given one (engine/pipeline/arena.py)
 
     def _exact(self, n: int) -> bytes:
         chunks = []
@@ -263,9 +267,8 @@ class RecordReader:
                 raise Forgery(f"record {seq} announces {n} payload bytes")
             if not parsed.get("arena"):
                 rec.payload = self._exact_into(n)
-            elif self.arena is None or n > self.arena.capacity:
+            elif self.arena_capacity is None or n > self.arena_capacity:
                 raise Forgery(f"record {seq} puts {n} bytes in an arena slot that cannot hold them")
-            else:  # copied to the GPU and released at once: the helper is waiting to write the next one
-                rec.payload = self.arena.take(n)
+            # else: the bytes wait in the slot; the judge's decoder takes them, in order, on its own thread
         rec.received = time.monotonic()
         return rec

@@ -76,34 +76,33 @@ def _record(key: bytes, rtype: int, seq: int, job: int, body: dict, payload: byt
     return head + b + hmac.new(key, head + b, hashlib.sha256).digest() + payload
 
 
-class _CpuArena(Arena):
-    def take(self, nbytes: int, device: str = "cpu"):
-        return super().take(nbytes, device="cpu")
-
-
-def test_record_reader_takes_arena_payloads_only_from_a_slot_that_holds_them():
+def test_record_reader_leaves_arena_payloads_in_a_slot_that_holds_them():
     key = os.urandom(32)
     out = {"kind": "tensor", "nbytes": 8, "i": 0, "k": 0, "arena": 1, "dtype": "Float", "shape": [2]}
     stream = _record(key, wire.OUTPUT, 0, 1, out)
     with pytest.raises(wire.Forgery, match="arena slot"):          # no arena was given to this helper
         wire.RecordReader(io.BytesIO(stream), key).read()
-    a = _CpuArena(size=DATA_OFFSET + 4096)
+    a = Arena(size=DATA_OFFSET + 4096)
     try:
         view = _runner_view(a)
         view[DATA_OFFSET:DATA_OFFSET + 8] = torch.tensor([1.5, -2.0]).numpy().tobytes()
         # the payload is not in the stream: the next record follows the header directly
         two = stream + _record(key, wire.JOB_END, 1, 1, {"status": "ok"})
-        reader = wire.RecordReader(io.BytesIO(two), key, arena=a)
+        reader = wire.RecordReader(io.BytesIO(two), key, arena_capacity=a.capacity)
         rec = reader.read()
-        assert torch.equal(wire.device_tensor(rec.body, rec.payload), torch.tensor([1.5, -2.0]))
-        assert CONTROL.unpack_from(view, 0)[0] == 1
+        assert rec.payload is None and CONTROL.unpack_from(view, 0)[0] == 0   # the reader takes nothing
         assert reader.read().type == wire.JOB_END
+        # the judge's decoder takes it, on its own thread, in record order
+        assert torch.equal(wire.device_tensor(rec.body, a.take(8, device="cpu")), torch.tensor([1.5, -2.0]))
+        assert CONTROL.unpack_from(view, 0)[0] == 1
         big = {**out, "nbytes": a.capacity + 8}
         with pytest.raises(wire.Forgery, match="arena slot"):
-            wire.RecordReader(io.BytesIO(_record(key, wire.OUTPUT, 0, 1, big)), key, arena=a).read()
+            wire.RecordReader(io.BytesIO(_record(key, wire.OUTPUT, 0, 1, big)), key, arena_capacity=a.capacity).read()
         view.close()
     finally:
         a.close()
+    with pytest.raises(ValueError, match="closed"):   # nothing copies from an unmapped slot
+        a.take(8, device="cpu")
 
 
 def test_device_tensor_refuses_bytes_that_do_not_make_the_announced_tensor():
@@ -123,6 +122,10 @@ def test_a_config_message_names_placed_tensors_instead_of_carrying_them(arena):
         assert [m["nbytes"] for m in header["tensors"]] == [24, 16]
         assert blobs == [bytearray(), bytearray()]
         assert wire.Channel(right).recv(timeout=5)[0]["type"] == "ping"
+        # where the judge takes no bytes (the runner's replies), a message announcing some is refused unread
+        wire.Channel(left).send({"type": "configured"}, ts)
+        with pytest.raises(wire.ChannelClosed, match="tensor bytes"):
+            wire.Channel(right).recv(timeout=5, tensors=False)
     finally:
         left.close()
         right.close()

@@ -122,7 +122,7 @@ def test_the_judges_own_memory_running_out_is_judged_again_then_left_unmeasured(
 
 
 def test_only_the_judges_own_allocation_failures_count_as_out_of_memory():
-    from engine.pipeline.judge import judge_out_of_memory, out_of_memory
+    from engine.pipeline.judge_memory import judge_out_of_memory, out_of_memory
 
     class OutOfMemoryError(RuntimeError):
         pass
@@ -134,14 +134,29 @@ def test_only_the_judges_own_allocation_failures_count_as_out_of_memory():
     assert "during correctness of config rkb-multi-3" in why and "not a verdict on the kernel" in why
 
 
-def test_out_of_memory_is_excused_only_when_other_processes_hold_the_gpu():
-    from engine.pipeline.judge import blame_from
+def test_out_of_memory_is_excused_only_when_other_users_hold_the_gpu():
+    from engine.pipeline.judge_memory import blame_from
     mib = 1 << 20
-    judge, runner = 100, 200
-    contended, why = blame_from({judge: 2000 * mib, runner: 1000 * mib, 300: 70000 * mib}, judge, runner)
-    assert contended and "other processes 70000 MiB" in why and "runner held 1000 MiB" in why
-    hoarded, why = blame_from({judge: 2000 * mib, runner: 75000 * mib, 300: 500 * mib}, judge, runner)
-    assert not hoarded and "runner held 75000 MiB" in why       # the candidate's own doing: a failure
-    # NVML lists pids of another namespace (the judge's own is not among them): nothing can be excused
-    assert blame_from({1: 2000 * mib, 2: 70000 * mib}, judge, runner) is None
-    assert blame_from(None, judge, runner) is None
+    judge, runner, fork, spare = 100, 200, 201, 150
+    contended = blame_from({judge: 2000 * mib, runner: 1000 * mib, 300: 70000 * mib}, judge, {runner}, set())
+    assert contended.contended and "other processes 70000 MiB" in contended.figures
+    hoarded = blame_from({judge: 2000 * mib, runner: 75000 * mib, 300: 500 * mib}, judge, {runner}, set())
+    assert not hoarded.contended and "candidate's processes held 75000 MiB" in hoarded.figures
+    # memory held by a process the runner forked is the candidate's, not the GPU's other users'
+    forked = blame_from({judge: 2000 * mib, runner: 10 * mib, fork: 70000 * mib}, judge, {runner, fork}, set())
+    assert not forked.contended
+    # kbench's own spare judge is neither: it cannot excuse a candidate that holds little
+    spare_only = blame_from({judge: 2000 * mib, runner: 10 * mib, spare: 1000 * mib}, judge, {runner}, {spare})
+    assert not spare_only.contended
+    # NVML lists pids of another namespace (the judge's own is not among them), or no figures (MIG): no excuse
+    assert blame_from({1: 2000 * mib, 2: 70000 * mib}, judge, {runner}, set()) is None
+    assert blame_from({judge: 0, runner: 0, 300: 0}, judge, {runner}, set()) is None
+    assert blame_from(None, judge, {runner}, set()) is None
+
+
+def test_a_failure_on_record_is_never_turned_into_unmeasured():
+    from engine.pipeline.judge import _failed_already
+    from engine.pipeline.types import JudgeResult
+    assert not _failed_already(JudgeResult(correctness={"a": {"ok": True}}))
+    assert _failed_already(JudgeResult(correctness={"a": {"ok": True}, "b": {"ok": False, "reason": "x"}}))
+    assert _failed_already(JudgeResult(integrity={"a@timing": {"ok": False, "hack": "call-count-cache"}}))

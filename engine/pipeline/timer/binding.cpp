@@ -323,10 +323,10 @@ uint8_t* arena_slot(size_t nbytes) {
   return slot;
 }
 
-// Wait until the judge has taken every payload sent so far: the slot is ours again.
+// Wait until the judge has taken every payload sent so far: the slot is ours again. The GIL stays held: a
+// candidate's Python thread must not learn from getting it here that this iteration is a checked one.
 void arena_wait() {
   auto* released = reinterpret_cast<uint64_t*>(g_arena);
-  py::gil_scoped_release release;
   while (__atomic_load_n(released, __ATOMIC_ACQUIRE) < g_arena_sent)
     std::this_thread::sleep_for(std::chrono::microseconds(20));
 }
@@ -340,19 +340,27 @@ void send_output(uint64_t job, int64_t i, int k, const Out& o) {
   const at::Tensor& t = o.t;
   at::Tensor c = t.contiguous();
   const size_t nbytes = (size_t)c.numel() * c.element_size();
+  // The fingerprint first, on the current stream, before anything a candidate's thread could observe (the slot
+  // being written, the judge's release word): what is signed is what the call returned, never bytes fixed up
+  // after the candidate learnt that this iteration is checked. The seed depends on the sequence number this
+  // record will carry: fresh for every output.
+  uint64_t seed = fp_seed(g_seq, k);
+  uint64_t fp = fingerprint(c, seed);
   const bool in_arena = g_arena != nullptr && nbytes <= g_arena_cap;
   at::Tensor host;
   if (in_arena) {
     arena_wait();
     uint8_t* slot = arena_slot(nbytes);
-    if (nbytes && c.is_cuda()) check_cuda(cudaMemcpy(slot, c.data_ptr(), nbytes, cudaMemcpyDeviceToHost), "arena copy");
-    else if (nbytes) std::memcpy(slot, c.data_ptr(), nbytes);
+    if (nbytes && c.is_cuda()) {
+      auto stream = at::cuda::getCurrentCUDAStream().stream();   // ordered after contiguous() and the fingerprint
+      check_cuda(cudaMemcpyAsync(slot, c.data_ptr(), nbytes, cudaMemcpyDeviceToHost, stream), "arena copy");
+      check_cuda(cudaStreamSynchronize(stream), "arena copy");
+    } else if (nbytes) {
+      std::memcpy(slot, c.data_ptr(), nbytes);
+    }
   } else {
     host = c.is_cuda() ? c.to(at::kCPU) : c;
   }
-  // The seed depends on the sequence number this record will carry: fresh for every output.
-  uint64_t seed = fp_seed(g_seq, k);
-  uint64_t fp = fingerprint(c, seed);
   char fph[17];
   std::snprintf(fph, sizeof fph, "%016llx", (unsigned long long)fp);
   b += ",\"kind\":\"tensor\",\"dtype\":" + json_str(c10::toString(t.scalar_type())) + ",\"shape\":" +

@@ -1,0 +1,76 @@
+"""Whose fault is it when the judge's own GPU allocation fails: the GPU's other users (the candidate is left
+unmeasured and judged again later) or the candidate (a failure like any other).
+
+A candidate must never be able to turn its own failure into "unmeasured", so the excuse is narrow:
+- NVML must list this GPU's processes with pids this process can match (its own among them, figures known);
+- the candidate's side is the judge's whole process tree (its runner, anything the runner forked, strays
+  re-parented to the judge), kbench's own side the judge's parent and its other children (spare judges and
+  their runners), and only processes in neither count as the GPU's other users;
+- those others must hold more of the GPU than the candidate's side;
+- nothing may have failed already (a correctness, integrity or forgery verdict stands), and the failure must
+  not come from taking the candidate's outputs (their size is the candidate's doing).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from engine import procs
+
+
+@dataclass(frozen=True)
+class MemoryBlame:
+    contended: bool      # the GPU's other users hold more than the candidate's side
+    figures: str         # " (the candidate's processes held N MiB, other processes M MiB, the judge K MiB)"
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """The judge's own CUDA allocation failed (torch's OutOfMemoryError, or the same from the helper's kernel,
+    which surfaces as a RuntimeError naming it)."""
+    return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
+
+def memory_blame() -> MemoryBlame | None:
+    """The blame for this judge process's GPU (None: NVML cannot say, so nothing is excused)."""
+    try:
+        import torch
+
+        from engine.harness.nvml import memory_by_process
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        held = memory_by_process(bus)
+        tree = procs.process_tree()
+    except Exception:  # noqa: BLE001 - no attribution possible
+        return None
+    me = os.getpid()
+    candidate = set(procs.descendants(me, tree))
+    parent = os.getppid()
+    kbench = {parent, *procs.descendants(parent, tree)} - candidate - {me}
+    return blame_from(held, me, candidate, kbench)
+
+
+def blame_from(held: dict[int, int] | None, judge_pid: int, candidate: set[int],
+               kbench: set[int]) -> MemoryBlame | None:
+    if not held or judge_pid not in held or not any(held.values()):
+        return None   # another pid namespace's view, or no per-process figures (MIG): pids cannot be weighed
+    theirs = sum(b for pid, b in held.items() if pid in candidate)
+    others = sum(b for pid, b in held.items() if pid not in candidate and pid not in kbench and pid != judge_pid)
+    figures = (f" (the candidate's processes held {theirs >> 20} MiB, other processes {others >> 20} MiB, the "
+               f"judge {held[judge_pid] >> 20} MiB)")
+    return MemoryBlame(others > theirs, figures)
+
+
+def judge_out_of_memory(progress: dict | None) -> str:
+    """Why the judge stopped, when its own GPU memory ran out: where, and what the GPU holds now."""
+    where = progress or {}
+    at = f" during {where.get('stage')}" + (f" of config {where['config']}" if where.get("config") else "")
+    held = ""
+    try:
+        import torch
+        free, total = torch.cuda.mem_get_info()
+        held = f" ({free >> 20} MiB free of {total >> 20} MiB)"
+    except Exception:  # noqa: BLE001 - the figure is a courtesy; the reason stands without it
+        pass
+    return (f"the judge ran out of GPU memory{at}{held}: the GPU is shared with other work or too small for "
+            "this task's configs; not a verdict on the kernel")
