@@ -4,8 +4,6 @@ compiler jail keeps a candidate's #include from reading a user's file. A forged 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import io
 import json
 import os
@@ -20,6 +18,7 @@ import pytest
 from engine.jail import JailSpec, landlock
 from engine.pipeline import wire
 from engine.pipeline.runner_process import RunnerProcess, make_run_dir
+from tests.signed_records import signed_record
 
 pytestmark = pytest.mark.skipif(landlock.abi_version() < 1, reason="this kernel has no Landlock")
 
@@ -202,22 +201,17 @@ def test_a_forged_result_record_is_detected_and_the_control_channel_survives():
         rp.close()
 
 
-def _record(key: bytes, rtype: int, seq: int, job: int, body: dict, payload: bytes = b"") -> bytes:
-    b = json.dumps(body).encode()
-    head = wire.HEADER.pack(wire.RECORD_MAGIC, rtype, seq, job, len(b))
-    return head + b + hmac.new(key, head + b, hashlib.sha256).digest() + payload
-
 
 def test_record_reader_accepts_the_signed_stream_and_rejects_each_forgery():
     key = os.urandom(32)
-    good = _record(key, wire.HELLO, 0, 0, {"pid": 1}) + _record(key, wire.JOB_END, 1, 7, {"status": "ok"})
+    good = signed_record(key, wire.HELLO, 0, 0, {"pid": 1}) + signed_record(key, wire.JOB_END, 1, 7, {"status": "ok"})
     reader = wire.RecordReader(io.BytesIO(good), key)
     assert reader.read().type == wire.HELLO and reader.read().body == {"status": "ok"}
     with pytest.raises(wire.ChannelClosed):
         reader.read()
     cases = {
-        "bad signature": _record(os.urandom(32), wire.HELLO, 0, 0, {}),
-        "was injected or dropped": _record(key, wire.HELLO, 1, 0, {}),
+        "bad signature": signed_record(os.urandom(32), wire.HELLO, 0, 0, {}),
+        "was injected or dropped": signed_record(key, wire.HELLO, 1, 0, {}),
         "garbage": b"XXXX" + bytes(60),
     }
     for words, stream in cases.items():
@@ -225,7 +219,8 @@ def test_record_reader_accepts_the_signed_stream_and_rejects_each_forgery():
             wire.RecordReader(io.BytesIO(stream), key).read()
     # a payload longer than announced cannot slip a second record past the numbering
     tensor = {"kind": "tensor", "nbytes": 4, "i": 0, "k": 0}
-    stream = _record(key, wire.OUTPUT, 0, 1, tensor, b"\0\0\0\0") + _record(key, wire.OUTPUT, 0, 1, tensor, b"x" * 4)
+    stream = signed_record(key, wire.OUTPUT, 0, 1, tensor, b"\0\0\0\0") + \
+        signed_record(key, wire.OUTPUT, 0, 1, tensor, b"x" * 4)
     r = wire.RecordReader(io.BytesIO(stream), key)
     assert r.read().payload == b"\0\0\0\0"
     with pytest.raises(wire.Forgery, match="injected or dropped"):

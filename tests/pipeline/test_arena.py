@@ -4,10 +4,7 @@ that claim to be in the arena. The helper's side (binding.cpp) runs in the GPU t
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import io
-import json
 import mmap
 import os
 import socket
@@ -17,6 +14,7 @@ import torch
 
 from engine.pipeline import wire
 from engine.pipeline.arena import CONTROL, DATA_OFFSET, Arena
+from tests.signed_records import signed_record
 
 
 @pytest.fixture
@@ -70,16 +68,11 @@ def test_take_copies_the_slot_then_releases_it_to_the_helper(arena):
         arena.take(arena.capacity + 1, device="cpu")
 
 
-def _record(key: bytes, rtype: int, seq: int, job: int, body: dict, payload: bytes = b"") -> bytes:
-    b = json.dumps(body).encode()
-    head = wire.HEADER.pack(wire.RECORD_MAGIC, rtype, seq, job, len(b))
-    return head + b + hmac.new(key, head + b, hashlib.sha256).digest() + payload
-
 
 def test_record_reader_leaves_arena_payloads_in_a_slot_that_holds_them():
     key = os.urandom(32)
     out = {"kind": "tensor", "nbytes": 8, "i": 0, "k": 0, "arena": 1, "dtype": "Float", "shape": [2]}
-    stream = _record(key, wire.OUTPUT, 0, 1, out)
+    stream = signed_record(key, wire.OUTPUT, 0, 1, out)
     with pytest.raises(wire.Forgery, match="arena slot"):          # no arena was given to this helper
         wire.RecordReader(io.BytesIO(stream), key).read()
     a = Arena(size=DATA_OFFSET + 4096)
@@ -87,7 +80,7 @@ def test_record_reader_leaves_arena_payloads_in_a_slot_that_holds_them():
         view = _runner_view(a)
         view[DATA_OFFSET:DATA_OFFSET + 8] = torch.tensor([1.5, -2.0]).numpy().tobytes()
         # the payload is not in the stream: the next record follows the header directly
-        two = stream + _record(key, wire.JOB_END, 1, 1, {"status": "ok"})
+        two = stream + signed_record(key, wire.JOB_END, 1, 1, {"status": "ok"})
         reader = wire.RecordReader(io.BytesIO(two), key, arena_capacity=a.capacity)
         rec = reader.read()
         assert rec.payload is None and CONTROL.unpack_from(view, 0)[0] == 0   # the reader takes nothing
@@ -97,7 +90,8 @@ def test_record_reader_leaves_arena_payloads_in_a_slot_that_holds_them():
         assert CONTROL.unpack_from(view, 0)[0] == 1
         big = {**out, "nbytes": a.capacity + 8}
         with pytest.raises(wire.Forgery, match="arena slot"):
-            wire.RecordReader(io.BytesIO(_record(key, wire.OUTPUT, 0, 1, big)), key, arena_capacity=a.capacity).read()
+            stream = io.BytesIO(signed_record(key, wire.OUTPUT, 0, 1, big))
+            wire.RecordReader(stream, key, arena_capacity=a.capacity).read()
         view.close()
     finally:
         a.close()
