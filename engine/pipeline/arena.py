@@ -88,6 +88,9 @@ class Arena:
         self._view: Any = None        # a uint8 CPU tensor over the slot (torch is imported late)
         self._registered = 0          # bytes of the slot page-locked so far
         self.pinned = True            # False once a registration failed: plain shared memory from then on
+        # the compiled timing helper's host_register/host_unregister (set once the judge has loaded it): they
+        # clear a refused registration's error, which torch's cudart binding would leave for the next launch
+        self.pinner: Any = None
         self.seconds = {"out": 0.0, "in": 0.0}
         self.closed = False
 
@@ -104,17 +107,14 @@ class Arena:
         return self._view[:nbytes]
 
     def _register(self, nbytes: int) -> None:
-        import torch
-        if not torch.cuda.is_available():
-            self.pinned = False
+        if self.pinner is None:   # no helper loaded (no GPU): plain shared memory
             return
-        cudart = torch.cuda.cudart()
         want = min(self.capacity, -(-nbytes // REGISTER_STEP) * REGISTER_STEP)
         ptr = self._view.data_ptr()
         if self._registered:
-            cudart.cudaHostUnregister(ptr)
+            self.pinner.host_unregister(ptr)
             self._registered = 0
-        if int(cudart.cudaHostRegister(ptr, want, 0)) != 0:   # not a sticky error: plain shared memory then
+        if not self.pinner.host_register(ptr, want):   # refused: plain shared memory from now on
             self.pinned = False
             return
         self._registered = want
@@ -165,8 +165,7 @@ class Arena:
             return
         self.closed = True
         if self._registered and self._view is not None:
-            import torch
-            torch.cuda.cudart().cudaHostUnregister(self._view.data_ptr())
+            self.pinner.host_unregister(self._view.data_ptr())
             self._registered = 0
         self._view = None
         self.mm.close()

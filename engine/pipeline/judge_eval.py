@@ -75,8 +75,10 @@ class Judge:
             torch.zeros(1, device="cuda")   # the context, now rather than inside the first measurement
             self.local = LocalTimer(self.timer.so_path, self.timer.module_name)
             arena = self.runner.process.arena if self.runner.process is not None else None
-            if pin_arena and arena is not None:
-                arena.slot(min(arena.capacity, PIN_AHEAD))
+            if arena is not None:
+                arena.pinner = self.local.mod
+                if pin_arena:
+                    arena.slot(min(arena.capacity, PIN_AHEAD))
         self.not_up = self.runner.up(self.deadline)
 
     def note_forgery(self) -> None:

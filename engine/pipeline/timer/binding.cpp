@@ -601,6 +601,19 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
   return ok ? "ok" : "error";
 }
 
+// Page-lock (or release) host memory for the judge's own arena mapping: through here rather than torch's
+// cudart binding, so a refused registration leaves no sticky error for the judge's next kernel launch check.
+bool host_register(uintptr_t ptr, size_t nbytes) {
+  if (cudaHostRegister(reinterpret_cast<void*>(ptr), nbytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
+void host_unregister(uintptr_t ptr) {
+  cudaHostUnregister(reinterpret_cast<void*>(ptr));
+  cudaGetLastError();
+}
+
 // The runner's view of the slot's first `nbytes` (a config's arguments the judge placed there), page-locked.
 at::Tensor arena_view(int64_t nbytes) {
   if (g_arena == nullptr) throw std::runtime_error("kbench timer: no arena");
@@ -618,6 +631,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "kbench timing helper: signed, compiled call-and-time loop (see engine/pipeline/timer)";
   m.def("init", &init, py::arg("key_fd"), py::arg("record_fd"), py::arg("arena_fd") = -1);
   m.def("arena_view", &arena_view, py::arg("nbytes"));
+  m.def("host_register", &host_register, py::arg("ptr"), py::arg("nbytes"));
+  m.def("host_unregister", &host_unregister, py::arg("ptr"));
   m.def("run", &run, py::arg("job_id"), py::arg("mode"), py::arg("call"), py::arg("live"), py::arg("variants"),
         py::arg("schedule"), py::arg("warmup"), py::arg("min_iters"), py::arg("max_iters"), py::arg("budget_s"),
         py::arg("checks"), py::arg("flush"), py::arg("probe_inputs"), py::arg("settle_ms"));
