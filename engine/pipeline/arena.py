@@ -20,9 +20,9 @@ declares), and with a jailed user and namespaces the legacy IPC handles are not 
 slot costs one copy each way at PCIe speed; the pipe it replaces cost four (pageable copies, the pipe, a
 bytearray) and page faults, about 1.3 s per GiB.
 
-On both sides the slot is page-locked (cudaHostRegister) as far as it has been used (a spare judge locks the first
-PIN_AHEAD bytes before its request), so copies run at full speed; a registration that fails leaves plain shared
-memory, which still works.
+On both sides the slot is page-locked (cudaHostRegister) as far as it has been used (a spare judge locks all of it
+before its request), so copies run at full speed; a registration that fails leaves plain shared memory, which
+still works.
 """
 
 from __future__ import annotations
@@ -41,15 +41,14 @@ CONTROL = struct.Struct("<Q")      # u64 `released`: slot payloads the judge has
 # pipe or the socket); sparse, so only what is used takes memory
 DEFAULT_BYTES = (4 << 30) + DATA_OFFSET
 REGISTER_STEP = 256 << 20          # page-lock in steps, as far as payloads reach
-# what a spare judge page-locks before its request (both sides), so most configs' arguments and outputs find
-# the slot ready; larger ones grow the locked part when they come. Locked memory cannot be swapped: a spare and
-# the evaluation it follows each hold this much per GPU.
-PIN_AHEAD = 1 << 30
+# A spare judge page-locks its whole slot before its request (both sides map the same pages), so no config's
+# arguments or outputs wait for a registration. Locked memory cannot be swapped, and a spare and the evaluation
+# it follows each hold a slot per GPU: hence a slot of at most a sixteenth of the memory (arena_bytes).
 
 
 def arena_bytes() -> int:
-    """The memfd's size: DEFAULT_BYTES, or an eighth of the memory this process may use where that is less
-    (the machine's, or its cgroup's limit; a payload in the slot takes as much RAM as its bytes)."""
+    """The memfd's size: DEFAULT_BYTES, or a sixteenth of the memory this process may use where that is less
+    (the machine's, or its cgroup's limit): two slots per GPU are page-locked at a time."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
@@ -57,7 +56,7 @@ def arena_bytes() -> int:
     limit = _cgroup_limit()
     if limit and (not total or limit < total):
         total = limit
-    size = min(DEFAULT_BYTES, total // 8) if total else DEFAULT_BYTES
+    size = min(DEFAULT_BYTES, total // 16) if total else DEFAULT_BYTES
     return max(size - size % PAGE, 2 * PAGE)
 
 

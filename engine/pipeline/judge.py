@@ -150,7 +150,7 @@ def _standby(timer: TimerSpec) -> Started | None:
 
 def _warm(judge: Judge, spare: bool = False) -> BaseException | None:
     """Start the runner and warm up; an exception is kept for the request's result, not raised here. A spare
-    also page-locks the start of the arena's slot on both sides now (time nobody waits for)."""
+    also page-locks the arena's slot on both sides now (time nobody waits for)."""
     try:
         judge.runner.start(pin_arena=spare)
         judge.warm_up(pin_arena=spare)

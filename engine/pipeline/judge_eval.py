@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
-from engine.pipeline.arena import PIN_AHEAD
 from engine.pipeline.judge_configs import Prepared, composer, plan_message, prepare
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
@@ -64,7 +63,7 @@ class Judge:
 
     def warm_up(self, pin_arena: bool = False) -> None:
         """Everything that needs no request: torch and its CUDA context here, the runner up to its hello;
-        `pin_arena`: the arena's first PIN_AHEAD bytes page-locked on this side too."""
+        `pin_arena`: the arena's whole slot page-locked on this side too."""
         import torch
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -78,7 +77,7 @@ class Judge:
             if arena is not None:
                 arena.pinner = self.local.mod
                 if pin_arena:
-                    arena.slot(min(arena.capacity, PIN_AHEAD))
+                    arena.slot(arena.capacity)
         self.not_up = self.runner.up(self.deadline)
 
     def note_forgery(self) -> None:

@@ -21,7 +21,6 @@ from typing import Any, Callable
 
 from engine import jail
 from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET
-from engine.pipeline.arena import PIN_AHEAD as ARENA_PIN_AHEAD
 from engine.pipeline.wire import Channel, ChannelClosed, decode_args, dtype_of, restride, tensor_from_bytes
 
 
@@ -55,8 +54,8 @@ class Runner:
         self.timer = load_extension(Path(header["timer_so"]), header["timer_module"])
         slot = os.fstat(self.arena_fd).st_size - ARENA_DATA_OFFSET if self.arena_fd >= 0 else 0
         self.timer.init(self.key_fd, self.record_fd, self.arena_fd)
-        if header.get("pin_arena") and slot > 0:   # page-lock the slot's start now, not during the first config
-            self.timer.arena_view(min(slot, ARENA_PIN_AHEAD))
+        if header.get("pin_arena") and slot > 0:   # page-lock the slot now, not during the first config
+            self.timer.arena_view(slot)
         self.ctl.send({"type": "ready", "device": {"gpu": torch.cuda.get_device_name()}, "pid": os.getpid()})
 
     # -- messages -----------------------------------------------------------------------------------------
