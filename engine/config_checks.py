@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from engine.config_prices import DEFAULT_PRICES, _prices
 from engine.config_sections import _SECTIONS, PROVIDERS, Config, profile_mode
@@ -105,6 +105,19 @@ def _strict(cls: type, data: dict[str, Any]) -> Any:
     return obj
 
 
+ALL_CONFIGS = "all"       # `--time-config all`, `[eval] timing_configs = ["all"]`: time every config
+
+
+def check_timing_names(names: Iterable[str] | None, where: str = "timing configs") -> None:
+    """`all` stands alone: raises ConfigError when it comes with config names (the config file's
+    [eval] timing_configs, the CLI's --time-config and every judge request are held to it)."""
+    given = list(names or ())
+    if ALL_CONFIGS in given and any(n != ALL_CONFIGS for n in given):
+        others = ", ".join(n for n in given if n != ALL_CONFIGS)
+        raise ConfigError(f"{where}: \"{ALL_CONFIGS}\" (time every config) cannot be combined with config names "
+                          f"({others}); give either \"{ALL_CONFIGS}\" alone or the names of the configs to time.")
+
+
 def validate(cfg: Config) -> None:
     """The rules on values rather than types; raises ConfigError naming the first broken one."""
     # The rules on values rather than types stay here, run once on the merged config, instead of becoming
@@ -147,12 +160,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"[verify] min_confidence must be between 0 and 1, got {cfg.verify.min_confidence}.")
     if cfg.eval.trials < 1 or cfg.eval.timeout_s <= 0:
         raise ConfigError("[eval] trials must be at least 1 and timeout_s positive.")
-    # "all" stands alone (the rule is engine.tasks.model.check_timing_names, out of this layer's reach)
-    timing = list(cfg.eval.timing_configs or ())
-    if "all" in timing and any(n != "all" for n in timing):
-        raise ConfigError(f"[eval] timing_configs: \"all\" (time every config) cannot be combined with config "
-                          f"names ({', '.join(n for n in timing if n != 'all')}); give either [\"all\"] or the "
-                          "names of the configs to time.")
+    check_timing_names(cfg.eval.timing_configs, "[eval] timing_configs")
     if cfg.eval.library_policy is not None and cfg.eval.library_policy not in ("pure", "engineering"):
         raise ConfigError(f"[eval] library_policy: expected pure or engineering, got {cfg.eval.library_policy!r}.")
     ex = cfg.executor

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline import analysis, wire
+from engine.pipeline.judge_memory import out_of_memory
 from engine.pipeline.judge_timer import collect
 from engine.pipeline.runner_process import RunDir, RunnerProcess, make_run_dir, stage_candidate, stage_readonly
 from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec
@@ -124,7 +125,7 @@ class RunnerLink:
                 else:
                     flat = wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"", "cuda")
             except RuntimeError as exc:
-                if type(exc).__name__ != "OutOfMemoryError":
+                if not out_of_memory(exc):
                     raise
                 raise OutputsTooLarge(f"the candidate's outputs exhausted the judge's GPU memory at output {k} "
                                       f"of iteration {b.get('i')} ({int(b.get('nbytes', 0)) >> 20} MiB)") from exc

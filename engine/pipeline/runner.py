@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from engine import jail
 from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET
-from engine.pipeline.wire import Channel, ChannelClosed, decode_args, dtype_of, restride, tensor_from_bytes
+from engine.pipeline.wire import Channel, ChannelClosed, decode_args, device_tensor, restride, tensor_from_bytes
 
 
 class Runner:
@@ -115,8 +115,7 @@ class Runner:
         flat = torch.empty(n, dtype=torch.uint8, device="cuda")
         if n:
             flat.copy_(self.timer.arena_view(off + n)[off:])
-        t = flat.view(dtype_of(str(meta["dtype"]))).reshape([int(x) for x in meta["shape"]])
-        return restride(t, meta.get("strides"), "cuda")
+        return restride(device_tensor(meta, flat), meta.get("strides"), "cuda")
 
     def _modelnew_call(self, h: dict[str, Any], state_tensors: list[Any], args: Any) -> Callable[[], Any]:
         import torch

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from engine.errors import ConfigError, DataError, MissingDirectionError
+from engine.config_checks import ALL_CONFIGS, check_timing_names
+from engine.errors import DataError, MissingDirectionError
 
 Direction = Literal["forward", "backward"]
 TaskFormat = Literal["native", "robust-kbench", "kernelbench"]
@@ -156,11 +157,11 @@ class Task:
 # loop and the baselines per config, and an edge-case config (3x37x1000, a 10 us launch) says nothing about
 # speed. So when the user names no timing configs, the task's representative ones are timed: the config named
 # `bench` and those tagged `timed`. `default_timing_configs` is that rule, `timing_selection` applies it to a
-# request (engine.pipeline.evaluate builds every judge request through it), `check_timing_names` checks a
+# request (engine.pipeline.evaluate builds every judge request through it), `check_timing_names`
+# (engine.config_checks, so the config file is held to it too) checks a
 # request. docs/formats.md ("Which configs are timed") and the README say the same.
 BENCH_CONFIG = "bench"
 TIMED_TAG = "timed"
-ALL_CONFIGS = "all"       # `--time-config all`, `[eval] timing_configs = ["all"]`: time every config
 DEFAULT_TIMING_NOTE = (f"the default times `{BENCH_CONFIG}` and configs tagged `{TIMED_TAG}`; "
                        f"--time-config {ALL_CONFIGS} times every config")
 
@@ -171,15 +172,6 @@ def default_timing_configs(task: Task) -> list[str] | None:
     single-config task and an imported task without such tags are timed on every config."""
     names = [c.name for c in task.configs if c.name == BENCH_CONFIG or TIMED_TAG in c.tags]
     return names or None
-
-
-def check_timing_names(names: Iterable[str] | None, where: str = "timing configs") -> None:
-    """`all` stands alone: raises ConfigError when it comes with config names."""
-    given = list(names or ())
-    if ALL_CONFIGS in given and any(n != ALL_CONFIGS for n in given):
-        others = ", ".join(n for n in given if n != ALL_CONFIGS)
-        raise ConfigError(f"{where}: \"{ALL_CONFIGS}\" (time every config) cannot be combined with config names "
-                          f"({others}); give either \"{ALL_CONFIGS}\" alone or the names of the configs to time.")
 
 
 def timing_selection(task: Task, timing_configs: Iterable[str] | None,
