@@ -121,6 +121,9 @@ class Judge:
             t0 = time.monotonic()
             try:
                 prep = prepare(runtime, cfg, self.req.trials, device)
+                # what the reference left cached (cuDNN's workspaces can take most of the GPU) goes back before
+                # the candidate runs beside this process: only its inputs and reference outputs stay held
+                torch.cuda.empty_cache()
                 t = self.spent("reference", t0)
             except torch.OutOfMemoryError:
                 raise   # the judge's own memory, not the task's code: judge.py reports it as unmeasured

@@ -18,6 +18,7 @@ import dataclasses
 import fcntl
 import os
 import queue
+import select
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,9 @@ from engine.pipeline.types import CandidateSpec
 from engine.pipeline.wire import Channel, ChannelClosed, Forgery, Record, RecordReader
 
 _F_SETPIPE_SZ = 1031
+# How long the judge keeps reading records after the runner has answered a job it has not seen end: the records
+# precede the answer but travel on another channel.
+ANSWER_GRACE_S = 2.0
 _LIVE: set[int] = set()   # runners of this process still in use (their orphans are not ours to kill)
 
 
@@ -194,7 +198,9 @@ class RunnerProcess:
             raise RunnerGone(self.describe_exit("the runner closed its control channel")) from exc
 
     def next_record(self, deadline: float) -> Record:
-        """The next signed record; RunnerGone past the deadline or when the runner died; Forgery propagates."""
+        """The next signed record; RunnerGone past the deadline, when the runner died, or when it answered on the
+        control channel while records were still awaited (its job ended without them); Forgery propagates."""
+        answered_at = None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -204,12 +210,26 @@ class RunnerProcess:
             except queue.Empty:
                 if self.proc.poll() is not None and self.records.empty():
                     raise RunnerGone(self.describe_exit("the runner died"))
+                if self._answer_waiting():
+                    # The runner writes a job's records before its answer, but on another channel: give the
+                    # record reader a moment to deliver what is still in the pipe before concluding.
+                    answered_at = answered_at or time.monotonic()
+                    if time.monotonic() - answered_at >= ANSWER_GRACE_S:
+                        answer = self.reply(1.0)
+                        why = answer.get("message") or answer.get("type")
+                        raise RunnerGone(f"the runner ended the job without its records: {why}")
                 continue
             if isinstance(item, Forgery):
                 raise item
             if isinstance(item, BaseException):
                 raise RunnerGone(self.describe_exit(f"the record stream ended ({item})"))
             return item
+
+    def _answer_waiting(self) -> bool:
+        try:
+            return bool(select.select([self.ctl.sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return False
 
     # -- end ----------------------------------------------------------------------------------------------
     def describe_exit(self, what: str) -> str:

@@ -11,13 +11,14 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from engine.jail import JailSpec, landlock
 from engine.pipeline import wire
-from engine.pipeline.runner_process import RunnerProcess, make_run_dir
+from engine.pipeline.runner_process import RunnerGone, RunnerProcess, make_run_dir
 from tests.signed_records import signed_record
 
 pytestmark = pytest.mark.skipif(landlock.abi_version() < 1, reason="this kernel has no Landlock")
@@ -200,6 +201,25 @@ def test_a_forged_result_record_is_detected_and_the_control_channel_survives():
     finally:
         rp.close()
 
+
+
+def test_a_job_the_runner_answers_without_records_ends_the_wait_within_seconds():
+    """The runner answers a job it could not run (here: no GPU; on a GPU, an allocation that failed before the
+    helper wrote a record) on the control channel only. The judge, waiting for that job's records, must take the
+    answer instead of waiting out its deadline with the GPU's memory held."""
+    run = make_run_dir()
+    rp, _, started = _start(run)
+    try:
+        assert started["type"] == "no_gpu", started
+        rp.send({"type": "job", "job": 1, "cid": "none", "mode": "check"})
+        t0 = time.monotonic()
+        with pytest.raises(RunnerGone, match="ended the job without its records: no GPU"):
+            rp.next_record(time.monotonic() + 120)
+        assert time.monotonic() - t0 < 15
+        rp.send({"type": "ping"})
+        assert rp.reply(30)["type"] == "pong"   # the answer was taken: the channel is in step again
+    finally:
+        rp.close()
 
 
 def test_record_reader_accepts_the_signed_stream_and_rejects_each_forgery():

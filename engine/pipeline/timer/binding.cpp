@@ -541,6 +541,7 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
                 bool probe_inputs, double settle_ms) {
   for (auto& v : variants)
     if (v.size() != live.size()) throw std::runtime_error("kbench timer: a variant has the wrong number of tensors");
+  if (mode != "check" && mode != "time") throw std::runtime_error("kbench timer: unknown mode " + mode);
   Job job{job_id, std::move(live), std::move(variants), std::move(call), flush, probe_inputs, settle_ms, {}, {}};
   check_cuda(cudaEventCreate(&job.ev.start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&job.ev.end), "cudaEventCreate");
@@ -552,41 +553,48 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
   bool ok = true;
   int64_t n = 0;
   std::vector<int64_t> chosen;
-  if (mode == "check") {
-    for (size_t s = 0; s < schedule.size() && ok; ++s) {
-      int v = (int)(schedule[s] % K);
-      ok = one_call(job, (int64_t)s, 'c', v, true);
-    }
-    n = (int64_t)schedule.size();
-  } else if (mode == "time") {
-    std::vector<float> warm;
-    for (int64_t w = 0; w < warmup && ok; ++w) {
-      ok = one_call(job, w, 'w', (int)(pick() % K), false);
+  // Anything thrown between JOB_BEGIN and JOB_END (an allocation that fails under memory pressure, a failed
+  // copy) still ends the job on the record stream: the judge reads records until JOB_END, and a job that ended
+  // only on the control channel would leave it waiting out its whole deadline.
+  try {
+    if (mode == "check") {
+      for (size_t s = 0; s < schedule.size() && ok; ++s) {
+        int v = (int)(schedule[s] % K);
+        ok = one_call(job, (int64_t)s, 'c', v, true);
+      }
+      n = (int64_t)schedule.size();
+    } else if (mode == "time") {
+      std::vector<float> warm;
+      for (int64_t w = 0; w < warmup && ok; ++w) {
+        ok = one_call(job, w, 'w', (int)(pick() % K), false);
+        if (ok) {
+          float ms = 0;
+          cudaEventElapsedTime(&ms, job.ev.start, job.ev.end);
+          warm.push_back(ms);
+        }
+      }
       if (ok) {
-        float ms = 0;
-        cudaEventElapsedTime(&ms, job.ev.start, job.ev.end);
-        warm.push_back(ms);
+        std::sort(warm.begin(), warm.end());
+        double est = warm.empty() ? 1.0 : std::max<double>(warm[warm.size() / 2], 1e-3);
+        n = (int64_t)std::min<double>((double)max_iters, std::max<double>((double)min_iters, budget_s * 1e3 / (est + 0.02)));
+        // The checked iterations: distinct, uniform, from the OS's random source (not `pick`, whose
+        // outputs show through the variant choices).
+        std::vector<int64_t> idx(n);
+        for (int64_t j = 0; j < n; ++j) idx[j] = j;
+        for (int64_t j = 0; j < std::min(checks, n); ++j) {
+          int64_t r = j + (int64_t)(urandom64() % (uint64_t)(n - j));
+          std::swap(idx[j], idx[r]);
+          chosen.push_back(idx[j]);
+        }
+        std::vector<char> is_checked(n, 0);
+        for (auto c : chosen) is_checked[c] = 1;
+        for (int64_t it = 0; it < n && ok; ++it) ok = one_call(job, it, 't', (int)(pick() % K), is_checked[it]);
       }
     }
-    if (ok) {
-      std::sort(warm.begin(), warm.end());
-      double est = warm.empty() ? 1.0 : std::max<double>(warm[warm.size() / 2], 1e-3);
-      n = (int64_t)std::min<double>((double)max_iters, std::max<double>((double)min_iters, budget_s * 1e3 / (est + 0.02)));
-      // The checked iterations: distinct, uniform, from the OS's random source (not `pick`, whose
-      // outputs show through the variant choices).
-      std::vector<int64_t> idx(n);
-      for (int64_t j = 0; j < n; ++j) idx[j] = j;
-      for (int64_t j = 0; j < std::min(checks, n); ++j) {
-        int64_t r = j + (int64_t)(urandom64() % (uint64_t)(n - j));
-        std::swap(idx[j], idx[r]);
-        chosen.push_back(idx[j]);
-      }
-      std::vector<char> is_checked(n, 0);
-      for (auto c : chosen) is_checked[c] = 1;
-      for (int64_t it = 0; it < n && ok; ++it) ok = one_call(job, it, 't', (int)(pick() % K), is_checked[it]);
-    }
-  } else {
-    throw std::runtime_error("kbench timer: unknown mode " + mode);
+  } catch (std::exception& e) {
+    ok = false;
+    cudaGetLastError();
+    emit(ERROR_, job.id, "{\"where\":\"runner\",\"i\":-1,\"message\":" + json_str(e.what()) + "}");
   }
   job.prev.clear();
   cudaEventDestroy(job.ev.start);
