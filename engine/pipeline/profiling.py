@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.profile.ncu import build_ncu_command, ncu_unavailable_reason, parse_ncu_csv, permission_denied
+from engine.profile.ncu import (build_ncu_command, ncu_install_dirs, ncu_unavailable_reason, parse_ncu_csv,
+                                permission_denied)
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
 from engine.profile.summarise import summarise
 from engine.tasks.model import ALL_CONFIGS
@@ -48,7 +49,10 @@ def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeou
         os.chmod(req, 0o644)
         child = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.profile_child",
                  str(req)]
-        cmd = jailed(child, run.spec())
+        spec = run.spec()
+        if ncu is not None:   # the jailed process loads ncu's injection library from ncu's install folder
+            spec = dataclasses.replace(spec, read=(*spec.read, *ncu_install_dirs(ncu)))
+        cmd = jailed(child, spec)
         if ncu is not None:
             cmd = build_ncu_command(cmd, ncu=ncu, launch_count=opts.launch_count)
         env = run.environment({"CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None)

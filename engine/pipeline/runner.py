@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine import jail
-from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET
+from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET, REGISTER_STEP as ARENA_REGISTER_STEP
 from engine.pipeline.wire import Channel, ChannelClosed, decode_args, device_tensor, restride, tensor_from_bytes
 
 
@@ -53,7 +53,7 @@ class Runner:
         torch.cuda.init()
         self.timer = load_extension(Path(header["timer_so"]), header["timer_module"])
         slot = os.fstat(self.arena_fd).st_size - ARENA_DATA_OFFSET if self.arena_fd >= 0 else 0
-        self.timer.init(self.key_fd, self.record_fd, self.arena_fd)
+        self.timer.init(self.key_fd, self.record_fd, self.arena_fd, ARENA_DATA_OFFSET, ARENA_REGISTER_STEP)
         if header.get("pin_arena") and slot > 0:   # page-lock the slot now, not during the first config
             self.timer.arena_view(slot)
         self.ctl.send({"type": "ready", "device": {"gpu": torch.cuda.get_device_name()}, "pid": os.getpid()})

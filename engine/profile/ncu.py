@@ -45,6 +45,33 @@ def ncu_unavailable_reason(ncu: str | None = None) -> str | None:
     return None
 
 
+def ncu_install_dirs(ncu: str = "ncu", standalone_root: str = "/opt/nvidia/nsight-compute") -> list[str]:
+    """Where Nsight Compute's own files live, for the profiled process's jail to read: ncu preloads its
+    injection library (under <install>/target/...) into the process it profiles, after the jail is applied.
+    The folder of the resolved ncu binary; for a launcher script (the CUDA toolkit's bin/ncu), the install
+    folders it names; and the standalone installs under /opt/nvidia/nsight-compute. No user data lives there."""
+    import glob
+    import os
+    import re
+    path = shutil.which(ncu)
+    dirs: list[str] = []
+    if path:
+        real = os.path.realpath(path)
+        dirs.append(os.path.dirname(real))
+        try:
+            with open(real, "rb") as f:
+                head = f.read(16384)
+        except OSError:
+            head = b""
+        if head.startswith(b"#!"):   # a launcher script: the real install is named inside
+            for m in re.findall(rb"/[\w.+/-]+", head):
+                named = m.decode(errors="replace").rstrip("/")
+                if "nsight-compute" in named and os.path.exists(named):
+                    dirs.append(named if os.path.isdir(named) else os.path.dirname(named))
+    dirs += sorted(glob.glob(os.path.join(standalone_root, "*")))
+    return [d for d in dict.fromkeys(os.path.realpath(d) for d in dirs) if os.path.isdir(d)]
+
+
 def kernel_filter_regex(excluded: Sequence[str] = EXCLUDED_KERNELS) -> str:
     """A `--kernel-name regex:` value matching any kernel whose name contains none of `excluded`."""
     import re

@@ -57,7 +57,12 @@ def test_native_forward_correct_passes_and_is_timed():
     assert rc == 0, rep
     assert rep["passed"] and _verdict(rep, "correctness")["status"] == "pass"
     assert _verdict(rep, "timing")["status"] == "pass"
-    assert all(c["candidate_ms"] and c["eager_ms"] for c in rep["configs"])
+    # the default times the `bench` config (and any tagged `timed`); every config is still checked
+    assert rep["timed_by"] == "default"
+    timed = [c for c in rep["configs"] if c["timed"]]
+    assert [c["name"] for c in timed] == ["bench"], [c["name"] for c in timed]
+    assert all(c["candidate_ms"] and c["eager_ms"] for c in timed)
+    assert all(c["correct"] and c["candidate_ms"] is None for c in rep["configs"] if not c["timed"])
     assert rep["device"]["gpu"]
 
 

@@ -127,9 +127,10 @@ uint64_t g_seq = 0;
 at::Tensor g_flush;
 
 // The shared arena (engine/pipeline/arena.py): a control page whose first word the judge bumps for every slot
-// payload it has taken, then one slot. Absent (nullptr) when the judge gave none.
-constexpr size_t kArenaData = 4096;
-constexpr size_t kRegisterStep = 256u << 20;
+// payload it has taken, then one slot. Absent (nullptr) when the judge gave none. Its layout (where the slot
+// starts, the page-locking step) comes from arena.py through init(), the one place it is defined.
+size_t g_arena_data = 0;       // offset of the slot in the memfd
+size_t g_register_step = 0;    // page-lock the slot in steps of this many bytes, as far as payloads reach
 uint8_t* g_arena = nullptr;
 size_t g_arena_cap = 0;        // bytes in the slot
 size_t g_arena_pinned = 0;     // bytes of the slot page-locked so far
@@ -301,20 +302,20 @@ uint64_t fingerprint(const at::Tensor& contiguous, uint64_t seed) {
 // ------------------------------------------------------------------------------------------ arena
 void map_arena(int fd) {
   struct stat st {};
-  if (fstat(fd, &st) != 0 || (size_t)st.st_size <= kArenaData)
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size <= g_arena_data)
     throw std::runtime_error("kbench timer: the arena descriptor is not a usable memfd");
   void* p = mmap(nullptr, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) throw std::runtime_error(std::string("kbench timer: cannot map the arena: ") + std::strerror(errno));
   g_arena = static_cast<uint8_t*>(p);
-  g_arena_cap = (size_t)st.st_size - kArenaData;
+  g_arena_cap = (size_t)st.st_size - g_arena_data;
 }
 
 // The first `nbytes` of the slot, page-locked as far as they reach (where the driver lets us).
 uint8_t* arena_slot(size_t nbytes) {
-  uint8_t* slot = g_arena + kArenaData;
+  uint8_t* slot = g_arena + g_arena_data;
   if (g_arena_pin_ok && nbytes > g_arena_pinned) {
-    size_t want = std::min(g_arena_cap, (nbytes + kRegisterStep - 1) / kRegisterStep * kRegisterStep);
+    size_t want = std::min(g_arena_cap, (nbytes + g_register_step - 1) / g_register_step * g_register_step);
     if (g_arena_pinned) cudaHostUnregister(slot);
     g_arena_pinned = 0;
     if (cudaHostRegister(slot, want, cudaHostRegisterDefault) == cudaSuccess) g_arena_pinned = want;
@@ -507,9 +508,16 @@ void on_fatal_signal(int sig, siginfo_t* info, void* ctx) {
 }
 
 // ------------------------------------------------------------------------------------------ API
-void init(int key_fd, int record_fd, int arena_fd) {
+void init(int key_fd, int record_fd, int arena_fd, int64_t arena_data_offset, int64_t register_step) {
   if (g_ready) throw std::runtime_error("kbench timer: already initialised");
-  if (arena_fd >= 0) map_arena(arena_fd);
+  if (arena_fd >= 0) {
+    // the slot must start past the control word, on a page (it is page-locked), and be locked in real steps
+    if (arena_data_offset < 8 || arena_data_offset % 4096 != 0 || register_step <= 0)
+      throw std::runtime_error("kbench timer: an arena layout without a page-aligned slot or a locking step");
+    g_arena_data = (size_t)arena_data_offset;
+    g_register_step = (size_t)register_step;
+    map_arena(arena_fd);
+  }
   size_t got = 0;
   while (got < 32) {
     ssize_t r = ::read(key_fd, g_key + got, 32 - got);
@@ -637,7 +645,8 @@ uint64_t py_fingerprint(at::Tensor t, uint64_t seed) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "kbench timing helper: signed, compiled call-and-time loop (see engine/pipeline/timer)";
-  m.def("init", &init, py::arg("key_fd"), py::arg("record_fd"), py::arg("arena_fd") = -1);
+  m.def("init", &init, py::arg("key_fd"), py::arg("record_fd"), py::arg("arena_fd") = -1,
+        py::arg("arena_data_offset") = 0, py::arg("register_step") = 0);
   m.def("arena_view", &arena_view, py::arg("nbytes"));
   m.def("host_register", &host_register, py::arg("ptr"), py::arg("nbytes"));
   m.def("host_unregister", &host_unregister, py::arg("ptr"));
