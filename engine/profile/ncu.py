@@ -46,18 +46,19 @@ def ncu_unavailable_reason(ncu: str | None = None) -> str | None:
 
 
 def ncu_install_dirs(ncu: str = "ncu", standalone_root: str = "/opt/nvidia/nsight-compute") -> list[str]:
-    """Where Nsight Compute's own files live, for the profiled process's jail to read: ncu preloads its
-    injection library (under <install>/target/...) into the process it profiles, after the jail is applied.
-    The folder of the resolved ncu binary; for a launcher script (the CUDA toolkit's bin/ncu), the install
-    folders it names; and the standalone installs under /opt/nvidia/nsight-compute. No user data lives there."""
+    """What of Nsight Compute the profiled process's jail must read: ncu preloads its injection library (from
+    <install>/target/<platform>/) into the process it profiles, after that process's jail is applied. The
+    `target` folders of: the install holding the resolved ncu binary, the installs a launcher script (the CUDA
+    toolkit's bin/ncu) names, and the standalone installs under /opt/nvidia/nsight-compute. Only `target`: the
+    folder ncu sits in may be a user's own (~/bin), and nothing else of it is needed."""
     import glob
     import os
     import re
     path = shutil.which(ncu)
-    dirs: list[str] = []
+    installs: list[str] = []
     if path:
         real = os.path.realpath(path)
-        dirs.append(os.path.dirname(real))
+        installs.append(os.path.dirname(real))
         try:
             with open(real, "rb") as f:
                 head = f.read(16384)
@@ -67,9 +68,10 @@ def ncu_install_dirs(ncu: str = "ncu", standalone_root: str = "/opt/nvidia/nsigh
             for m in re.findall(rb"/[\w.+/-]+", head):
                 named = m.decode(errors="replace").rstrip("/")
                 if "nsight-compute" in named and os.path.exists(named):
-                    dirs.append(named if os.path.isdir(named) else os.path.dirname(named))
-    dirs += sorted(glob.glob(os.path.join(standalone_root, "*")))
-    return [d for d in dict.fromkeys(os.path.realpath(d) for d in dirs) if os.path.isdir(d)]
+                    installs.append(named if os.path.isdir(named) else os.path.dirname(named))
+    installs += sorted(glob.glob(os.path.join(standalone_root, "*")))
+    targets = (os.path.join(os.path.realpath(d), "target") for d in installs)
+    return [t for t in dict.fromkeys(targets) if os.path.isdir(t)]
 
 
 def kernel_filter_regex(excluded: Sequence[str] = EXCLUDED_KERNELS) -> str:
