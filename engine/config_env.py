@@ -59,6 +59,8 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
                                         "on a small machine)", test_only=True),
     EnvVar("KBENCH_INTEGRITY_TIMEOUT", "240", "seconds each case of tests/integrity/test_gpu_integrity.py may take",
            test_only=True),
+    EnvVar("KBENCH_TEST_LOG", "", "a file: each test's outcome (and a failure's report) is appended to it as the "
+                                  "test ends, so a GPU run cut by a time limit still says what ran", test_only=True),
 )}
 
 SECRETS_FD_ENV = "KBENCH_SECRETS_FD"

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from engine.config_env import env_raw
 from tests.paths import REPO
 
 os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
@@ -26,6 +27,22 @@ def _has_gpu() -> bool:
 
 HAS_GPU = _has_gpu()
 HAS_NVCC = shutil.which("nvcc") is not None or os.path.exists(os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"))
+
+
+def pytest_runtest_logreport(report):
+    """KBENCH_TEST_LOG=FILE: append each test's outcome as it ends (a failure with its report), so a GPU run
+    that a device's time limit cuts before pytest's summary still says which tests ran and why they failed.
+    Under xdist the controller writes it (the workers' reports reach it); a worker writes nothing itself."""
+    path = env_raw("KBENCH_TEST_LOG")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if report.when != "call" and report.outcome == "passed":
+        return
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    head = f"== {report.outcome.upper()} {report.when} {report.duration:.1f}s {getattr(worker, 'id', '-')} {report.nodeid}"
+    body = "" if report.outcome != "failed" else (report.longreprtext or "")[-6000:]
+    with open(path, "a") as f:
+        f.write(head + "\n" + (body + "\n" if body else ""))
 
 
 def pytest_collection_modifyitems(config, items):
