@@ -32,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from engine.jail.privileges import die_with_parent
+from engine.jail.privileges import die_with_parent, exit_without_teardown
 from engine.pipeline.judge_eval import Judge
 from engine.pipeline.judge_memory import judge_out_of_memory, memory_blame, out_of_memory
 from engine.pipeline.judge_runner import OutputsTooLarge
@@ -160,9 +160,5 @@ def _warm(judge: Judge, spare: bool = False) -> BaseException | None:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # the result file is final and the runner gone; the caller waits for this process's exit: skip tearing
-    # down torch and the CUDA context in Python (about a second), the kernel releases them
-    os._exit(code)
+    # the result file is final and the runner gone; the caller waits for this process's exit
+    exit_without_teardown(main(sys.argv[1:]))

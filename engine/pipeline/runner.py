@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine import jail
+from engine.jail import privileges
 from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET, REGISTER_STEP as ARENA_REGISTER_STEP
 from engine.pipeline.wire import Channel, ChannelClosed, decode_args, device_tensor, restride, tensor_from_bytes
 
@@ -195,14 +196,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:   # a kernel's printf tail, still in C stdio's buffers, belongs in runner.log too
-        import ctypes
-        ctypes.CDLL(None).fflush(None)
-    except (OSError, AttributeError):
-        pass
-    # the judge waits for this process to be gone before it times the baselines: skip tearing down torch and
-    # the CUDA context in Python (about a second); the kernel releases everything at exit
-    os._exit(code)
+    # the judge waits for this process to be gone before it times the baselines
+    privileges.exit_without_teardown(main(sys.argv[1:]))

@@ -24,14 +24,21 @@ def test_skipped():
 '''
 
 
-def test_each_outcome_is_appended_as_the_test_ends(tmp_path):
-    (tmp_path / "test_sample.py").write_text(SAMPLE)
-    log = tmp_path / "reports.txt"
-    env = {**os.environ, "KBENCH_TEST_LOG": str(log), "PYTHONPATH": str(REPO)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+def _pytest(tmp_path, source: str, log: str | None) -> subprocess.CompletedProcess:
+    """pytest in a child on one sample file, with this project's conftest and KBENCH_TEST_LOG=`log` (or unset)."""
+    (tmp_path / "test_sample.py").write_text(source)
+    env = {k: v for k, v in os.environ.items() if k not in ("KBENCH_TEST_LOG", "PYTEST_XDIST_WORKER")}
+    env["PYTHONPATH"] = str(REPO)
+    if log is not None:
+        env["KBENCH_TEST_LOG"] = log
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
                            "--rootdir", str(tmp_path), str(tmp_path / "test_sample.py")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_each_outcome_is_appended_as_the_test_ends(tmp_path):
+    log = tmp_path / "reports.txt"
+    proc = _pytest(tmp_path, SAMPLE, str(log))
     assert proc.returncode == 1, proc.stdout + proc.stderr   # one test fails, as written
     lines = log.read_text().splitlines()
     heads = [ln for ln in lines if ln.startswith("== ")]
@@ -41,11 +48,6 @@ def test_each_outcome_is_appended_as_the_test_ends(tmp_path):
 
 
 def test_nothing_is_written_without_the_variable(tmp_path):
-    (tmp_path / "test_sample.py").write_text("def test_ok():\n    pass\n")
-    env = {k: v for k, v in os.environ.items() if k != "KBENCH_TEST_LOG"}
-    env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
-                           "--rootdir", str(tmp_path), str(tmp_path / "test_sample.py")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = _pytest(tmp_path, "def test_ok():\n    pass\n", None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["test_sample.py"]

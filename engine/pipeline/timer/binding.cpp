@@ -311,15 +311,29 @@ void map_arena(int fd) {
   g_arena_cap = (size_t)st.st_size - g_arena_data;
 }
 
+// Page-lock (or release) host memory, clearing the error of a refused registration: the runner's slot, and the
+// judge's own arena mapping (through here rather than torch's cudart binding, which would leave the error sticky
+// for the judge's next kernel launch check).
+bool host_register(uintptr_t ptr, size_t nbytes) {
+  if (cudaHostRegister(reinterpret_cast<void*>(ptr), nbytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
+void host_unregister(uintptr_t ptr) {
+  cudaHostUnregister(reinterpret_cast<void*>(ptr));
+  cudaGetLastError();
+}
+
 // The first `nbytes` of the slot, page-locked as far as they reach (where the driver lets us).
 uint8_t* arena_slot(size_t nbytes) {
   uint8_t* slot = g_arena + g_arena_data;
   if (g_arena_pin_ok && nbytes > g_arena_pinned) {
     size_t want = std::min(g_arena_cap, (nbytes + g_register_step - 1) / g_register_step * g_register_step);
-    if (g_arena_pinned) cudaHostUnregister(slot);
+    if (g_arena_pinned) host_unregister(reinterpret_cast<uintptr_t>(slot));
     g_arena_pinned = 0;
-    if (cudaHostRegister(slot, want, cudaHostRegisterDefault) == cudaSuccess) g_arena_pinned = want;
-    else { cudaGetLastError(); g_arena_pin_ok = false; }
+    if (host_register(reinterpret_cast<uintptr_t>(slot), want)) g_arena_pinned = want;
+    else g_arena_pin_ok = false;
   }
   return slot;
 }
@@ -615,19 +629,6 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
   emit(JOB_END, job_id, "{\"status\":" + json_str(ok ? "ok" : "error") + ",\"n\":" + std::to_string(n) +
                             ",\"checked\":" + cs + "}");
   return ok ? "ok" : "error";
-}
-
-// Page-lock (or release) host memory for the judge's own arena mapping: through here rather than torch's
-// cudart binding, so a refused registration leaves no sticky error for the judge's next kernel launch check.
-bool host_register(uintptr_t ptr, size_t nbytes) {
-  if (cudaHostRegister(reinterpret_cast<void*>(ptr), nbytes, cudaHostRegisterDefault) == cudaSuccess) return true;
-  cudaGetLastError();
-  return false;
-}
-
-void host_unregister(uintptr_t ptr) {
-  cudaHostUnregister(reinterpret_cast<void*>(ptr));
-  cudaGetLastError();
 }
 
 // The runner's view of the slot's first `nbytes` (a config's arguments the judge placed there), page-locked.
