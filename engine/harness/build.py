@@ -7,8 +7,8 @@ Paths by format:
   nvcc cannot use a GCC precompiled header.
 - kernelbench (.py with ModelNew): the file builds its kernels with load_inline when imported, so the compile
   stage imports it in a sandboxed child without a GPU (`_build_kernelbench`); the builds land in
-  kernelbench_extensions_dir(), where the evaluation's import finds them up to date. A failed build is a compile
-  failure with the compiler's message.
+  kernelbench_extensions_dir(), which the evaluation's import reuses (engine.harness.kernelbench_prebuilt). A
+  failed build is a compile failure with the compiler's message.
 
 Cache: cache_root/builds/<toolchain key>/<source hash>/ holds result.json, build.log, src/ and the .so. An
 entry is built in a temp dir and renamed into place, so a killed build never leaves half an entry.
@@ -53,6 +53,7 @@ from engine.harness.build_result import BuildResult, BuildSummary, FailureKind  
 from engine.harness.build_steps import (ENV_ALLOWLIST, StepResult, _declares_extension_name,  # noqa: F401
                                         _Failed, _module_name, _strip_comments, _vendor_link, compile_jail,
                                         compiler_env, run_tool)
+from engine.harness.kernelbench_prebuilt import write_manifest
 from engine.harness.pch import PCH_BASENAME, PCH_TIMEOUT_S, PchInfo, _pch_used, ensure_pch, pch_dir  # noqa: F401
 from engine.harness.toolchain import Toolchain
 from engine.jail import JailSpec  # noqa: F401
@@ -168,8 +169,9 @@ _NO_GPU_AT_IMPORT = ("CUDA", "cuda", "NVIDIA", "driver", "device")
 def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, src: Path, deadline: float,
                        steps: list[StepResult], timings: dict[str, float]) -> None:
     """Import the ModelNew file in a sandboxed child with no GPU: its load_inline/load calls compile its kernels
-    into kernelbench_extensions_dir(), with this toolchain's arch list (the evaluation passes the same list, so
-    its import finds the build up to date). A build that fails raises _Failed with the compiler's message."""
+    into kernelbench_extensions_dir(), with this toolchain's arch list. The evaluation's runner imports a copy of
+    that folder and replays torch's versioner state from the manifest written here, so it does not build again.
+    A build that fails raises _Failed with the compiler's message."""
     import ast
 
     from engine.procs import run_child
@@ -218,6 +220,7 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
     err = res.get("import_error")
     if err and not (calls and not res.get("cuda_available") and any(w in err for w in _NO_GPU_AT_IMPORT)):
         raise _Failed("compile", f"{main} raised on import, so ModelNew cannot be loaded: {err}")
+    write_manifest(ext_dir, [v for v in res.get("versions") or [] if isinstance(v, dict)])
 
 
 # ---------------------------------------------------------------------------- loading (sandbox child)

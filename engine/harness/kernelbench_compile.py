@@ -3,7 +3,8 @@
 A ModelNew file builds its kernels with `torch.utils.cpp_extension.load_inline` (or `load`) when it is imported,
 so its compile stage is that import, run in a sandboxed child without a GPU. Every build call is recorded (its
 extension name, and the compiler's output when it fails) and the result is written as JSON to the request's
-`result_path`. The builds land in TORCH_EXTENSIONS_DIR, where the evaluation's import finds them up to date.
+`result_path`. The builds land in TORCH_EXTENSIONS_DIR; torch's versioner calls are recorded too, so the
+runner's import reuses them (engine.harness.kernelbench_prebuilt).
 """
 
 from __future__ import annotations
@@ -33,10 +34,14 @@ def _recording(original: Callable[..., Any], calls: list[dict[str, Any]], kind: 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     import torch.utils.cpp_extension as cpp
 
+    from engine.harness.kernelbench_prebuilt import recording_versioner
+
     calls: list[dict[str, Any]] = []
+    versions: list[dict[str, Any]] = []
+    recording_versioner(cpp.JIT_EXTENSION_VERSIONER, versions)
     cpp.load_inline = _recording(cpp.load_inline, calls, "load_inline")
     cpp.load = _recording(cpp.load, calls, "load")
-    out: dict[str, Any] = {"extensions": calls, "import_error": None, "finished": False}
+    out: dict[str, Any] = {"extensions": calls, "versions": versions, "import_error": None, "finished": False}
     try:
         from engine.harness.runtimes.base import import_file
         module = import_file(Path(request["py_path"]), request.get("module_name") or "kbench_modelnew_compile")

@@ -169,6 +169,10 @@ def load_candidate(load: dict[str, Any]) -> Any:
     from engine.harness.build import load_extension
     from engine.harness.runtimes.base import import_file
     if load.get("py_path"):
+        ext_root = os.environ.get("TORCH_EXTENSIONS_DIR")
+        if ext_root:  # the compile stage's load_inline builds, staged into scratch: imported, not built again
+            from engine.harness.kernelbench_prebuilt import seed_versions
+            seed_versions(ext_root)
         return import_file(Path(load["py_path"]), load["module_name"])
     return load_extension(Path(load["so_path"]), load["module_name"])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import stat
 import subprocess
 import sys
@@ -221,6 +222,20 @@ def test_kernelbench_modelnew_compiles_into_its_extensions_dir(toolchain: Toolch
     built = kernelbench_extensions_dir(tmp_path, cand) / "kbench_fixture_scaled_swish_correct"
     assert (built / "kbench_fixture_scaled_swish_correct.so").is_file()
     assert "sm_90" in (built / "build.ninja").read_text()  # the toolchain's arch list, not the machine's GPU
+    # The runner imports a copy in its scratch: torch must load the built library, not run ninja again (a copy's
+    # build.ninja names other paths, so ninja would rebuild: 60-80 s inside the evaluation).
+    staged = tmp_path / "scratch" / "torch_ext"
+    shutil.copytree(kernelbench_extensions_dir(tmp_path, cand), staged)
+    so = staged / built.name / f"{built.name}.so"
+    before = so.stat().st_mtime_ns, (staged / built.name / ".ninja_log").read_text()
+    probe = ("import sys; from engine.pipeline.runner import load_candidate; "
+             "m = load_candidate({'py_path': sys.argv[1], 'module_name': 'kb_probe'}); print(m.ModelNew.__name__)")
+    env = {**compiler_env(), "TORCH_EXTENSIONS_DIR": str(staged), "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", probe, str(KB_CANDIDATES / "scaled_swish_correct.py")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ModelNew", out.stderr[-3000:]
+    assert (so.stat().st_mtime_ns, (staged / built.name / ".ninja_log").read_text()) == before
 
 
 def test_result_json_round_trip(tmp_path: Path) -> None:
