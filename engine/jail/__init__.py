@@ -27,6 +27,7 @@ class JailSpec:
     drop_privileges: bool = True
     die_with_parent: bool = False     # SIGKILL when the parent exits (set after the uid change, which clears it)
     needed_by_nobody: tuple[str, ...] = ()   # paths uid 65534 must read for the uid drop to be safe
+    refuse_incomplete: bool = False   # exec.py runs nothing where a layer did not take hold (JailReport.refusal)
 
     # Explicit, not engine.jsonable (pydantic): engine/jail/exec.py reads this in `python -I -S`, before the jail
     # is up, with the standard library alone (see the module docstring).
@@ -53,6 +54,12 @@ class JailReport:
     @property
     def complete(self) -> bool:
         return not self.missing
+
+    def refusal(self, spec: "JailSpec") -> str:
+        """Why a jail that `spec` asks to be complete (refuse_incomplete) must not run its program, or ""."""
+        if not spec.refuse_incomplete or self.complete:
+            return ""
+        return "the jail is incomplete (" + "; ".join(self.missing) + ")"
 
     def summary(self) -> str:
         """One line for logs, the app's banner and measurement notes."""
@@ -81,6 +88,7 @@ class JailReport:
         return cls(**known)
 
 
+REFUSED = "kbench jail:"   # how exec.py's refusal to run a program in an incomplete jail begins (on stderr)
 EXEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exec.py")
 
 

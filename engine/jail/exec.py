@@ -3,7 +3,8 @@
 How kbench runs a compiler on candidate sources: the jail (engine.jail.apply) is applied to this small
 process, which then replaces itself with the program; Landlock, seccomp, the network namespace and
 no_new_privs survive exec. Run with -I -S it loads nothing but the standard library and engine.jail, in
-about 20 ms. Exit code 126 where the program cannot be started.
+about 20 ms. Exit code 126 where the program cannot be started, or where the spec asks for a complete jail
+(refuse_incomplete) and a layer did not take hold.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: exec.py SPEC_JSON -- PROGRAM [ARGS...]\n")
         return 2
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from engine.jail import JailSpec, apply
+    from engine.jail import REFUSED, JailSpec, apply
 
-    apply(JailSpec.from_json(json.loads(argv[0])))
+    spec = JailSpec.from_json(json.loads(argv[0]))
     cmd = argv[2:]
+    refusal = apply(spec).refusal(spec)
+    if refusal:
+        sys.stderr.write(f"{REFUSED} {cmd[0]} not run: {refusal}\n")
+        return 126
     try:
         os.execvp(cmd[0], cmd)
     except OSError as exc:

@@ -96,6 +96,18 @@ def runner_spec(scratch: Path, readonly: list[Path], *, gpu_devices: bool = True
     )
 
 
+def profiled_spec(runner: JailSpec, profiler_dirs: list[str]) -> JailSpec:
+    """A runner's jail for a process ncu profiles: it also reads ncu's injection library (`profiler_dirs`), and it
+    has no network namespace. ncu's front end, outside the jail, attaches to the injection in the profiled process
+    through a local socket that the namespace cuts off: with it, ncu and the process wait for each other until
+    the time limit (measured on an H100: no result in 60 s with the namespace, a profile in 9 s without). The
+    network stays closed without the namespace: seccomp lets no socket but AF_UNIX be made and none connect or
+    send to an address; Landlock denies TCP and scopes abstract unix sockets. So every other layer must hold:
+    the launcher refuses to run the program where one is missing (refuse_incomplete)."""
+    from dataclasses import replace
+    return replace(runner, read=(*runner.read, *profiler_dirs), network_namespace=False, refuse_incomplete=True)
+
+
 def compiler_spec(workdir: Path, readonly: list[Path], programs: list[str] = ()) -> JailSpec:
     """nvcc / g++ / the linker on one candidate: read the toolchain and `readonly` (the precompiled header),
     write only `workdir`. A `#include "/home/..."` in a candidate fails with 'Permission denied'. The compiler

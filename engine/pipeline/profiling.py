@@ -10,15 +10,23 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from filelock import FileLock, Timeout
+
+from engine.jail import REFUSED
+from engine.jail.profiles import profiled_spec
 from engine.profile.ncu import (build_ncu_command, ncu_install_dirs, ncu_unavailable_reason, parse_ncu_csv,
                                 permission_denied)
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
 from engine.profile.summarise import summarise
 from engine.tasks.model import ALL_CONFIGS
 from engine.verdict import Status, Verdict
+
+NCU_LOCK = os.path.join(tempfile.gettempdir(), "kbench-ncu.lock")   # machine-wide: the counters are the GPU's
 
 if TYPE_CHECKING:
     from engine.candidates import Candidate
@@ -50,8 +58,8 @@ def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeou
         child = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.profile_child",
                  str(req)]
         spec = run.spec()
-        if ncu is not None:   # the jailed process loads ncu's injection library from ncu's install folder
-            spec = dataclasses.replace(spec, read=(*spec.read, *ncu_install_dirs(ncu)))
+        if ncu is not None:   # the jailed process loads ncu's injection library and lets ncu attach to it
+            spec = profiled_spec(spec, ncu_install_dirs(ncu))
         cmd = jailed(child, spec)
         if ncu is not None:
             cmd = build_ncu_command(cmd, ncu=ncu, launch_count=opts.launch_count)
@@ -87,11 +95,22 @@ def run_ncu(request: dict[str, Any], opts: ProfileOptions) -> tuple[list, str]:
     if reason:
         return [], reason
     ncu = opts.ncu or shutil.which("ncu") or "ncu"   # resolved here: the jailed PATH may not hold it
-    out, _, failed = _jailed_run(request, opts, "ncu", opts.ncu_timeout_s, ncu=ncu)
+    # One ncu at a time on this machine: two sessions replaying kernels on the GPU's counters at once fail
+    # ("Failed to profile ... error code (9)" beside a concurrent profile, on an H100) or skew each other.
+    t0 = time.monotonic()
+    try:
+        with FileLock(NCU_LOCK, timeout=opts.ncu_timeout_s, mode=0o666):
+            left = opts.ncu_timeout_s - (time.monotonic() - t0)
+            out, _, failed = _jailed_run(request, opts, "ncu", max(left, 30.0), ncu=ncu)
+    except Timeout:
+        return [], f"another ncu profile held this machine's lock ({NCU_LOCK}) for {opts.ncu_timeout_s:.0f} s"
     if failed:
         return [], failed
     if permission_denied(out):
         return [], "ncu is not permitted to read GPU performance counters (ERR_NVGPUCTRPERM)"
+    refused = next((ln.strip() for ln in out.splitlines() if ln.startswith(REFUSED)), "")
+    if refused:   # the candidate never ran: its jail could not be made whole on this machine
+        return [], f"ncu did not run the candidate: {refused}"
     kernels = parse_ncu_csv(out)
     if not kernels:
         tail = out.strip().splitlines()[-3:]
@@ -110,8 +129,6 @@ def profile_candidate(task: Task, candidate: Candidate, direction: str = "forwar
                       options: ProfileOptions | None = None, peaks: Peaks | None = None,
                       cache_root: Path | None = None) -> Verdict:
     """Build (cache hit after an evaluation) and profile a candidate; the `profile` Verdict."""
-    import time
-
     from engine.harness.build import build_candidate
     from engine.harness.toolchain import detect as detect_toolchain
     from engine.pipeline.evaluate import candidate_spec, default_cache_root

@@ -47,9 +47,14 @@ def connect(port):
     s.settimeout(2)
     s.connect(("127.0.0.1", port))
 
-def unix_socket():
+def unix_socket(address):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(UNIX)
+    s.settimeout(2)
+    s.connect(address)
+
+def udp(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"pwned", ("127.0.0.1", port))
 
 def ancestors():
     pid, out = os.getppid(), []
@@ -77,7 +82,9 @@ attempt("write to the user's cwd", lambda: write(os.path.join(CWD, "pwned")))
 attempt("write to the workspace .git", lambda: write(os.path.join(GIT, "pwned")))
 attempt("write to /tmp", lambda: write("/tmp/kbench-pwned"))
 attempt("connect to kbench's loopback port", lambda: connect(PORT))
-attempt("connect to kbench's unix socket", unix_socket)
+attempt("connect to kbench's unix socket", lambda: unix_socket(UNIX))
+attempt("connect to an abstract unix socket", lambda: unix_socket(ABSTRACT))
+attempt("send a UDP datagram to loopback", lambda: udp(UDP_PORT))
 attempt("signal the parent", lambda: os.kill(os.getppid(), 0))
 attempt("ptrace the parent", lambda: syscall_ok(libc.ptrace(16, os.getppid(), 0, 0)))
 
@@ -117,15 +124,21 @@ def user_files(tmp_path):
     unix.bind(str(tmp_path / "kbench.sock"))
     os.chmod(tmp_path / "kbench.sock", 0o777)
     unix.listen(1)
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0kbench-test-{os.getpid()}")
+    abstract.listen(1)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
     yield {"SECRET": str(secret), "CWD": str(cwd), "GIT": str(cwd / "workspace" / ".git"),
-           "PORT": server.getsockname()[1], "UNIX": str(tmp_path / "kbench.sock")}
-    server.close()
-    unix.close()
+           "PORT": server.getsockname()[1], "UNIX": str(tmp_path / "kbench.sock"),
+           "ABSTRACT": f"\0kbench-test-{os.getpid()}", "UDP_PORT": udp.getsockname()[1], "udp": udp}
+    for s in (server, unix, abstract, udp):
+        s.close()
 
 
-def _start(run):
+def _start(run, spec=None):
     rp = RunnerProcess.spawn(run)
-    rp.send({"type": "setup", "jail": run.spec(die_with_parent=True).to_json(), "timer_so": "/nonexistent",
+    rp.send({"type": "setup", "jail": (spec or run.spec(die_with_parent=True)).to_json(), "timer_so": "/nonexistent",
              "timer_module": "none"})
     jailed = rp.reply(120)
     assert jailed["type"] == "jailed", jailed
@@ -146,20 +159,29 @@ def test_the_runner_jails_itself_completely_on_this_machine():
         rp.close()
 
 
-def test_a_hostile_import_escapes_nothing_and_the_runner_still_works(user_files):
+@pytest.mark.parametrize("jail", ["runner", "profiled"])
+def test_a_hostile_import_escapes_nothing_and_the_runner_still_works(user_files, jail):
+    """Also in the jail of a process ncu profiles (engine.jail.profiles.profiled_spec), which has no network
+    namespace: seccomp and Landlock alone keep every socket closed."""
+    from engine.jail.profiles import profiled_spec
     run = make_run_dir()
-    src = "".join(f"{k} = {v!r}\n" for k, v in user_files.items()) + HOSTILE
+    src = "".join(f"{k} = {v!r}\n" for k, v in user_files.items() if k != "udp") + HOSTILE
     cand = run.ro / "hostile.py"
     cand.write_text(src)
     os.chmod(cand, 0o644)
-    rp, _, started = _start(run)
+    spec = run.spec(die_with_parent=True)
+    rp, report, started = _start(run, profiled_spec(spec, []) if jail == "profiled" else spec)
     try:
+        assert bool(report["network_namespace"]) == (jail == "runner") and not report["missing"], report
         rp.send({"type": "load", "py_path": str(cand), "module_name": "kb_hostile"})
         assert rp.reply(120) == {"type": "loaded", "tensors": []}
         results = json.loads((run.scratch / "escape.json").read_text())
         escaped = {k: v for k, v in results.items() if v == "SUCCEEDED"}
         assert not escaped, results
-        assert len([k for k in results if k != "ancestors seen"]) == 11
+        assert len([k for k in results if k != "ancestors seen"]) == 13
+        user_files["udp"].setblocking(False)
+        with pytest.raises(BlockingIOError):
+            user_files["udp"].recv(64)       # nothing arrived, whatever sendto returned
         rp.send({"type": "ping"})
         assert rp.reply(30)["type"] == "pong"
         daemon = int((run.scratch / "daemon.pid").read_text())
@@ -306,3 +328,27 @@ def test_seccomp_and_landlock_hold_after_exec(tmp_path):
     assert res.returncode == 0, res.stderr
     lines = res.stdout.split()
     assert lines[0] == "-1" and lines[1] == "1" and lines[2] == "1"  # EPERM, no_new_privs set
+
+
+def test_a_jail_that_must_be_whole_runs_nothing_where_a_layer_fails(tmp_path):
+    """The launcher inside a jail that already forbids a new network namespace: a spec that asks for one and for
+    a whole jail (refuse_incomplete, as a process ncu profiles has) runs nothing and says why; without
+    refuse_incomplete the program runs with the layer missing."""
+    import dataclasses
+
+    from engine.jail import REFUSED
+    from engine.jail import command as jailed
+    from engine.jail.profiles import compiler_spec
+    from tests.paths import REPO
+    outer = compiler_spec(tmp_path, [])
+    outer = dataclasses.replace(outer, read_exec=(*outer.read_exec, str(REPO)))   # the inner launcher's import
+    inner = dataclasses.replace(outer, refuse_incomplete=True)
+    marker = tmp_path / "ran"
+    prog = [sys.executable, "-I", "-S", "-c", f"open({str(marker)!r}, 'w').write('ran')"]
+    res = subprocess.run(jailed(jailed(prog, inner), outer), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 126, res.stderr
+    assert res.stderr.startswith(REFUSED) and "incomplete (network namespace" in res.stderr, res.stderr
+    assert not marker.exists()
+    lax = dataclasses.replace(inner, refuse_incomplete=False)
+    res = subprocess.run(jailed(jailed(prog, lax), outer), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and marker.read_text() == "ran", res.stderr
