@@ -69,3 +69,20 @@ def memory_by_process(pci_bus_id: str) -> dict[int, int] | None:
         handle = nv.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if isinstance(pci_bus_id, str) else pci_bus_id)
         return {int(p.pid): int(p.usedGpuMemory or 0) for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)}
     return _query(held)
+
+
+def sm_use_by_process(pci_bus_id: str, since_us: int) -> dict[int, int] | None:
+    """pid -> the highest SM utilisation (%) NVML sampled for each process on the GPU at `pci_bus_id` since
+    `since_us` (microseconds since the epoch); {} where NVML kept no sample since then; None where it cannot
+    say (no NVML, a GPU or driver without per-process accounting)."""
+    def use(nv: Any) -> dict[int, int]:
+        handle = nv.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode() if isinstance(pci_bus_id, str) else pci_bus_id)
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(handle, int(since_us))
+        except nv.NVMLError_NotFound:
+            return {}
+        out: dict[int, int] = {}
+        for s in samples:
+            out[int(s.pid)] = max(out.get(int(s.pid), 0), int(s.smUtil))
+        return out
+    return _query(use)

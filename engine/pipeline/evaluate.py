@@ -18,6 +18,7 @@ from engine.candidates import Candidate
 from engine.harness.stats import geomean
 from engine.pipeline.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec, TimingParams  # noqa: F401 - NO_GPU re-exported
 from engine.procs import run_child
+from engine.pipeline.contention import contention_sensitive, shared_gpu_reason
 from engine.tasks.model import Task, timing_selection
 from engine.verdict import Judgement, Stage, Status, Verdict, effective, judge_verdicts
 from engine.config import cache_root
@@ -145,19 +146,6 @@ class EvalReport:
 Progress = Callable[[str], None]
 
 
-def contention_sensitive(result: dict[str, Any]) -> str:
-    """What in a judge's result a busy host or a shared GPU can cause as well as a hack: a failed clock check
-    (the only integrity failure) or work seen after the stream's end event. Empty when there is none."""
-    from engine.pipeline.analysis import CLOCK
-    bad = [(n, r) for n, r in (result.get("integrity") or {}).items() if not r.get("ok", True)]
-    if bad and all(r.get("hack") == CLOCK for _, r in bad):
-        return f"the clock check failed on {', '.join(n for n, _ in bad)}"
-    hidden = [n for n, t in (result.get("timing") or {}).items() if isinstance(t, dict) and t.get("hidden_work")]
-    if hidden and not bad:
-        return f"work continued after the stream's end event on {', '.join(hidden)}"
-    return ""
-
-
 def _load() -> str:
     """The host's load, when it is high enough to matter to the clock checks ("" otherwise)."""
     try:
@@ -250,11 +238,13 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         time.sleep(MEMORY_RETRY_S)
         outcome = _run_judge(request, opts)
     report.phases["judge"] = round(outcome.seconds, 3)
+    first_shared = ""
     if (first := contention_sensitive(outcome.result)):
         # The clock checks compare the runner's events with what the judge's clock and the device saw; another
         # process loading this GPU or starving the host's CPUs can make an honest kernel look like one. A
         # forger fails them every time: measure once more, and keep what the second measurement says.
         say(f"re-measuring: {first}")
+        first_shared = str(outcome.result.get("gpu_shared") or "")
         outcome = _run_judge(request, opts)
         report.phases["judge.remeasure"] = round(outcome.seconds, 3)
         report.remeasured = {"first": first, "load": _load(), "again": contention_sensitive(outcome.result)}
@@ -274,6 +264,13 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             note = f" (seen on two measurements{'; ' + report.remeasured['load'] if report.remeasured['load'] else ''})"
             report.verdicts[i] = replace(v, reason=v.reason + (note if again else ""),
                                          data={**v.data, "remeasured": report.remeasured})
+    if report.remeasured.get("again") and first_shared and (shared := outcome.result.get("gpu_shared")):
+        # failed twice, with other processes running work on this GPU both times: not a verdict on the kernel
+        report.unmeasured = shared_gpu_reason(first_shared, str(shared))
+        report.verdicts = [replace(v, status=Status.SKIPPED, reason=report.unmeasured)
+                           if v.stage in (Stage.TIMING, Stage.INTEGRITY) else v for v in report.verdicts]
+        for row in report.rows:   # times it cannot vouch for make no speedup (so no best, no parent)
+            row.candidate_ms = row.candidate_iqr_ms = row.speedup_eager = row.speedup_compile = None
     if opts.profile and opts.timing and report.passed and (tv := report.verdict(Stage.TIMING)) is not None \
             and tv.status == Status.PASS:
         say("profiling (ncu + torch profiler)")

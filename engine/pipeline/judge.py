@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 
 from engine.jail.privileges import die_with_parent, exit_without_teardown
+from engine.pipeline.contention import contention_sensitive, others_busy_since
 from engine.pipeline.judge_eval import Judge
 from engine.pipeline.judge_memory import judge_out_of_memory, memory_blame, out_of_memory
 from engine.pipeline.judge_runner import OutputsTooLarge
@@ -75,8 +76,11 @@ def main(argv: list[str]) -> int:
     try:
         if warm_error:
             raise warm_error
+        since_us = time.time_ns() // 1000
         judge.run()
         judge.note_forgery()
+        if contention_sensitive(out.data.to_json()):   # who else ran on this GPU while it was judged
+            out.data.gpu_shared = others_busy_since(since_us) or None
     except OutputsTooLarge as exc:   # the candidate's outputs exhausted the judge's memory: its own doing
         out.data.error = str(exc)
     except RunnerGone as exc:

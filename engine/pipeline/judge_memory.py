@@ -31,23 +31,36 @@ def out_of_memory(exc: BaseException) -> bool:
     return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
 
 
-def memory_blame() -> MemoryBlame | None:
-    """The blame for this judge process's GPU (None: NVML cannot say, so nothing is excused)."""
-    try:
-        import torch
+@dataclass(frozen=True)
+class GpuSides:
+    """This judge's GPU and who is who on it: the judge, the candidate's side, kbench's own side."""
+    bus: str             # the GPU's PCI bus id in NVML's form
+    judge: int
+    candidate: set[int]
+    kbench: set[int]
 
-        from engine.harness.nvml import memory_by_process
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-        held = memory_by_process(bus)
-        tree = procs.process_tree()
-    except Exception:  # noqa: BLE001 - no attribution possible
-        return None
+
+def gpu_sides() -> GpuSides:
+    """Raises where the GPU or the process tree cannot be read (nothing is excused then)."""
+    import torch
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+    tree = procs.process_tree()
     me = os.getpid()
     candidate = set(procs.descendants(me, tree))
     parent = os.getppid()
-    kbench = {parent, *procs.descendants(parent, tree)} - candidate - {me}
-    return blame_from(held, me, candidate, kbench)
+    return GpuSides(bus, me, candidate, {parent, *procs.descendants(parent, tree)} - candidate - {me})
+
+
+def memory_blame() -> MemoryBlame | None:
+    """The blame for this judge process's GPU (None: NVML cannot say, so nothing is excused)."""
+    try:
+        from engine.harness.nvml import memory_by_process
+        sides = gpu_sides()
+        held = memory_by_process(sides.bus)
+    except Exception:  # noqa: BLE001 - no attribution possible
+        return None
+    return blame_from(held, sides.judge, sides.candidate, sides.kbench)
 
 
 def blame_from(held: dict[int, int] | None, judge_pid: int, candidate: set[int],

@@ -106,6 +106,8 @@ class JudgeResult:
     # set when the judge itself could not go on (its own GPU memory ran out on a shared or small GPU): what it
     # did not finish is not a verdict on the kernel, and an evolution evaluates the candidate again
     unmeasured: str | None = None
+    # set when a clock check failed while NVML saw other processes run work on this GPU (engine.pipeline.contention)
+    gpu_shared: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

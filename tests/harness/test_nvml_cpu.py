@@ -114,3 +114,28 @@ def test_detect_builds_for_the_gpus_nvml_reports(monkeypatch, no_cvd):
     except T.ToolchainError as exc:
         pytest.skip(str(exc))
     assert tc.archs == ("8.0",)
+
+
+def test_sm_use_by_process_takes_each_pids_highest_sample_since_the_time_asked():
+    class NotFound(FakeNVMLError):
+        pass
+    fake = fake_pynvml()
+    fake.NVMLError_NotFound = NotFound
+    asked = []
+    samples = [SimpleNamespace(pid=7, smUtil=40, timeStamp=2), SimpleNamespace(pid=7, smUtil=95, timeStamp=3),
+               SimpleNamespace(pid=9, smUtil=0, timeStamp=3)]
+
+    def utilisation(handle, since):
+        asked.append((handle, since))
+        if since > 100:
+            raise NotFound("no sample since then")
+        return samples
+    fake.nvmlDeviceGetHandleByPciBusId = lambda bus: f"gpu@{bus.decode()}"
+    fake.nvmlDeviceGetProcessUtilization = utilisation
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "pynvml", fake)
+        assert nvml.sm_use_by_process("00000000:1B:00.0", 5) == {7: 95, 9: 0}
+        assert asked == [("gpu@00000000:1B:00.0", 5)]
+        assert nvml.sm_use_by_process("00000000:1B:00.0", 500) == {}      # NVML kept no sample since then
+        fake.nvmlDeviceGetProcessUtilization = lambda h, s: (_ for _ in ()).throw(FakeNVMLError("Not Supported"))
+        assert nvml.sm_use_by_process("00000000:1B:00.0", 5) is None      # cannot say: nothing is excused

@@ -160,3 +160,46 @@ def test_a_failure_on_record_is_never_turned_into_unmeasured():
     assert not _failed_already(JudgeResult(correctness={"a": {"ok": True}}))
     assert _failed_already(JudgeResult(correctness={"a": {"ok": True}, "b": {"ok": False, "reason": "x"}}))
     assert _failed_already(JudgeResult(integrity={"a@timing": {"ok": False, "hack": "call-count-cache"}}))
+
+
+SHARED = "pid 4242 at up to 97 % SM"
+
+
+def test_a_clock_failure_seen_twice_beside_other_work_on_the_gpu_leaves_the_candidate_unmeasured(judged):
+    """Seen on the H100: three evaluations timing at once on one GPU, an honest kernel's events said 0.0102 ms
+    while the judge's clock saw 0.69 ms per iteration, on both measurements."""
+    task, run, calls = judged
+    report = run({**_result(task, clock_ok=False), "gpu_shared": SHARED},
+                 {**_result(task, clock_ok=False), "gpu_shared": "pid 4242 at up to 88 % SM"})
+    # correct, as checked; but with no speedup it cannot be a best or a parent, and the loop judges it again
+    assert len(calls) == 2 and not report.judgement.eligible and report.geomean_speedup_eager is None
+    assert report.unmeasured.startswith("the clock checks failed on two measurements while other processes ran "
+                                        f"work on this GPU ({SHARED}; then pid 4242 at up to 88 % SM)")
+    for stage in ("timing", "integrity"):   # the times cannot be trusted, nor the speedup taken from them
+        assert report.verdict(stage).status == Status.SKIPPED and report.verdict(stage).reason == report.unmeasured
+    assert report.verdict("correctness").status == Status.PASS       # what was checked still stands
+    from engine.evolve.outcome import EvalOutcome
+    assert EvalOutcome.from_report(report).infra_error == report.unmeasured
+
+
+def test_other_work_seen_only_once_or_a_hack_beside_it_excuses_nothing(judged):
+    task, run, _ = judged
+    # the first measurement saw other work, the second did not: the forger's failure stands
+    report = run({**_result(task, clock_ok=False), "gpu_shared": SHARED}, _result(task, clock_ok=False))
+    assert not report.unmeasured and report.verdict("integrity").status == Status.FAIL
+    report = run(_result(task, clock_ok=False), {**_result(task, clock_ok=False), "gpu_shared": SHARED})
+    assert not report.unmeasured and report.verdict("integrity").status == Status.FAIL
+    # a hack contention cannot cause is never measured again, whoever shares the GPU
+    report = run({**_result(task, clock_ok=False, other_hack=SIDE_WORK), "gpu_shared": SHARED})
+    assert not report.unmeasured and report.verdict("integrity").status == Status.FAIL
+
+
+def test_only_other_processes_running_work_count_as_sharing_the_gpu():
+    from engine.pipeline.contention import busy_from
+    judge, runner, fork, spare, other, idle = 100, 200, 201, 150, 300, 301
+    use = {judge: 60, runner: 99, fork: 99, spare: 40, other: 97, idle: 0}
+    assert busy_from(use, judge, {runner, fork}, {spare}) == "pid 300 at up to 97 % SM"
+    # the candidate's own processes (forked or re-parented to the judge) and kbench's spares never count
+    assert busy_from({judge: 60, runner: 99, fork: 99, spare: 40}, judge, {runner, fork}, {spare}) == ""
+    assert busy_from({other: 2}, judge, {runner}, set()) == ""       # a context that ran nothing to speak of
+    assert busy_from(None, judge, {runner}, set()) == "" and busy_from({}, judge, {runner}, set()) == ""

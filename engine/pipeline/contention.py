@@ -1,0 +1,59 @@
+"""The clock checks on a GPU that is not the candidate's alone.
+
+The judge compares the runner's event times with its own clock and the device's; another process running work
+on the same GPU (or a host starving its CPUs) can make an honest kernel fail those checks as a forger would.
+`evaluate()` therefore measures a contention-sensitive failure twice (a forger fails every time). Where it fails
+twice and NVML saw processes *other* than the candidate's side and kbench's own (engine.pipeline.judge_memory's
+sides) running on the GPU during both judgements, the candidate is left unmeasured, not called a forger: that
+is not a verdict on the kernel, and an evolution evaluates it again later. A candidate cannot buy the excuse
+with work of its own: its processes, forked or re-parented, are on its side, and unmeasured never passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.pipeline.analysis import CLOCK
+
+BUSY_SM_PERCENT = 5   # a process NVML sampled at or above this SM utilisation ran work on the GPU
+
+
+def contention_sensitive(result: dict[str, Any]) -> str:
+    """What in a judge's result a busy host or a shared GPU can cause as well as a hack: a failed clock check
+    (the only integrity failure) or work seen after the stream's end event. Empty when there is none."""
+    bad = [(n, r) for n, r in (result.get("integrity") or {}).items() if not r.get("ok", True)]
+    if bad and all(r.get("hack") == CLOCK for _, r in bad):
+        return f"the clock check failed on {', '.join(n for n, _ in bad)}"
+    hidden = [n for n, t in (result.get("timing") or {}).items() if isinstance(t, dict) and t.get("hidden_work")]
+    if hidden and not bad:
+        return f"work continued after the stream's end event on {', '.join(hidden)}"
+    return ""
+
+
+def busy_from(sm_use: dict[int, int] | None, judge_pid: int, candidate: set[int], kbench: set[int]) -> str:
+    """The processes outside the judge, the candidate's side and kbench's own that ran work on the GPU
+    ("pid 4242 at up to 97 % SM, ..."), or "" (none, or NVML could not say)."""
+    if not sm_use:
+        return ""
+    others = sorted((pid, use) for pid, use in sm_use.items()
+                    if use >= BUSY_SM_PERCENT and pid != judge_pid and pid not in candidate and pid not in kbench)
+    return ", ".join(f"pid {pid} at up to {use} % SM" for pid, use in others)
+
+
+def others_busy_since(since_us: int) -> str:
+    """busy_from for this judge's GPU over NVML's samples since `since_us` (microseconds since the epoch)."""
+    try:
+        from engine.harness.nvml import sm_use_by_process
+        from engine.pipeline.judge_memory import gpu_sides
+        sides = gpu_sides()
+        use = sm_use_by_process(sides.bus, since_us)
+    except Exception:  # noqa: BLE001 - no attribution possible: nothing is excused
+        return ""
+    return busy_from(use, sides.judge, sides.candidate, sides.kbench)
+
+
+def shared_gpu_reason(first: str, again: str) -> str:
+    """Why a candidate whose clock checks failed twice, with other work on its GPU both times, is unmeasured."""
+    return (f"the clock checks failed on two measurements while other processes ran work on this GPU ({first}; "
+            f"then {again}): their work cannot be told from a forged timer, so this is not a verdict on the "
+            "kernel; measure it again on a GPU of its own")
