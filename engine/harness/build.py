@@ -212,6 +212,8 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
     if failed:
         c = failed[0]
         where = ext_dir / str(c.get("name"))
+        if where.is_symlink() or not where.resolve().is_relative_to(ext_dir.resolve()):
+            where = ext_dir   # a name the candidate chose to point elsewhere: no source line is quoted
         build = StepResult(f"{c.get('via')} {c.get('name')}", (), 1, str(c.get("error") or ""), step.seconds)
         kind, msg = _diagnose(build, where, {"cuda.cu": "", "main.cpp": ""})
         raise _Failed(kind, msg + f" (the extension {c.get('name')!r} that {main} builds at import)")

@@ -171,8 +171,13 @@ def _short(path: str | None) -> str:
 def _source_line(src: Path, files: dict[str, str], rel: str, lineno: int) -> str | None:
     if rel not in files:
         return None
+    path = src / rel
+    # a KernelBench build folder is written by the candidate's import: a link there (or a linked folder) could
+    # point at one of the user's files, whose line would then be quoted into the verdict and a prompt
+    if path.is_symlink() or src.is_symlink() or not path.resolve().is_relative_to(src.resolve()):
+        return None
     try:
-        lines = (src / rel).read_text().splitlines()
+        lines = path.read_text().splitlines()
     except OSError:
         return None
     return lines[lineno - 1][:200] if 0 < lineno <= len(lines) else None

@@ -5,9 +5,10 @@ from (in its own scratch) looks changed to ninja and the candidate would compile
 the evaluation. torch skips the build step when its in-process versioner (`JIT_EXTENSION_VERSIONER`) already
 holds version 0 for the same sources, build arguments and build folder; that is the state a process is in after
 it built the extension itself. So the compile child records each versioner call (`recording_versioner`), the
-compile stage keeps those that built in place as a manifest in the extensions folder (`write_manifest`), and the
-runner replays them against its copy before the candidate is imported (`seed_versions`). torch's own hash of the
-files then decides: a candidate whose import writes other sources bumps the version and builds as torch would.
+compile stage keeps those that built in place as a manifest beside the extensions folder (`write_manifest`), the
+judge stages it into the runner's copy, and the runner replays it there before the candidate is imported
+(`seed_versions`). torch's own hash of the files then decides: a candidate whose import writes other sources
+bumps the version and builds as torch would.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,8 +42,16 @@ def recording_versioner(versioner: Any, log: list[dict[str, Any]]) -> None:
     versioner.bump_version_if_changed = bump
 
 
+def manifest_path(ext_root: Path) -> Path:
+    """Where the compile stage keeps `ext_root`'s manifest: beside the folder, not in it. The compile child runs
+    the candidate's import with write access to `ext_root`, so a file in there could be a link it planted to
+    one of the user's files; kbench writes this one from its own process."""
+    return Path(ext_root).with_name(Path(ext_root).name + ".prebuilt.json")
+
+
 def write_manifest(ext_root: Path, calls: list[dict[str, Any]]) -> list[str]:
-    """Keep the recorded builds the runner can reuse and write them to `ext_root/MANIFEST`; their names.
+    """Keep the recorded builds the runner can reuse and write them to `manifest_path(ext_root)` (whole or not
+    at all: a temp file renamed over it); their names.
 
     Reusable: built at version 0 (a name built twice in one import is left out), in a folder under `ext_root`,
     from sources inside that folder (load_inline's main.cpp / cuda.cu; `load` of the candidate's own files is
@@ -60,7 +70,11 @@ def write_manifest(ext_root: Path, calls: list[dict[str, Any]]) -> list[str]:
         entries.append({"name": name, "folder": os.path.basename(build_dir),
                         "sources": [os.path.basename(s) for s in sources],
                         "arguments": {k: v for k, v in call.items() if k not in (*_KEYED, "version")}})
-    (Path(ext_root) / MANIFEST).write_text(json.dumps({"builds": entries}, indent=1))
+    target = manifest_path(ext_root)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"builds": entries}, fh, indent=1)
+    os.replace(tmp, target)
     return [e["name"] for e in entries]
 
 
@@ -84,7 +98,7 @@ def seed_versions(ext_root: str, versioner: Any = None) -> list[str]:
                 continue
             version = versioner.bump_version_if_changed(name, sources, build_directory=folder,
                                                         **dict(b.get("arguments") or {}))
-        except (KeyError, TypeError, OSError):
+        except (KeyError, TypeError, ValueError, AttributeError, OSError):
             continue
         if version == 0:
             seeded.append(name)

@@ -148,6 +148,9 @@ def apply(spec: JailSpec) -> JailReport:
         rep.landlock_abi, rep.filesystem, rep.tcp, rep.scoped = out.abi, out.fs, out.tcp, out.scoped
         if not out.tcp and not rep.network_namespace:
             rep.missing.append(f"TCP rules: Landlock v{out.abi} has none (v4+) and no network namespace")
+        if spec.allow_unix_sockets and not out.scoped and not rep.network_namespace:   # abstract sockets: per netns
+            rep.missing.append(f"abstract unix socket scope: Landlock v{out.abi} has none (v6+) and no network "
+                               "namespace")
     except OSError as exc:
         rep.missing.append(f"landlock: {exc.strerror or exc}")
     if spec.seccomp:

@@ -102,8 +102,9 @@ def profiled_spec(runner: JailSpec, profiler_dirs: list[str]) -> JailSpec:
     through a local socket that the namespace cuts off: with it, ncu and the process wait for each other until
     the time limit (measured on an H100: no result in 60 s with the namespace, a profile in 9 s without). The
     network stays closed without the namespace: seccomp lets no socket but AF_UNIX be made and none connect or
-    send to an address; Landlock denies TCP and scopes abstract unix sockets. So every other layer must hold:
-    the launcher refuses to run the program where one is missing (refuse_incomplete)."""
+    sendto an address; Landlock denies TCP and scopes abstract unix sockets (apply() lists a missing scope when
+    there is no namespace). So every other layer must hold: the launcher refuses to run the program where one
+    is missing (refuse_incomplete)."""
     from dataclasses import replace
     return replace(runner, read=(*runner.read, *profiler_dirs), network_namespace=False, refuse_incomplete=True)
 

@@ -4,9 +4,10 @@ The judge compares the runner's event times with its own clock and the device's;
 on the same GPU (or a host starving its CPUs) can make an honest kernel fail those checks as a forger would.
 `evaluate()` therefore measures a contention-sensitive failure twice (a forger fails every time). Where it fails
 twice and NVML saw processes *other* than the candidate's side and kbench's own (engine.pipeline.judge_memory's
-sides) running on the GPU during both judgements, the candidate is left unmeasured, not called a forger: that
-is not a verdict on the kernel, and an evolution evaluates it again later. A candidate cannot buy the excuse
-with work of its own: its processes, forked or re-parented, are on its side, and unmeasured never passes.
+sides) running on the GPU while it was timed, both times, the candidate is left unmeasured, not called a forger
+or suspected of hidden work: that is not a verdict on the kernel, no speedup is kept, and an evolution evaluates
+it again later. A candidate cannot buy the excuse with work of its own: its processes, forked or re-parented,
+are stopped with its runner before the judge asks, and only processes still on the GPU then can count.
 """
 
 from __future__ import annotations
@@ -30,30 +31,40 @@ def contention_sensitive(result: dict[str, Any]) -> str:
     return ""
 
 
-def busy_from(sm_use: dict[int, int] | None, judge_pid: int, candidate: set[int], kbench: set[int]) -> str:
+def busy_from(sm_use: dict[int, int] | None, on_gpu_now: dict[int, int] | None, judge_pid: int,
+              candidate: set[int], kbench: set[int]) -> str:
     """The processes outside the judge, the candidate's side and kbench's own that ran work on the GPU
-    ("pid 4242 at up to 97 % SM, ..."), or "" (none, or NVML could not say)."""
-    if not sm_use:
+    ("pid 4242 at up to 97 % SM, ..."), or "" (none, or NVML could not say).
+
+    `sm_use`: NVML's SM samples over the window; `on_gpu_now`: the GPU's processes with a context when asked
+    (after the candidate's runner was stopped). Only those still on the GPU count: NVML's samples may name
+    processes that have ended, the candidate's runner and what it forked among them, and those are the
+    candidate's side, whatever the process tree says now. The judge must be among them, or NVML sees another
+    pid namespace and no pid can be matched."""
+    if not sm_use or not on_gpu_now or judge_pid not in on_gpu_now:
         return ""
     others = sorted((pid, use) for pid, use in sm_use.items()
-                    if use >= BUSY_SM_PERCENT and pid != judge_pid and pid not in candidate and pid not in kbench)
+                    if use >= BUSY_SM_PERCENT and pid in on_gpu_now and pid != judge_pid
+                    and pid not in candidate and pid not in kbench)
     return ", ".join(f"pid {pid} at up to {use} % SM" for pid, use in others)
 
 
 def others_busy_since(since_us: int) -> str:
     """busy_from for this judge's GPU over NVML's samples since `since_us` (microseconds since the epoch)."""
     try:
-        from engine.harness.nvml import sm_use_by_process
+        from engine.harness.nvml import memory_by_process, sm_use_by_process
         from engine.pipeline.judge_memory import gpu_sides
         sides = gpu_sides()
         use = sm_use_by_process(sides.bus, since_us)
+        now = memory_by_process(sides.bus)
     except Exception:  # noqa: BLE001 - no attribution possible: nothing is excused
         return ""
-    return busy_from(use, sides.judge, sides.candidate, sides.kbench)
+    return busy_from(use, now, sides.judge, sides.candidate, sides.kbench)
 
 
 def shared_gpu_reason(first: str, again: str) -> str:
     """Why a candidate whose clock checks failed twice, with other work on its GPU both times, is unmeasured."""
-    return (f"the clock checks failed on two measurements while other processes ran work on this GPU ({first}; "
-            f"then {again}): their work cannot be told from a forged timer, so this is not a verdict on the "
-            "kernel; measure it again on a GPU of its own")
+    return (f"the timing checks (the judge's clock, the stream's end event) failed on two measurements while "
+            f"other processes ran work on this GPU ({first}; then {again}): their work cannot be told from a "
+            "forged timer or hidden work, so this is not a verdict on the kernel; measure it again on a GPU of "
+            "its own")

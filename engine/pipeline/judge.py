@@ -76,11 +76,10 @@ def main(argv: list[str]) -> int:
     try:
         if warm_error:
             raise warm_error
-        since_us = time.time_ns() // 1000
         judge.run()
         judge.note_forgery()
-        if contention_sensitive(out.data.to_json()):   # who else ran on this GPU while it was judged
-            out.data.gpu_shared = others_busy_since(since_us) or None
+        if judge.timing_since_us and contention_sensitive(out.data.to_json()):   # who else ran while it timed
+            out.data.gpu_shared = others_busy_since(judge.timing_since_us) or None
     except OutputsTooLarge as exc:   # the candidate's outputs exhausted the judge's memory: its own doing
         out.data.error = str(exc)
     except RunnerGone as exc:

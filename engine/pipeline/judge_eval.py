@@ -45,6 +45,7 @@ class Judge:
         self.device: dict[str, Any] | None = None
         self.has_gpu = False
         self.not_up: str | None = None     # why the runner did not come up, if it did not
+        self.timing_since_us = 0           # wall clock (us) when the timing phase began: NVML's window for it
 
     def attach(self, req: JudgeRequest, out: ResultFile) -> None:
         if req.timer != self.timer:
@@ -189,6 +190,7 @@ class Judge:
         # running) before the judge times the null loop and the baselines, so no candidate code shares the
         # GPU with a baseline (and none can slow one down for this or, through the session, later candidates).
         jobs: dict[str, tuple[analysis.Job, dict[str, Any]]] = {}
+        self.timing_since_us = time.time_ns() // 1000
         for cfg in configs:
             if not self._timed(cfg.name):
                 continue

@@ -82,24 +82,32 @@ def make_run_dir(extra_readonly: list[Path] = ()) -> RunDir:
 def stage_candidate(run: RunDir, cand: CandidateSpec) -> dict[str, Any]:
     """Copy what the runner loads into ro/ (a KernelBench build folder into scratch, since load_inline locks and
     re-checks it); the `load` message for it."""
+    from engine.harness.kernelbench_prebuilt import MANIFEST, manifest_path
     load: dict[str, Any] = {"type": "load", "module_name": cand.module_name}
     if cand.py_path:
         load["py_path"] = str(stage_readonly(run.ro, Path(cand.py_path)))
         if cand.torch_extensions and Path(cand.torch_extensions).is_dir():
             target = stage_readonly(run.scratch, Path(cand.torch_extensions), "torch_ext")
+            manifest = manifest_path(Path(cand.torch_extensions))
+            if manifest.is_file() and not manifest.is_symlink():   # kbench's, beside the folder (never in it)
+                (target / MANIFEST).unlink(missing_ok=True)
+                shutil.copyfile(manifest, target / MANIFEST)
             owner = run.scratch.stat()
             for p in [target, *target.rglob("*")]:
-                os.chown(p, owner.st_uid, owner.st_gid)
+                os.chown(p, owner.st_uid, owner.st_gid, follow_symlinks=False)
     else:
         load["so_path"] = str(stage_readonly(run.ro, Path(cand.so_path or "")))
     return load
 
 
 def stage_readonly(ro: Path, src: Path, name: str | None = None) -> Path:
-    """Copy a file or folder into ro/ (world-readable, owned by the judge's user)."""
+    """Copy a file or folder into ro/ (world-readable, owned by the judge's user). Links in a folder are left
+    out: a KernelBench build folder is written by the candidate's import, and a link it planted there would
+    otherwise copy one of the user's files into the runner's reach (and have its mode changed)."""
     dst = ro / (name or src.name)
     if src.is_dir():
-        shutil.copytree(src, dst, dirs_exist_ok=True)
+        shutil.copytree(src, dst, dirs_exist_ok=True,
+                        ignore=lambda d, names: [n for n in names if os.path.islink(os.path.join(d, n))])
         for p in [dst, *dst.rglob("*")]:
             os.chmod(p, 0o755 if p.is_dir() else 0o644)
     else:

@@ -224,8 +224,12 @@ def test_kernelbench_modelnew_compiles_into_its_extensions_dir(toolchain: Toolch
     assert "sm_90" in (built / "build.ninja").read_text()  # the toolchain's arch list, not the machine's GPU
     # The runner imports a copy in its scratch: torch must load the built library, not run ninja again (a copy's
     # build.ninja names other paths, so ninja would rebuild: 60-80 s inside the evaluation).
-    staged = tmp_path / "scratch" / "torch_ext"
-    shutil.copytree(kernelbench_extensions_dir(tmp_path, cand), staged)
+    from engine.pipeline.runner_process import make_run_dir, stage_candidate
+    from engine.pipeline.types import CandidateSpec
+    run = make_run_dir()
+    stage_candidate(run, CandidateSpec("kernelbench", "kb_probe", py_path=str(KB_CANDIDATES / "scaled_swish_correct.py"),
+                                       torch_extensions=str(kernelbench_extensions_dir(tmp_path, cand))))
+    staged = run.scratch / "torch_ext"
     so = staged / built.name / f"{built.name}.so"
     before = so.stat().st_mtime_ns, (staged / built.name / ".ninja_log").read_text()
     probe = ("import sys; from engine.pipeline.runner import load_candidate; "
@@ -236,6 +240,7 @@ def test_kernelbench_modelnew_compiles_into_its_extensions_dir(toolchain: Toolch
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ModelNew", out.stderr[-3000:]
     assert (so.stat().st_mtime_ns, (staged / built.name / ".ninja_log").read_text()) == before
+    shutil.rmtree(run.root, ignore_errors=True)
 
 
 def test_result_json_round_trip(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from torch.utils._cpp_extension_versioner import ExtensionVersioner
 
-from engine.harness.kernelbench_prebuilt import MANIFEST, recording_versioner, seed_versions, write_manifest
+from engine.harness.kernelbench_prebuilt import (MANIFEST, manifest_path, recording_versioner, seed_versions,
+                                                 write_manifest)
 
 
 def _torch_call(versioner: ExtensionVersioner, root: Path, name: str, flags: list[str] | None = None) -> int:
@@ -45,10 +46,17 @@ def _compile_stage(root: Path, *names: str) -> list[str]:
     return write_manifest(root, log)
 
 
+def _stage(built: Path, staged: Path) -> None:
+    """What the judge stages for the runner (engine.pipeline.runner_process.stage_candidate): the folder, and
+    the manifest kept beside it, put inside the copy."""
+    shutil.copytree(built, staged)
+    shutil.copyfile(manifest_path(built), staged / MANIFEST)
+
+
 def test_a_copy_of_the_build_folder_is_up_to_date_for_torch_in_the_runner(tmp_path: Path) -> None:
     built, staged = tmp_path / "cache", tmp_path / "scratch" / "torch_ext"
     assert _compile_stage(built, "ext_a", "ext_b") == ["ext_a", "ext_b"]
-    shutil.copytree(built, staged)
+    _stage(built, staged)
     runner = ExtensionVersioner()
     assert seed_versions(str(staged), runner) == ["ext_a", "ext_b"]
     # torch compares old and new version: equal (0 == 0) skips the build step and imports the staged .so
@@ -60,7 +68,7 @@ def test_a_copy_of_the_build_folder_is_up_to_date_for_torch_in_the_runner(tmp_pa
 def test_sources_other_than_those_built_make_torch_build_again(tmp_path: Path) -> None:
     built, staged = tmp_path / "cache", tmp_path / "scratch" / "torch_ext"
     _compile_stage(built, "ext_a")
-    shutil.copytree(built, staged)
+    _stage(built, staged)
     runner = ExtensionVersioner()
     seed_versions(str(staged), runner)
     (staged / "ext_a" / "cuda.cu").write_text("__global__ void k() { /* what the runner's import wrote */ }")
@@ -88,7 +96,8 @@ def test_only_builds_the_runner_can_reuse_enter_the_manifest(tmp_path: Path) -> 
     _build(root, "good")
     _torch_call(versioner, root, "good")
     assert write_manifest(root, log) == ["good"]
-    entry = json.loads((root / MANIFEST).read_text())["builds"][0]
+    assert not (root / MANIFEST).exists()     # beside the folder the candidate's import wrote, never in it
+    entry = json.loads(manifest_path(root).read_text())["builds"][0]
     assert entry["folder"] == "good" and entry["sources"] == ["main.cpp", "cuda.cu"]
     assert entry["arguments"]["build_arguments"] == [None, ["-O3"], None, None]
 
@@ -99,3 +108,47 @@ def test_a_missing_or_broken_manifest_seeds_nothing(tmp_path: Path) -> None:
     assert seed_versions(str(tmp_path), ExtensionVersioner()) == []
     (tmp_path / MANIFEST).write_text(json.dumps({"builds": [{"name": "x"}, {"folder": "y"}]}))
     assert seed_versions(str(tmp_path), ExtensionVersioner()) == []
+
+
+def test_links_planted_in_the_build_folder_reach_none_of_the_users_files(tmp_path: Path) -> None:
+    """The compile child runs the candidate's import with write access to its extensions folder. Links it leaves
+    there are not followed: not by the manifest's write, not by the staging copy (which would hand the runner
+    the user's file and change its mode), not by the compile verdict's quoted source line."""
+    import os
+
+    from engine.harness.build_diagnose import _source_line
+    from engine.pipeline.runner_process import make_run_dir, stage_candidate
+    from engine.pipeline.types import CandidateSpec
+    secret = tmp_path / "home" / ".netrc"
+    secret.parent.mkdir()
+    secret.write_text("machine api.example password hunter2\n")
+    secret.chmod(0o600)
+    root = tmp_path / "torch_extensions" / "abc123"
+    log: list[dict] = []
+    versioner = ExtensionVersioner()
+    recording_versioner(versioner, log)
+    _build(root, "ext_a")
+    _torch_call(versioner, root, "ext_a")
+    (root / MANIFEST).symlink_to(secret)                     # planted by the candidate's import
+    (root / "ext_a" / "leak.txt").symlink_to(secret)
+    (root / "linked_dir").symlink_to(secret.parent, target_is_directory=True)
+    write_manifest(root, log)
+    assert secret.read_text().startswith("machine") and (secret.stat().st_mode & 0o777) == 0o600
+    run = make_run_dir()
+    try:
+        py = tmp_path / "model_new.py"
+        py.write_text("class ModelNew: pass\n")
+        stage_candidate(run, CandidateSpec(format="kernelbench", module_name="kb_x", py_path=str(py),
+                                           torch_extensions=str(root)))
+        staged = run.scratch / "torch_ext"
+        links = [p for p in staged.rglob("*") if p.is_symlink()]
+        assert not links and not (staged / "ext_a" / "leak.txt").exists() and not (staged / "linked_dir").exists()
+        assert json.loads((staged / MANIFEST).read_text())["builds"][0]["name"] == "ext_a"   # kbench's, not the link
+        assert not any("hunter2" in p.read_text(errors="replace") for p in staged.rglob("*") if p.is_file())
+        assert (secret.stat().st_mode & 0o777) == 0o600 and secret.stat().st_uid == os.getuid()
+    finally:
+        shutil.rmtree(run.root, ignore_errors=True)
+    (root / "ext_a" / "cuda.cu").unlink()
+    (root / "ext_a" / "cuda.cu").symlink_to(secret)
+    assert _source_line(root / "ext_a", {"cuda.cu": ""}, "cuda.cu", 1) is None
+    assert _source_line(root / "linked_dir", {".netrc": ""}, ".netrc", 1) is None

@@ -173,8 +173,9 @@ def test_a_clock_failure_seen_twice_beside_other_work_on_the_gpu_leaves_the_cand
                  {**_result(task, clock_ok=False), "gpu_shared": "pid 4242 at up to 88 % SM"})
     # correct, as checked; but with no speedup it cannot be a best or a parent, and the loop judges it again
     assert len(calls) == 2 and not report.judgement.eligible and report.geomean_speedup_eager is None
-    assert report.unmeasured.startswith("the clock checks failed on two measurements while other processes ran "
-                                        f"work on this GPU ({SHARED}; then pid 4242 at up to 88 % SM)")
+    assert report.unmeasured.startswith("the timing checks (the judge's clock, the stream's end event) failed on "
+                                        "two measurements while other processes ran work on this GPU "
+                                        f"({SHARED}; then pid 4242 at up to 88 % SM)")
     for stage in ("timing", "integrity"):   # the times cannot be trusted, nor the speedup taken from them
         assert report.verdict(stage).status == Status.SKIPPED and report.verdict(stage).reason == report.unmeasured
     assert report.verdict("correctness").status == Status.PASS       # what was checked still stands
@@ -194,12 +195,19 @@ def test_other_work_seen_only_once_or_a_hack_beside_it_excuses_nothing(judged):
     assert not report.unmeasured and report.verdict("integrity").status == Status.FAIL
 
 
-def test_only_other_processes_running_work_count_as_sharing_the_gpu():
+def test_only_other_processes_still_on_the_gpu_and_running_work_count_as_sharing_it():
     from engine.pipeline.contention import busy_from
     judge, runner, fork, spare, other, idle = 100, 200, 201, 150, 300, 301
     use = {judge: 60, runner: 99, fork: 99, spare: 40, other: 97, idle: 0}
-    assert busy_from(use, judge, {runner, fork}, {spare}) == "pid 300 at up to 97 % SM"
+    now = {judge: 1, runner: 1, fork: 1, spare: 1, other: 1, idle: 1}
+    assert busy_from(use, now, judge, {runner, fork}, {spare}) == "pid 300 at up to 97 % SM"
     # the candidate's own processes (forked or re-parented to the judge) and kbench's spares never count
-    assert busy_from({judge: 60, runner: 99, fork: 99, spare: 40}, judge, {runner, fork}, {spare}) == ""
-    assert busy_from({other: 2}, judge, {runner}, set()) == ""       # a context that ran nothing to speak of
-    assert busy_from(None, judge, {runner}, set()) == "" and busy_from({}, judge, {runner}, set()) == ""
+    assert busy_from({judge: 60, runner: 99, fork: 99, spare: 40}, now, judge, {runner, fork}, {spare}) == ""
+    assert busy_from({other: 2}, now, judge, {runner}, set()) == ""      # a context that ran nothing to speak of
+    # the runner and its fork were stopped before the judge asked: NVML's samples still name them, and the
+    # process tree no longer does, but a process no longer on the GPU is never "another user"
+    assert busy_from({judge: 60, runner: 99, fork: 99}, {judge: 1}, judge, set(), set()) == ""
+    # NVML lists another pid namespace's pids (the judge's own is not among them): no pid can be matched
+    assert busy_from({1: 99, 2: 99}, {1: 1, 2: 1}, judge, set(), set()) == ""
+    assert busy_from(None, now, judge, {runner}, set()) == "" and busy_from({}, now, judge, set(), set()) == ""
+    assert busy_from(use, None, judge, {runner}, set()) == ""
