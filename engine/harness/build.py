@@ -47,7 +47,8 @@ from engine.harness.build_cache import (_CACHEABLE_FAILURES, STALE_TMP_S, _clean
                                         _read_entry, builds_dir, entry_dir, entry_path,
                                         kernelbench_extensions_dir)
 from engine.harness.build_diagnose import (LOG_LIMIT, _check_export, _check_link, _clean, _diagnose,  # noqa: F401
-                                           _full_log, _looks_transient, _render_log, _source_line, _unresolved)
+                                           _full_log, _looks_transient, _render_log, _source_line, _unresolved,
+                                           inside_without_links)
 from engine.harness.build_native import BINDING_MODULE, _build_native  # noqa: F401
 from engine.harness.build_result import BuildResult, BuildSummary, FailureKind  # noqa: F401
 from engine.harness.build_steps import (ENV_ALLOWLIST, StepResult, _declares_extension_name,  # noqa: F401
@@ -212,7 +213,7 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
     if failed:
         c = failed[0]
         where = ext_dir / str(c.get("name"))
-        if where.is_symlink() or not where.resolve().is_relative_to(ext_dir.resolve()):
+        if not inside_without_links(where, ext_dir):
             where = ext_dir   # a name the candidate chose to point elsewhere: no source line is quoted
         build = StepResult(f"{c.get('via')} {c.get('name')}", (), 1, str(c.get("error") or ""), step.seconds)
         kind, msg = _diagnose(build, where, {"cuda.cu": "", "main.cpp": ""})

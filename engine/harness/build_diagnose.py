@@ -168,13 +168,18 @@ def _short(path: str | None) -> str:
     return p
 
 
+def inside_without_links(path: Path, root: Path) -> bool:
+    """`path` lies under `root` with neither of them a link. A KernelBench build folder is written by the
+    candidate's import: a link there (or a linked folder, or a `..` in a name it chose) could point at one of
+    the user's files, whose line would then be quoted into the verdict and a prompt."""
+    return not path.is_symlink() and not root.is_symlink() and path.resolve().is_relative_to(root.resolve())
+
+
 def _source_line(src: Path, files: dict[str, str], rel: str, lineno: int) -> str | None:
     if rel not in files:
         return None
     path = src / rel
-    # a KernelBench build folder is written by the candidate's import: a link there (or a linked folder) could
-    # point at one of the user's files, whose line would then be quoted into the verdict and a prompt
-    if path.is_symlink() or src.is_symlink() or not path.resolve().is_relative_to(src.resolve()):
+    if not inside_without_links(path, src):
         return None
     try:
         lines = path.read_text().splitlines()

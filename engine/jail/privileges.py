@@ -57,7 +57,6 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-
 def exit_without_teardown(code: int) -> None:
     """End a kbench child process (judge, runner) once its work is written: flush Python's and C stdio's buffers
     (a kernel's printf tail belongs in the log too), then exit without tearing down torch and the CUDA context
@@ -70,6 +69,7 @@ def exit_without_teardown(code: int) -> None:
     except (OSError, AttributeError):
         pass
     os._exit(code)
+
 
 def is_dumpable() -> bool:
     return _libc.prctl(3, 0, 0, 0, 0) == 1  # PR_GET_DUMPABLE

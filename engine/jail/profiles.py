@@ -13,6 +13,7 @@ import shutil
 import site
 import sys
 import sysconfig
+from dataclasses import replace
 from pathlib import Path
 
 from engine.jail import JailSpec
@@ -105,7 +106,6 @@ def profiled_spec(runner: JailSpec, profiler_dirs: list[str]) -> JailSpec:
     sendto an address; Landlock denies TCP and scopes abstract unix sockets (apply() lists a missing scope when
     there is no namespace). So every other layer must hold: the launcher refuses to run the program where one
     is missing (refuse_incomplete)."""
-    from dataclasses import replace
     return replace(runner, read=(*runner.read, *profiler_dirs), network_namespace=False, refuse_incomplete=True)
 
 
