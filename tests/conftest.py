@@ -6,8 +6,12 @@ fixtures are. A folder's own fixtures are in its conftest.py."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +45,8 @@ def pytest_runtest_logreport(report):
     worker = getattr(getattr(report, "node", None), "gateway", None)
     head = f"== {report.outcome.upper()} {report.when} {report.duration:.1f}s {getattr(worker, 'id', '-')} {report.nodeid}"
     body = "" if report.outcome != "failed" else (report.longreprtext or "")[-6000:]
+    if report.outcome == "failed" and report.capstdout:   # the EXPLOIT-ROW lines and the like
+        body += "\n-- captured stdout --\n" + report.capstdout[-4000:]
     with open(path, "a") as f:
         f.write(head + "\n" + (body + "\n" if body else ""))
 
@@ -53,6 +59,41 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "slow" in item.keywords and not HAS_NVCC:
             item.add_marker(skip_nvcc)
+
+
+# gpu tests of all xdist workers hold GPU_LOCK shared; a test that loads the GPU on purpose (`gpu_to_itself`)
+# holds it exclusively, so its load never reaches another test's timing. GPU_GATE gives that test precedence:
+# flock has none, and with three workers a shared lock is nearly always held by one of them.
+GPU_LOCK = Path(tempfile.gettempdir()) / "kbench-gpu-tests.lock"
+GPU_GATE = Path(tempfile.gettempdir()) / "kbench-gpu-tests.gate"
+
+
+@contextlib.contextmanager
+def _flocked(path: Path, mode: int):
+    with open(path, "a") as fh:
+        fcntl.flock(fh, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_shared_with_other_tests(request):
+    if "gpu" not in request.keywords or not HAS_GPU or "gpu_to_itself" in request.fixturenames:
+        yield
+        return
+    with _flocked(GPU_GATE, fcntl.LOCK_SH):
+        pass   # waits while a test that wants the GPU to itself is queued or running
+    with _flocked(GPU_LOCK, fcntl.LOCK_SH):
+        yield
+
+
+@pytest.fixture
+def gpu_to_itself():
+    """The GPU with no other test of this session on it (other processes of the machine may still be)."""
+    with _flocked(GPU_GATE, fcntl.LOCK_EX), _flocked(GPU_LOCK, fcntl.LOCK_EX):
+        yield
 
 
 @pytest.fixture

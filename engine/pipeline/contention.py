@@ -6,8 +6,10 @@ on the same GPU (or a host starving its CPUs) can make an honest kernel fail tho
 twice and NVML saw processes *other* than the candidate's side and kbench's own (engine.pipeline.judge_memory's
 sides) running on the GPU while it was timed, both times, the candidate is left unmeasured, not called a forger
 or suspected of hidden work: that is not a verdict on the kernel, no speedup is kept, and an evolution evaluates
-it again later. A candidate cannot buy the excuse with work of its own: its processes, forked or re-parented,
-are stopped with its runner before the judge asks, and only processes still on the GPU then can count.
+it again later. Work of the candidate's own does not count: the judge notes every process of the runner's
+tree while it times, and NVML's samples of those (ended or not) are the candidate's side. The excuse never
+keeps a speedup, so a candidate that could buy it (a child that forks, works and ends between two looks)
+gains nothing but "unmeasured".
 """
 
 from __future__ import annotations
@@ -36,21 +38,22 @@ def busy_from(sm_use: dict[int, int] | None, on_gpu_now: dict[int, int] | None, 
     """The processes outside the judge, the candidate's side and kbench's own that ran work on the GPU
     ("pid 4242 at up to 97 % SM, ..."), or "" (none, or NVML could not say).
 
-    `sm_use`: NVML's SM samples over the window; `on_gpu_now`: the GPU's processes with a context when asked
-    (after the candidate's runner was stopped). Only those still on the GPU count: NVML's samples may name
-    processes that have ended, the candidate's runner and what it forked among them, and those are the
-    candidate's side, whatever the process tree says now. The judge must be among them, or NVML sees another
-    pid namespace and no pid can be matched."""
+    `sm_use`: NVML's SM samples over the window, which also name processes that have ended since (another
+    user's short job as well as the candidate's runner); `candidate`: every pid of the runner's tree the judge
+    saw while the candidate was timed, and what is in it now; `on_gpu_now`: the GPU's processes with a context
+    when asked. The judge must be among those, or NVML sees another pid namespace and no pid can be matched.
+    A child the candidate forks and ends between two looks counts as another process: that buys it
+    "unmeasured", never a speedup (INTEGRITY.md, residual risks)."""
     if not sm_use or not on_gpu_now or judge_pid not in on_gpu_now:
         return ""
     others = sorted((pid, use) for pid, use in sm_use.items()
-                    if use >= BUSY_SM_PERCENT and pid in on_gpu_now and pid != judge_pid
-                    and pid not in candidate and pid not in kbench)
+                    if use >= BUSY_SM_PERCENT and pid != judge_pid and pid not in candidate and pid not in kbench)
     return ", ".join(f"pid {pid} at up to {use} % SM" for pid, use in others)
 
 
-def others_busy_since(since_us: int) -> str:
-    """busy_from for this judge's GPU over NVML's samples since `since_us` (microseconds since the epoch)."""
+def others_busy_since(since_us: int, candidate_seen: set[int]) -> str:
+    """busy_from for this judge's GPU over NVML's samples since `since_us` (microseconds since the epoch);
+    `candidate_seen`: the pids of the candidate's side the judge saw while it timed."""
     try:
         from engine.harness.nvml import memory_by_process, sm_use_by_process
         from engine.pipeline.judge_memory import gpu_sides
@@ -59,7 +62,7 @@ def others_busy_since(since_us: int) -> str:
         now = memory_by_process(sides.bus)
     except Exception:  # noqa: BLE001 - no attribution possible: nothing is excused
         return ""
-    return busy_from(use, now, sides.judge, sides.candidate, sides.kbench)
+    return busy_from(use, now, sides.judge, sides.candidate | candidate_seen, sides.kbench)
 
 
 def shared_gpu_reason(first: str, again: str) -> str:

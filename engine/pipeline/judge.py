@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
         judge.run()
         judge.note_forgery()
         if judge.timing_since_us and contention_sensitive(out.data.to_json()):   # who else ran while it timed
-            out.data.gpu_shared = others_busy_since(judge.timing_since_us) or None
+            out.data.gpu_shared = others_busy_since(judge.timing_since_us, judge.candidate_seen) or None
     except OutputsTooLarge as exc:   # the candidate's outputs exhausted the judge's memory: its own doing
         out.data.error = str(exc)
     except RunnerGone as exc:

@@ -8,10 +8,12 @@ torch and start CUDA at the same time.
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
+from engine import procs
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
@@ -46,6 +48,7 @@ class Judge:
         self.has_gpu = False
         self.not_up: str | None = None     # why the runner did not come up, if it did not
         self.timing_since_us = 0           # wall clock (us) when the timing phase began: NVML's window for it
+        self.candidate_seen: set[int] = set()   # every pid of the runner's tree seen while it was timed
 
     def attach(self, req: JudgeRequest, out: ResultFile) -> None:
         if req.timer != self.timer:
@@ -194,6 +197,7 @@ class Judge:
         for cfg in configs:
             if not self._timed(cfg.name):
                 continue
+            self._note_candidate_side()
             self.out.progress("timing", cfg.name)
             t = time.monotonic()
             p = self.req.timing_params
@@ -209,6 +213,7 @@ class Judge:
                 self.out.data.error = f"CUDA error while timing {cfg.name}: {done.get('message')}"
             if self.out.data.error:
                 break
+        self._note_candidate_side()
         self.close()
         t = time.monotonic()
         assert self.local is not None
@@ -218,6 +223,10 @@ class Judge:
             self.out.data.timing[name] = timing.verdict(runtime, prepared[name], tol, job)
             self.out.write()
         self.spent("baselines", t)
+
+    def _note_candidate_side(self) -> None:
+        # NVML's samples name processes after they end; these are the candidate's, never "another user"
+        self.candidate_seen.update(procs.descendants(os.getpid()))
 
     def _timed(self, name: str) -> bool:
         return not self.req.timing_configs or name in self.req.timing_configs

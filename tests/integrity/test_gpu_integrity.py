@@ -57,6 +57,7 @@ def _opts(cache_root, **kw):
 def _row(name: str, rep) -> str:
     bad = [v for v in rep.verdicts if v.status in (Status.FAIL, Status.SUSPICIOUS)]
     text = "; ".join(f"{v.stage} {v.status.value}: {v.reason[:160]}" for v in bad) or "accepted"
+    text += f" | unmeasured: {rep.unmeasured[:300]}" if rep.unmeasured else ""
     line = f"INTEGRITY-ROW | {name} | passed={rep.passed} | {text}"
     print(line)
     return text
@@ -114,7 +115,7 @@ OVERRIDE_CASES = {
 }
 
 
-def test_a_monkey_patched_clock_past_the_static_gate_changes_nothing(cache_root):
+def test_a_monkey_patched_clock_past_the_static_gate_changes_nothing(cache_root, gpu_to_itself):
     """The candidate shrinks torch's event times and the host clock in its own process; the judge's numbers
     come from the compiled helper's events, so its speedup is that of the same kernel without the patch."""
     task = load_task(str(KB / "scaled_swish.py"))
@@ -129,7 +130,7 @@ def test_a_monkey_patched_clock_past_the_static_gate_changes_nothing(cache_root)
 
 
 @pytest.mark.parametrize("name", sorted(OVERRIDE_CASES))
-def test_dynamic_checks_catch_hacks_past_an_overridden_static_gate(name, cache_root):
+def test_dynamic_checks_catch_hacks_past_an_overridden_static_gate(name, cache_root, gpu_to_itself):
     task_ref, extra, expect = OVERRIDE_CASES[name]
     rep = evaluate(load_task(task_ref), _cand(name), "forward", _opts(cache_root, override_static=True, **extra))
     _row(name + " (static overridden)", rep)
@@ -176,7 +177,9 @@ def test_no_false_rejection_of_any_baseline(task_name, direction, cache_root):
                          if any(c.name == "bench" for c in task.configs) else None))
     _row(f"baseline {task_name}/{direction}", rep)
     assert rep.passed, rep.to_json()["verdicts"]
-    assert rep.verdict("static").status == Status.PASS and rep.verdict("integrity").status == Status.PASS
+    # beside other tests' evaluations the timing checks may leave it unmeasured: not a rejection, no speedup
+    done = (Status.SKIPPED,) if rep.unmeasured else (Status.PASS,)
+    assert rep.verdict("static").status == Status.PASS and rep.verdict("integrity").status in done
     t = rep.verdict("timing")
     assert t.status != Status.FAIL, t.reason
     assert "below the physical floor" not in t.reason, t.reason  # a false floor would be a false accusation

@@ -5,6 +5,8 @@ one against forgers on a GPU."""
 
 from __future__ import annotations
 
+import os
+import signal
 from types import SimpleNamespace
 
 import pytest
@@ -195,7 +197,7 @@ def test_other_work_seen_only_once_or_a_hack_beside_it_excuses_nothing(judged):
     assert not report.unmeasured and report.verdict("integrity").status == Status.FAIL
 
 
-def test_only_other_processes_still_on_the_gpu_and_running_work_count_as_sharing_it():
+def test_only_other_processes_running_work_count_as_sharing_the_gpu():
     from engine.pipeline.contention import busy_from
     judge, runner, fork, spare, other, idle = 100, 200, 201, 150, 300, 301
     use = {judge: 60, runner: 99, fork: 99, spare: 40, other: 97, idle: 0}
@@ -205,9 +207,34 @@ def test_only_other_processes_still_on_the_gpu_and_running_work_count_as_sharing
     assert busy_from({judge: 60, runner: 99, fork: 99, spare: 40}, now, judge, {runner, fork}, {spare}) == ""
     assert busy_from({other: 2}, now, judge, {runner}, set()) == ""      # a context that ran nothing to speak of
     # the runner and its fork were stopped before the judge asked: NVML's samples still name them, and the
-    # process tree no longer does, but a process no longer on the GPU is never "another user"
-    assert busy_from({judge: 60, runner: 99, fork: 99}, {judge: 1}, judge, set(), set()) == ""
+    # judge saw them on the candidate's side while it timed, so they are the candidate's, ended or not
+    assert busy_from({judge: 60, runner: 99, fork: 99}, {judge: 1}, judge, {runner, fork}, set()) == ""
+    # another user's job that ran while the candidate was timed and has ended since still shared the GPU
+    assert busy_from({judge: 60, runner: 99, other: 80}, {judge: 1}, judge, {runner}, set()) == \
+        "pid 300 at up to 80 % SM"
     # NVML lists another pid namespace's pids (the judge's own is not among them): no pid can be matched
     assert busy_from({1: 99, 2: 99}, {1: 1, 2: 1}, judge, set(), set()) == ""
     assert busy_from(None, now, judge, {runner}, set()) == "" and busy_from({}, now, judge, set(), set()) == ""
     assert busy_from(use, None, judge, {runner}, set()) == ""
+
+
+def test_the_judge_keeps_every_process_of_the_candidates_side_it_saw_while_timing():
+    """A child the runner forked is noted while it lives, and stays the candidate's after it ended: NVML's
+    samples of it then never read as another user's work."""
+    import subprocess
+    import sys
+
+    from engine.pipeline.judge_eval import Judge
+    judge = SimpleNamespace(candidate_seen=set())
+    runner = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+                               "print(c.pid, flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        fork = int(runner.stdout.readline())
+        Judge._note_candidate_side(judge)
+    finally:
+        runner.kill()
+        runner.wait()
+    Judge._note_candidate_side(judge)
+    os.kill(fork, signal.SIGKILL)
+    assert {runner.pid, fork} <= judge.candidate_seen
