@@ -4,12 +4,17 @@ It is not a failure (nothing about the kernel is known), not an infrastructure f
 not merely pending (it was compiled and is queued): the CLI, the app, the loop's events and the notes all
 call it by the name below. Its note event is `waiting_for_gpu`; older workspaces recorded the same state as
 an `infrastructure_failure` whose reason is the no-GPU message, which reads the same.
+
+The judge's no-GPU message, NO_GPU, is defined here rather than beside the judge (engine/pipeline/types.py
+re-exports it): this layer is below the pipeline (engine/profile reads the state too), so recognising an
+old record must not import the pipeline.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+NO_GPU = "no CUDA GPU is visible to the evaluator"   # the judge's JudgeResult.error where torch finds no GPU
 WAITING_FOR_GPU = "waiting for a GPU"
 WAITING_EVENT = "waiting_for_gpu"
 HOW_TO_GO_ON = "run the same command on a machine with a GPU to measure them and go on"
@@ -19,8 +24,6 @@ _EVALUATION_EVENTS = ("evaluated", "reevaluated", "infrastructure_failure", WAIT
 
 
 def is_waiting_event(event: Any) -> bool:
-    from engine.pipeline.types import NO_GPU
-
     if event.event == WAITING_EVENT:
         return True
     return event.event == "infrastructure_failure" and str((event.data or {}).get("reason", "")) == NO_GPU

@@ -19,9 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
+
+if TYPE_CHECKING:
+    from engine.jail import JailSpec
 
 # Variables a child may see. Everything else — API keys, tokens, cloud credentials — is dropped.
 _ALLOWED = {"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ", "SHELL",
@@ -80,7 +83,7 @@ class ChildOutcome:
 
 def run_child(module: str, request: dict[str, Any], *, timeout_s: float, gpu: int | None = None,
               extra_env: dict[str, str] | None = None, workdir: Path | None = None,
-              jail: Any = None) -> ChildOutcome:
+              jail: JailSpec | None = None) -> ChildOutcome:
     """Run `python -m module REQUEST.json` in a new session; return what it wrote, however it ended. With `jail`
     (an engine.jail.JailSpec) the child runs in it, its request folder added to what it may write."""
     with tempfile.TemporaryDirectory(prefix="kbench-eval-", dir=workdir) as tmp:

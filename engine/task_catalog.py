@@ -1,78 +1,19 @@
 """The tasks a person can pick by name: the built-in suite, then the folders named in $KBENCH_TASKS.
 
-`KBENCH_TASKS` is a list of folders separated by `:` (as PATH). Each is a task folder itself, or a folder
-holding task folders (native: task.toml + reference.py; robust-kbench: func_*.py + config_*.json) and
-KernelBench problem files (*.py). Their tasks are listed after the built-in ones (`kbench tasks`, the app's
-home screen and new-session form) and load by name anywhere a TASK is taken; a built-in task of the same
-name wins, and the path always works.
+Their tasks are listed after the built-in ones (`kbench tasks`, the app's home screen and new-session form)
+and load by name anywhere a TASK is taken; a built-in task of the same name wins, and the path always works.
+What $KBENCH_TASKS holds and how its tasks are found: engine/tasks/user_tasks.py (in the task model's layer,
+where load_task falls back to it); its names are re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from engine.tasks.loader import builtin_task_names, builtin_tasks_dir
+from engine.tasks.user_tasks import CatalogEntry, find_user_task, user_task_dirs, user_tasks
 
-from engine.config import task_dirs
-
-
-@dataclass(frozen=True)
-class CatalogEntry:
-    name: str            # the folder's (or .py file's) name: what a person types
-    path: Path           # what load_task is given
-    builtin: bool
-
-    @property
-    def ref(self) -> str:
-        """What to hand load_task: the name for a built-in task, the path for one of the user's."""
-        return self.name if self.builtin else str(self.path)
-
-
-def user_task_dirs(env: str | None = None) -> list[Path]:
-    """The folders in $KBENCH_TASKS (`env` stands in for its value)."""
-    return task_dirs(env)
-
-
-def _is_task_folder(p: Path) -> bool:
-    from engine.tasks.native import is_native_task
-    from engine.tasks.robust_kbench import is_robust_kbench_task
-    return p.is_dir() and (is_native_task(p) or is_robust_kbench_task(p))
-
-
-def _kernelbench_file(p: Path) -> bool:
-    if p.suffix != ".py" or not p.is_file() or p.name.startswith(("_", ".")):
-        return False
-    try:
-        head = p.read_text(errors="replace")[:200_000]
-    except OSError:
-        return False
-    return "class Model" in head and "def get_inputs" in head
-
-
-def user_tasks(env: str | None = None) -> list[CatalogEntry]:
-    """The tasks found under $KBENCH_TASKS, in the order the folders are listed, then by name."""
-    out: list[CatalogEntry] = []
-    seen: set[Path] = set()
-    for root in user_task_dirs(env):
-        if _is_task_folder(root):
-            found = [root]
-        elif root.is_dir():
-            found = sorted(p for p in root.iterdir() if _is_task_folder(p) or _kernelbench_file(p))
-        else:
-            found = []
-        for p in found:
-            rp = p.resolve()
-            if rp not in seen:
-                seen.add(rp)
-                out.append(CatalogEntry(p.stem if p.is_file() else p.name, rp, builtin=False))
-    return out
+__all__ = ["CatalogEntry", "catalog", "find_user_task", "user_task_dirs", "user_tasks"]
 
 
 def catalog() -> list[CatalogEntry]:
-    from engine.tasks.loader import builtin_task_names, builtin_tasks_dir
     root = builtin_tasks_dir()
     return [CatalogEntry(n, root / n, True) for n in builtin_task_names()] + user_tasks()
-
-
-def find_user_task(name: str) -> Path | None:
-    """The first task called `name` under $KBENCH_TASKS, or None."""
-    return next((e.path for e in user_tasks() if e.name == name), None)

@@ -76,7 +76,7 @@ class KbenchApp(ThreadedMixin, App):
     def open_session(self, session: str) -> None:
         self.push_screen(self.make_session_screen(session))
 
-    def open_candidate(self, cid: str, origin: Any = None, tab: str = "code", against: str | None = None) -> None:
+    def open_candidate(self, cid: str, tab: str = "code", against: str | None = None) -> None:
         from kbench_tui.screens.candidate import CandidateScreen
         self.push_screen(CandidateScreen(cid, tab=tab, against=against))
 
@@ -119,7 +119,7 @@ class KbenchApp(ThreadedMixin, App):
 
     def on_engine_event(self, message: EngineEvent) -> None:
         e = message.event
-        session = getattr(e, "session", "")
+        session = e.session
         self._logs.setdefault(session, []).append(e.line())
         counts = self.counts(session)
         if e.kind == "CandidateCommitted":

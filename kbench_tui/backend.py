@@ -27,7 +27,7 @@ from engine.errors import KbenchError
 from engine.gpu_wait import WAITING_FOR_GPU
 from engine.verdict import Verdict
 from kbench_tui.reevaluations import ReevaluationQueue
-from kbench_tui.view_models import SessionData, SessionRow, TaskRow, summarize, waiting_count
+from kbench_tui.view_models import Reevaluation, SessionData, SessionRow, TaskRow, summarize, waiting_count
 
 if TYPE_CHECKING:
     from engine.evolve.events import EvolveEvent
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from engine.proposers.base import Proposer
     from engine.service.spec import SessionSpec
     from engine.tasks.model import Task
+    from engine.workspace import CandidateRecord, CandidateView, Override, SessionInfo
 
 EvaluatorFactory = Callable[["Task", str], "Evaluator"]   # (task, direction) -> an evaluator
 
@@ -182,10 +183,10 @@ class Backend:
         gc.freeze()
         return data
 
-    def session_info(self, name: str) -> Any:
+    def session_info(self, name: str) -> SessionInfo:
         return self.ws.session(name)
 
-    def view(self, cid: str) -> Any:
+    def view(self, cid: str) -> CandidateView:
         return self.ws.view(cid)
 
     def code(self, cid: str) -> dict[str, str]:
@@ -197,7 +198,7 @@ class Backend:
     def diff(self, a: str, b: str) -> str:
         return self.ws.diff(a, b)
 
-    def task_of(self, session: str) -> Any:
+    def task_of(self, session: str) -> Task:
         return self.service.task_of(session)
 
     # ------------------------------------------------------------------------------ evolution
@@ -269,7 +270,7 @@ class Backend:
             i += 1
         return f"{base}-{i}"
 
-    def runner(self, session: str) -> Any:
+    def runner(self, session: str) -> EvolutionSession | None:
         return self.runners.get(session)
 
     # ------------------------------------------------------------------------------ judgements
@@ -281,7 +282,7 @@ class Backend:
         r = self.runners.get(parsed[0]) if parsed else None
         return r if r is not None and r.running else None
 
-    def override(self, cid: str, stage: str, to: str, reason: str, by: str | None = None) -> tuple[Any, str]:
+    def override(self, cid: str, stage: str, to: str, reason: str, by: str | None = None) -> tuple[Override, str]:
         """Record the override. Returns (entry, next step): "session" when the session's running loop took
         the candidate back (it re-reads the notes and evaluates it if it may now go on), "evaluate" when it is
         no longer blocked and has no measurement, so the app should evaluate it, else ""."""
@@ -297,13 +298,13 @@ class Backend:
     def queued(self) -> int:
         return self.reevaluations.queued
 
-    def reevaluate(self, cid: str, on_stage: Callable[[Verdict], None] | None = None) -> Any:
+    def reevaluate(self, cid: str, on_stage: Callable[[Verdict], None] | None = None) -> Reevaluation:
         """Evaluate the candidate again, queued behind any other re-evaluation (kbench_tui.reevaluations)."""
         return self.reevaluations.reevaluate(cid, on_stage)
 
     # ------------------------------------------------------------------------------ hand edits, export
 
-    def edit(self, cid: str) -> Any:
+    def edit(self, cid: str) -> CandidateRecord:
         """Open the candidate in $VISUAL/$EDITOR (blocks: the app suspends around it) and commit the result as
         a `human` candidate, child of `cid`. Returns the new CandidateRecord, or raises KbenchError with the
         proposer's reason (unchanged files, editor failed). A running loop of the session adopts and evaluates

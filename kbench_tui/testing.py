@@ -7,13 +7,19 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate, load_candidate
 from engine.evolve.fake import FakeEvaluator
 from engine.tasks.loader import builtin_tasks_dir, load_task
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, VerdictNote, Workspace
+
+if TYPE_CHECKING:
+    from textual.app import App
+    from textual.pilot import Pilot
+
+    from kbench_tui.backend import Backend
 
 AT = "2026-01-01T00:00:00.000Z"
 ENV = dict(gpu="FakeGPU 80GB", driver="0.0", torch="fake", cuda="fake")
@@ -25,7 +31,7 @@ _SVG_TEXT = re.compile(r'<text class="[^"]*" x="([\d.]+)" y="[\d.]+" textLength=
                        r'clip-path="url\(#[\w-]*-line-(\d+)\)">(.*?)</text>')
 
 
-def screen_text(app: Any) -> str:
+def screen_text(app: App[Any]) -> str:
     """The current screen as plain text, as a terminal would show it (no colours), trailing spaces stripped.
 
     Read back from Textual's public screenshot (App.export_screenshot, an SVG of the screen), which places each
@@ -95,7 +101,7 @@ def build_demo_workspace(path: str | Path, session: str = "demo", task_name: str
     return ws
 
 
-def fake_backend(path: str | Path, delay_s: float = 0.0, **kw: Any):
+def fake_backend(path: str | Path, delay_s: float = 0.0, **kw: Any) -> Backend:
     from kbench_tui.backend import Backend
     made: list[FakeEvaluator] = []
 
@@ -108,7 +114,7 @@ def fake_backend(path: str | Path, delay_s: float = 0.0, **kw: Any):
     return b
 
 
-def run_app(backend: Any, scenario, size: tuple[int, int] = (120, 35)) -> Any:
+def run_app(backend: Backend, scenario, size: tuple[int, int] = (120, 35)) -> Any:
     """Run `scenario(app, pilot)` (async) against a KbenchApp on `backend`, headless; returns its result."""
     import asyncio
 
@@ -126,7 +132,7 @@ def run_app(backend: Any, scenario, size: tuple[int, int] = (120, 35)) -> Any:
     return asyncio.run(main())
 
 
-async def wait_until(pilot: Any, pred, timeout: float = 10.0, step: float = 0.02) -> None:
+async def wait_until(pilot: Pilot[Any], pred, timeout: float = 10.0, step: float = 0.02) -> None:
     import time
     t0 = time.monotonic()
     while not pred():
@@ -135,6 +141,6 @@ async def wait_until(pilot: Any, pred, timeout: float = 10.0, step: float = 0.02
         await pilot.pause(step)
 
 
-async def type_text(pilot: Any, text: str) -> None:
+async def type_text(pilot: Pilot[Any], text: str) -> None:
     names = {" ": "space", "-": "minus", ".": "full_stop", ",": "comma", ":": "colon", "/": "slash", "_": "underscore"}
     await pilot.press(*[names.get(c, c) for c in text])

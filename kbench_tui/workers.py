@@ -17,13 +17,14 @@ from textual.message import Message
 from textual.worker import Worker, WorkerState
 
 if TYPE_CHECKING:
+    from engine.evolve.events import EvolveEvent
     from engine.verdict import Verdict
 
 
 class EngineEvent(Message):
-    """An engine.evolve event (or a re-evaluation progress line) for the UI thread."""
+    """An engine.evolve event for the UI thread."""
 
-    def __init__(self, event: Any) -> None:
+    def __init__(self, event: EvolveEvent) -> None:
         super().__init__()
         self.event = event
 

@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
 from engine.harness.build import build_candidate, ensure_pch  # noqa: E402
+from engine.harness import nvml  # noqa: E402
 from engine.harness.glue_warm import prebuild_glue  # noqa: E402
 from engine.harness.toolchain import detect  # noqa: E402
 from engine.tasks.glue import materialise  # noqa: E402
@@ -173,15 +174,12 @@ def bench_single_cu(source: str, cache: Path, tc, repeats: int) -> list[float]:
 
 
 def _gpu_name() -> str:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return "none"
-    try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.strip().splitlines()[0] if out.strip() else "none"
+    """The first GPU's name (NVML index 0, nvidia-smi's first row); "none" where NVML sees no GPU (no pynvml, no
+    driver), "unknown" where it sees one but cannot name it."""
+    name = nvml.gpu_name(0)
+    if name:
+        return name
+    return "unknown" if nvml.gpu_count() else "none"
 
 
 def _fmt(seconds: float) -> str:

@@ -20,7 +20,7 @@ and two GPU busy fractions:
 - worker: the share of wall time a GPU worker was inside an evaluation (sandbox child start, correctness,
   timing); what the pipeline can fill;
 - nvidia-smi: the share of 200 ms samples with utilization.gpu > 0 over the same window (a kernel ran),
-  plus the mean utilization: what the GPU itself saw.
+  plus the mean utilization: what the GPU itself saw (nvidia-smi's utilization.gpu, read through NVML).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.worker_fns import default_gpu
 from engine.evolve.loop import Budgets, EvolutionSession
+from engine.harness import nvml
 from engine.pipeline.evaluate import EvalOptions
 from engine.proposers.tuner import TunerProposer
 from engine.tasks.loader import load_task
@@ -51,41 +51,32 @@ from engine.workspace import Workspace
 
 
 class SmiSampler:
-    """utilization.gpu samples from nvidia-smi every `period_ms`, with their monotonic times."""
+    """utilization.gpu (nvidia-smi's figure, read through NVML: engine.harness.nvml) of `gpus` (NVML indices;
+    default every GPU) every `period_ms`, with their monotonic times. No samples where NVML cannot say."""
 
     def __init__(self, gpus: list[int] | None, period_ms: int = 200):
         self.samples: list[tuple[float, list[int]]] = []
-        cmd = ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
-               f"-lms={period_ms}"]
-        if gpus:
-            cmd.insert(1, "--id=" + ",".join(str(g) for g in gpus))
-        try:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        except OSError:
-            self.proc = None
+        self.gpus = gpus or None                  # none given: every GPU, as nvidia-smi without --id
+        self.period_s = period_ms / 1000.0
+        self._stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        if nvml.gpu_utilization(gpus) is None:    # no pynvml / driver: as nvidia-smi missing was
             return
-        self._row: list[int] = []
-        self._row_idx = -1
-        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 
-    def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) != 2 or not parts[1].isdigit():
-                continue
-            idx, util = int(parts[0]), int(parts[1])
-            if self._row and idx <= self._row_idx:
-                self.samples.append((time.monotonic(), self._row))
-                self._row = []
-            self._row.append(util)
-            self._row_idx = idx
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            util = nvml.gpu_utilization(self.gpus)
+            if util:
+                self.samples.append((time.monotonic(), [util[i] for i in sorted(util)]))
+            self._stop.wait(max(0.0, self.period_s - (time.monotonic() - t)))
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(5)
+        self._stop.set()
+        if self.thread is not None:
+            self.thread.join(5)
 
     def summary(self, t0: float, t1: float) -> dict:
         rows = [r for t, r in self.samples if t0 <= t <= t1]

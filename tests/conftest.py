@@ -1,8 +1,9 @@
 """Shared test setup: `gpu` tests skip cleanly where no CUDA device is present, and the fixtures tests of more
-than one folder use. The tests sit in folders that mirror engine/ (tests/pipeline/ for engine/pipeline/, ...;
-repository-wide checks in tests/project/); tests/ and each folder are packages, so a helper is imported by its
-dotted path (`from tests.kbench_procs import ...`) from any folder, and tests/paths.py says where REPO and the
-fixtures are. A folder's own fixtures are in its conftest.py."""
+than one folder use, with the plain helpers they share (`cli`, `cand`: imported, `from tests.conftest import
+cli`). The tests sit in folders that mirror engine/ (tests/pipeline/ for engine/pipeline/, ...; repository-wide
+checks in tests/project/); tests/ and each folder are packages, so a helper is imported by its dotted path
+(`from tests.kbench_procs import ...`) from any folder, and tests/paths.py says where REPO and the fixtures are.
+A folder's own fixtures are in its conftest.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.candidates import Candidate
 from engine.config_env import env_raw
 from tests.paths import REPO
 
@@ -121,7 +123,7 @@ def native_cache_root(tmp_path_factory):
 @pytest.fixture
 def ws(tmp_path):
     """A new, empty workspace at `tmp_path/ws`, closed after the test. A module that needs more (a session
-    started, a task of its own) defines its own `ws` (`ln_ws` starts the usual layernorm one)."""
+    started, a task of its own) defines its own `ws`, or asks for `ln_ws` (the usual layernorm session)."""
     from engine.workspace import Workspace
 
     w = Workspace.create(tmp_path / "ws")
@@ -131,11 +133,61 @@ def ws(tmp_path):
 
 @pytest.fixture
 def ln_ws(tmp_path, layernorm_task):
-    """A new workspace at `tmp_path/ws` with session "ln" started (layernorm forward, the tuner proposing);
-    modules whose tests all want it define `ws` as it."""
+    """A new workspace at `tmp_path/ws` with session "ln" started (layernorm forward, the tuner proposing),
+    closed after the test."""
     from engine.workspace import Workspace
 
     w = Workspace.create(tmp_path / "ws")
     w.start_session("ln", layernorm_task, "forward", proposer="tuner")
     yield w
     w.close()
+
+
+@pytest.fixture(scope="session")
+def toolchain():
+    """This machine's nvcc and g++ with the arch list pinned to 9.0 (so a test does not depend on the machine's
+    GPU), for the real-compile tests of tests/harness/ and tests/tasks/test_glue.py; one key for all of them, so
+    with `native_cache_root` the precompiled header is built once per session. Skips where there is no nvcc."""
+    from engine.harness.toolchain import detect
+
+    if not HAS_NVCC:
+        pytest.skip("needs nvcc (set CUDA_HOME)")
+    return detect(archs="9.0")
+
+
+@pytest.fixture(scope="module")
+def layernorm():
+    """The built-in layernorm_lastdim task, loaded by name (read-only: `layernorm_task` is a copy a test may
+    change). The LLM and proposer tests use tests/fixtures/llm/llm_testkit.py's fixture of the same name."""
+    from engine.tasks.loader import load_task
+
+    return load_task("layernorm_lastdim")
+
+
+@pytest.fixture
+def judged(monkeypatch, tmp_path):
+    """evaluate() with the build and the judge replaced (tests/pipeline/timing_fakes.py) and a build cache of the
+    test's own: the list that collects each judge request evaluate() makes. tests/pipeline/test_remeasure.py has
+    a `judged` of its own (a scripted judge)."""
+    from tests.pipeline.timing_fakes import fake_judge
+
+    monkeypatch.setenv("KBENCH_CACHE", str(tmp_path / "cache"))
+    return fake_judge(monkeypatch, tmp_path)
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """`kbench ARGV` in this process (engine.cli.main): its exit code, stdout and stderr. Imported by the tests
+    that use it (`from tests.conftest import cli`)."""
+    from engine.cli import main
+
+    capsys.readouterr()
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def cand(tag: str, **meta) -> Candidate:
+    """A small native candidate named "try TAG" (its kernel.cu names the tag, so each tag has its own source
+    hash), with `meta`. Imported by the tests that use it (`from tests.conftest import cand`)."""
+    return Candidate("native", {"kernel.cu": f"// kernel {tag}\n__global__ void k() {{}}\n",
+                                "binding.cpp": "// glue\n"}, f"try {tag}", meta)

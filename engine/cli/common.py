@@ -48,7 +48,7 @@ def check_config_names(task: Task, names: Iterable[str] | None, flag: str = "--c
 
 def require_available(proposer: P) -> P:
     """The proposer, or bad input naming why it cannot run here (human without $VISUAL / $EDITOR)."""
-    if hasattr(proposer, "available") and not proposer.available():
-        why = proposer.unavailable_reason() if hasattr(proposer, "unavailable_reason") else ""
-        raise KbenchError(f"the {getattr(proposer, 'name', '?')} proposer cannot run: {why or 'not available'}")
+    if not proposer.available():
+        why = proposer.unavailable_reason()
+        raise KbenchError(f"the {proposer.name} proposer cannot run: {why or 'not available'}")
     return proposer

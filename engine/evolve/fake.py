@@ -7,16 +7,14 @@ kbench_tui.testing and `scripts/bench_evolve.py --fake` run it, and
 Ray workers import `fake_build` / `fake_gpu` by name, so it lives in the package. Doubles only the tests use
 are in tests/evolve_fakes.py.
 
-Markers in a candidate's source steer it: `FAIL_COMPILE`, `FAIL_CORRECT`, `FAKE_SPEEDUP=x`, and for fault
-tests `FAKE_PIDFILE=`, `FAKE_GPU_SLEEP=`, `FAKE_SLEEP_ATTEMPTS=` (see fake_gpu).
+Markers in a candidate's source steer it: `FAIL_COMPILE`, `FAIL_CORRECT`, `FAKE_SPEEDUP=x` (the fault tests'
+`FAKE_PIDFILE=` / `FAKE_GPU_SLEEP=` markers are read by tests/evolve_fakes.py's fault_gpu, not here).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -85,24 +83,8 @@ def fake_result(task: Task | None, candidate: Candidate, timing_configs: list[st
 
 def fake_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions,
              sleep_s: float = 0.0) -> EvalOutcome:
-    """The GPU half stand-in. For fault tests, markers in the source: `FAKE_PIDFILE=<path>` appends a line
-    "<pid> <ray node id or ->" per attempt; `FAKE_GPU_SLEEP=<s>` then holds the first `FAKE_SLEEP_ATTEMPTS=<n>`
-    attempts (default 1) there, so a test can kill the worker or its node mid-evaluation."""
-    text = "".join(candidate.files.values())
-    attempt = 1
-    if m := re.search(r"FAKE_PIDFILE=(\S+)", text):
-        node = "-"
-        ray = sys.modules.get("ray")
-        if ray is not None and ray.is_initialized():
-            node = ray.get_runtime_context().get_node_id()
-        with open(m.group(1), "a+") as f:
-            f.seek(0)
-            attempt = len(f.read().splitlines()) + 1
-            f.write(f"{os.getpid()} {node}\n")
-    if m := re.search(r"FAKE_GPU_SLEEP=([0-9.]+)", text):
-        n = re.search(r"FAKE_SLEEP_ATTEMPTS=(\d+)", text)
-        if attempt <= (int(n.group(1)) if n else 1):
-            time.sleep(float(m.group(1)))
+    """The GPU half stand-in: sleeps (`sleep_s`, or $KBENCH_FAKE_GPU_S), then fake_result. Picklable (module
+    level). The fault tests' worker-killing hooks wrap it in tests/evolve_fakes.py (fault_gpu)."""
     delay = env_float("KBENCH_FAKE_GPU_S", default=sleep_s)
     if delay:
         time.sleep(delay)

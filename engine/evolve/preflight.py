@@ -22,11 +22,11 @@ def check_can_start(task: Task, direction: str, proposer: Proposer, policy: Oper
     """Raise KbenchError naming what is missing where generation 0 could hold no candidate."""
     if use_baseline and task.baseline_dir(direction) is not None:
         return
-    supported = frozenset(getattr(proposer, "operators", ()) or ())
-    seed = getattr(policy, "seed_operator", "") or ""
+    supported = frozenset(proposer.operators)
+    seed = policy.seed_operator
     if seed and (not supported or seed in supported):
         return
-    name = getattr(proposer, "name", "this")
+    name = proposer.name
     if not use_baseline:
         why = "--no-baseline leaves generation 0 to proposals"
     else:

@@ -23,6 +23,7 @@ from engine.tasks.model import Task
 from engine.verdict import Stage
 
 if TYPE_CHECKING:
+    from engine.workspace.views import CandidateStatus
     from engine.workspace.workspace import Workspace
 
 EXPORTABLE_FORMATS = ("native", "robust-kbench")
@@ -93,7 +94,7 @@ def _entry(candidate: Candidate, direction: str, where: str) -> CppEntry:
         raise ExportError(f"{where} ({main}): {exc}") from None
 
 
-def passing_status(status: Any) -> tuple[bool, str]:
+def passing_status(status: CandidateStatus) -> tuple[bool, str]:
     """(passing, why not): the candidate's judgement (engine.verdict.judge, CandidateStatus.judgement) passed:
     compile and correctness passed by checks that ran (an override may change a verdict, never invent a
     measurement), and no stage failed or is suspicious."""

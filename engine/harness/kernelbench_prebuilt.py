@@ -18,13 +18,23 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 MANIFEST = "kbench-prebuilt.json"
 _KEYED = ("name", "source_files", "build_directory")   # rebased per folder; the rest is replayed as recorded
 
 
-def recording_versioner(versioner: Any, log: list[dict[str, Any]]) -> None:
+class Versioner(Protocol):
+    """What kbench uses of torch's JIT_EXTENSION_VERSIONER (torch.utils._cpp_extension_versioner.ExtensionVersioner),
+    structurally, so that this module never imports torch. bump_version_if_changed's parameters differ between
+    torch versions (the recorder binds whatever they are)."""
+
+    def get_version(self, name: str) -> int | None: ...
+
+    def bump_version_if_changed(self, *args: Any, **kwargs: Any) -> int: ...
+
+
+def recording_versioner(versioner: Versioner, log: list[dict[str, Any]]) -> None:
     """Wrap `versioner.bump_version_if_changed` (torch's JIT_EXTENSION_VERSIONER) so each call is appended to
     `log` with its bound arguments and the version it returned."""
     original: Callable[..., int] = versioner.bump_version_if_changed
@@ -39,7 +49,7 @@ def recording_versioner(versioner: Any, log: list[dict[str, Any]]) -> None:
             pass  # a torch whose versioner takes other arguments: nothing recorded, the runner builds again
         return version
 
-    versioner.bump_version_if_changed = bump
+    versioner.bump_version_if_changed = bump  # type: ignore[method-assign]
 
 
 def manifest_path(ext_root: Path) -> Path:
@@ -78,7 +88,7 @@ def write_manifest(ext_root: Path, calls: list[dict[str, Any]]) -> list[str]:
     return [e["name"] for e in entries]
 
 
-def seed_versions(ext_root: str, versioner: Any = None) -> list[str]:
+def seed_versions(ext_root: str, versioner: Versioner | None = None) -> list[str]:
     """Replay the manifest in `ext_root` (the runner's TORCH_EXTENSIONS_DIR, a copy of the compile stage's)
     into `versioner` (torch's JIT_EXTENSION_VERSIONER by default); the names seeded. The build folder string
     is formed as torch forms it (os.path.join(TORCH_EXTENSIONS_DIR, name)), since the versioner hashes it.

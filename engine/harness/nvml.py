@@ -86,3 +86,14 @@ def sm_use_by_process(pci_bus_id: str, since_us: int) -> dict[int, int] | None:
             out[int(s.pid)] = max(out.get(int(s.pid), 0), int(s.smUtil))
         return out
     return _query(use)
+
+
+def gpu_utilization(indices: list[int] | None = None) -> dict[int, int] | None:
+    """NVML index -> GPU utilisation (%) over NVML's last sample period (nvidia-smi's `utilization.gpu`: the share
+    of that period in which a kernel ran) for each GPU of `indices` (default: every GPU on the machine); None
+    where NVML cannot say."""
+    def util(nv: Any) -> dict[int, int]:
+        wanted = range(nv.nvmlDeviceGetCount()) if indices is None else indices
+        return {int(i): int(nv.nvmlDeviceGetUtilizationRates(nv.nvmlDeviceGetHandleByIndex(int(i))).gpu)
+                for i in wanted}
+    return _query(util)

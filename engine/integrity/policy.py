@@ -14,15 +14,14 @@ config), then the task (`library_policy` in task.toml), then DEFAULT_POLICY.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import KbenchError
+from engine.tasks.policies import POLICIES, LibraryPolicy
 
 if TYPE_CHECKING:
     from engine.tasks.model import Task
 
-LibraryPolicy = Literal["pure", "engineering"]
-POLICIES: tuple[str, ...] = ("pure", "engineering")
 # The default for every session, LLM sessions included (README "Library policy" says why).
 DEFAULT_POLICY: LibraryPolicy = "pure"
 

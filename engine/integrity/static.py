@@ -72,7 +72,7 @@ def scan_python(name: str, raw: str, *, task_dtype: str = "float32", shape_value
 
 def config_shape_values(task: Task | None) -> set[int]:
     vals: set[int] = set()
-    for c in getattr(task, "configs", ()):
+    for c in (task.configs if task is not None else ()):
         for v in list(c.model_kwargs.values()) + list(c.input_kwargs.values()):
             if isinstance(v, int) and not isinstance(v, bool):
                 vals.add(v)
@@ -85,12 +85,12 @@ def scan_candidate(candidate: Candidate, task: Task | None = None, policy: str |
     """All findings for a candidate (engine.candidates.Candidate) against a task (for dtype and sizes), under
     the library policy in force (`policy` is the session's choice; None: the task's, else the default)."""
     pol = resolve_policy(policy, task).policy
-    dtype = getattr(task, "dtype", "float32") or "float32"
+    dtype = (task.dtype if task is not None else "") or "float32"
     shapes = config_shape_values(task) if task is not None else set()
     refs: set[str] = set()
     if task is not None:
-        refs.add(getattr(task, "name", ""))
-        for spec in getattr(task, "directions", {}).values():
+        refs.add(task.name)
+        for spec in task.directions.values():
             refs.add(spec.reference_path.stem)
         refs.discard("")
     found: list[Finding] = []

@@ -1,7 +1,8 @@
 """The LLM clients: one request shape (LLMRequest), one answer shape (LLMReply), two providers.
 
 `LLMClient` speaks the Anthropic Messages API through the `anthropic` SDK; `engine.llm.openai_client` speaks
-any OpenAI-compatible endpoint through the `openai` SDK. `make_client` picks one from `[llm] provider`.
+any OpenAI-compatible endpoint through the `openai` SDK. `engine.llm.factory.make_client` picks one from
+`[llm] provider`.
 
 One Messages API call sends:
 
@@ -26,7 +27,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import anthropic
 
@@ -37,13 +38,10 @@ from engine.llm.errors import LLMError, NoAPIKey
 from engine.llm.models import ModelCaps, ModelCatalog, cache_file
 from engine.llm.retry import Failure, Retrier, retry_after, status_failure
 
-if TYPE_CHECKING:
-    from engine.llm.openai_client import OpenAICompatClient
-
 log = logging.getLogger("kbench.llm")
 
 __all__ = ["LLMClient", "LLMRequest", "LLMReply", "NO_KEY_MESSAGE", "api_key_from_env", "llm_available",
-           "make_client", "needs_streaming", "no_key_notice", "resolve_thinking"]
+           "needs_streaming", "no_key_notice", "resolve_thinking"]
 
 DEFAULT_ENDPOINT = "https://api.anthropic.com"
 
@@ -103,14 +101,6 @@ def needs_streaming(model: str, max_tokens: int) -> bool:
         MODEL_NONSTREAMING_TOKENS = {}
     limit = MODEL_NONSTREAMING_TOKENS.get(model)
     return 3600 * max_tokens / 128_000 > 600 or bool(limit and max_tokens > limit)
-
-
-def make_client(config: LLMConfig, ledger: CostLedger | None = None, **kw: Any) -> LLMClient | OpenAICompatClient:
-    """The client for `[llm] provider`: LLMClient (Anthropic) or OpenAICompatClient."""
-    if config.provider == "openai-compatible":
-        from engine.llm.openai_client import OpenAICompatClient   # here: it imports this module
-        return OpenAICompatClient(config, ledger, **kw)
-    return LLMClient(config, ledger, **kw)
 
 
 class LLMClient:

@@ -34,7 +34,7 @@ class OpenAICompatClient:
 
     def __init__(self, config: LLMConfig, ledger: CostLedger | None = None, *, api_key: str | None = None,
                  env: Mapping[str, str] | None = None, sleep: Callable[[float], None] = time.sleep,
-                 rng: random.Random | None = None, http_client: Any = None,
+                 rng: random.Random | None = None, http_client: Any = None,   # the SDK's httpx or httpx2 Client
                  clock: Callable[[], float] = time.monotonic, **_: Any):
         self.config = config
         self.ledger = ledger if ledger is not None else CostLedger(None)

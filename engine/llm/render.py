@@ -71,7 +71,7 @@ def render_inits(task: Task) -> str:
 
 def render_timings(measurement: Measurement | None) -> str:
     """Per-config times of a measurement (engine.workspace.Measurement) against eager and torch.compile."""
-    if measurement is None or not getattr(measurement, "configs", ()):
+    if measurement is None or not measurement.configs:
         return ""
     lines = ["| config | candidate ms | eager ms | vs eager | torch.compile ms | vs compile |",
              "|---|---|---|---|---|---|"]
@@ -80,7 +80,7 @@ def render_timings(measurement: Measurement | None) -> str:
             return format(x, fmt) if x is not None else "-"
         lines.append(f"| {c.config} | {f(c.ms, '.4f')} | {f(c.eager_ms, '.4f')} | {f(c.speedup_eager, '.2f')}x | "
                      f"{f(c.compile_ms, '.4f')} | {f(c.speedup_compile, '.2f')}x |")
-    where = f" on {measurement.gpu}" if getattr(measurement, "gpu", "") else ""
+    where = f" on {measurement.gpu}" if measurement.gpu else ""
     return f"Measured{where}:\n\n" + "\n".join(lines)
 
 

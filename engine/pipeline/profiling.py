@@ -18,6 +18,8 @@ from filelock import FileLock, Timeout
 
 from engine.jail import REFUSED
 from engine.jail.profiles import profiled_spec
+from engine.pipeline.candidate_spec import candidate_spec
+from engine.pipeline.eval_types import default_cache_root
 from engine.profile.ncu import (build_ncu_command, ncu_install_dirs, ncu_unavailable_reason, parse_ncu_csv,
                                 permission_denied)
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
@@ -30,7 +32,7 @@ NCU_LOCK = "/tmp/kbench-ncu.lock"   # machine-wide, whatever TMPDIR says: the co
 if TYPE_CHECKING:
     from engine.candidates import Candidate
     from engine.harness.roofline import Peaks
-    from engine.pipeline.evaluate import EvalOptions
+    from engine.pipeline.eval_types import EvalOptions
     from engine.tasks.model import Task
 
 
@@ -132,7 +134,6 @@ def profile_candidate(task: Task, candidate: Candidate, direction: str = "forwar
     """Build (cache hit after an evaluation) and profile a candidate; the `profile` Verdict."""
     from engine.harness.build import build_candidate
     from engine.harness.toolchain import detect as detect_toolchain
-    from engine.pipeline.evaluate import candidate_spec, default_cache_root
 
     t0 = time.monotonic()
     opts = options or ProfileOptions()

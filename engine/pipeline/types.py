@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import jsonable
-
-NO_GPU = "no CUDA GPU is visible to the evaluator"   # JudgeResult.error where torch finds no GPU
+from engine.gpu_wait import NO_GPU  # noqa: F401 - JudgeResult.error where torch finds no GPU, re-exported
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport
 from engine.pipeline.types import NO_GPU
 from engine.procs import ChildOutcome
 from engine.tasks.model import ALL_CONFIGS, Task, timing_selection
@@ -12,8 +13,6 @@ from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from engine.pipeline.evaluate import EvalOptions, EvalReport
 
 NO_GPU_REASON = "no CUDA GPU is visible: correctness and timing need a GPU (compiled fine)"
 
@@ -42,10 +41,8 @@ def apply_roofline(result: dict[str, Any], task: Task, direction: str, cache_roo
             row["bound"] = peaks.bound(cost)
 
 
-def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: ChildOutcome) -> None:
+def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: ChildOutcome) -> None:
     """Rows and the correctness / timing verdicts, from what the judge wrote (however it ended)."""
-    from engine.pipeline.evaluate import ConfigRow
-
     res = outcome.result
     report.device = res.get("device") or {}
     report.jail = res.get("jail") or {}
@@ -163,7 +160,7 @@ def fill_report(report: "EvalReport", task: Task, opts: "EvalOptions", outcome: 
     report.verdicts.append(Verdict(Stage.TIMING, Status.PASS, reason, data))
 
 
-def correctness_data(report: "EvalReport") -> dict[str, Any]:
+def correctness_data(report: EvalReport) -> dict[str, Any]:
     return {r.name: {"ok": r.correct, "reason": r.reason, "max_abs_err": r.max_abs_err} for r in report.rows}
 
 

@@ -68,7 +68,7 @@ def build_report(ws: Workspace, session: str) -> SessionReport:
     views = ws.candidates(session, strict=False)
     base = [v for v in views if v.record.operator == "baseline"]
     props = [v for v in views if v.record.operator != "baseline"]
-    rep = SessionReport(session=session, task=str(getattr(info, "task", "")), proposed=len(props),
+    rep = SessionReport(session=session, task=info.task, proposed=len(props),
                         baseline=[v.id for v in base])
     order = in_pipeline_order({s for v in views for s in v.status.stages})
     for stage in order:
@@ -154,7 +154,7 @@ def _build_seconds(ws: Workspace, view: CandidateView) -> float:
         latest = view.status.stages.get(Stage.COMPILE)
         return float(latest.verdict.verdict.data.get("seconds") or 0.0) if latest and latest.verdict else 0.0
     return sum(float(e.verdict.data.get("seconds") or 0.0) for e in entries
-               if getattr(e, "kind", "") == "verdict" and e.verdict.stage == Stage.COMPILE)
+               if e.kind == "verdict" and e.verdict.stage == Stage.COMPILE)
 
 
 def _x(v: float | None) -> str:

@@ -200,14 +200,14 @@ def summarise(kernels: Sequence[NcuKernel], peaks: Peaks | None = None, *, confi
     if flops and call_us > 0:
         model_tflops = flops / (call_us * 1e-6) / 1e12
     if main and peaks is not None:
-        if main.dram_gbps is not None and getattr(peaks, "copy_gbps", 0):
+        if main.dram_gbps is not None and peaks.copy_gbps:
             dram_fraction = main.dram_gbps / peaks.copy_gbps
         rate = model_tflops if model_tflops is not None else main.tflops
-        if rate is not None and getattr(peaks, "fp32_accurate_tflops", 0):
+        if rate is not None and peaks.fp32_accurate_tflops:
             compute_fraction = rate / peaks.fp32_accurate_tflops
     gpu = kernels[0].device if kernels else ""
     return ProfileSummary(bottleneck=bottleneck, kernels=profiles, config=config,
-                          gpu=getattr(peaks, "gpu", "") or gpu, dram_fraction=dram_fraction,
+                          gpu=(peaks.gpu if peaks is not None else "") or gpu, dram_fraction=dram_fraction,
                           model_tflops=model_tflops, compute_fraction=compute_fraction, torch_ops=list(torch_ops),
                           reference_ops=list(reference_ops), ncu_skipped=ncu_skipped)
 

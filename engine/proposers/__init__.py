@@ -38,7 +38,7 @@ def make_proposer(name: str, config: Config | None = None, *, ledger: CostLedger
     config = config or load_config()
     if name in LLM_PROPOSERS:
         from engine.llm.accounting import CostLedger
-        from engine.llm.client import make_client
+        from engine.llm.factory import make_client
         from engine.proposers.anthropic import LLMProposer
         if config.llm.provider != LLM_PROPOSERS[name]:
             raise KbenchError(f"the {name} proposer needs [llm] provider = \"{LLM_PROPOSERS[name]}\" "

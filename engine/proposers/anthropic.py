@@ -46,7 +46,7 @@ class LLMProposer:
         self.client = client
         self.config = config
         self.target = target      # the GPU and build flags, as engine.llm.target describes them
-        self.name = PROVIDER_PROPOSER.get(getattr(client, "provider", "anthropic"), "anthropic")
+        self.name = PROVIDER_PROPOSER.get(client.provider, "anthropic")
 
     def available(self) -> bool:
         return self.client.available

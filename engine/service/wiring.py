@@ -102,7 +102,7 @@ class SessionWiring:
         return self._evaluator(task, direction, False)
 
     def _llm_client(self, ledger: CostLedger) -> LLMClient | OpenAICompatClient:
-        from engine.llm.client import make_client
+        from engine.llm.factory import make_client
         kw = {"env": self.env, **self.llm_options} if self.env is not None else dict(self.llm_options)
         return make_client(self.config.llm, ledger, **kw)
 

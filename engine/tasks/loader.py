@@ -10,7 +10,7 @@ from engine.tasks.model import Task
 
 def builtin_tasks_dir() -> Path:
     """The built-in suite: the `tasks/` folder beside the engine package. (The user's own task folders are
-    listed in $KBENCH_TASKS: engine/task_catalog.py.)"""
+    listed in $KBENCH_TASKS: engine/tasks/user_tasks.py.)"""
     return Path(__file__).resolve().parents[2] / "tasks"
 
 
@@ -24,7 +24,7 @@ def builtin_task_names() -> list[str]:
 def load_task(ref: str | Path) -> Task:
     """Load `ref`: a built-in task name, a task folder (native or robust-kbench) or a KernelBench .py
     (`problem.py@fp16` / `@bf16` evaluates it in that precision, as KernelBench's `precision` option does)."""
-    from engine.tasks import kernelbench, native, robust_kbench
+    from engine.tasks import kernelbench, native, robust_kbench, user_tasks
 
     path = Path(ref)
     if not path.exists() and isinstance(ref, str):
@@ -33,10 +33,9 @@ def load_task(ref: str | Path) -> Task:
             return kernelbench.load_kernelbench(Path(file), dtype)
     if not path.exists() and isinstance(ref, str) and "/" not in ref:
         candidate = builtin_tasks_dir() / ref
-        from engine.task_catalog import find_user_task
         if candidate.exists():
             path = candidate
-        elif (mine := find_user_task(ref)) is not None:
+        elif (mine := user_tasks.find_user_task(ref)) is not None:
             path = mine                        # a task folder under $KBENCH_TASKS
         else:
             known = ", ".join(builtin_task_names()) or "none found"

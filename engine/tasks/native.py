@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import TaskError
-from engine.integrity.policy import POLICIES
 from engine.tasks import costexpr, pysource, toml_checks
 from engine.tasks.inits import SCHEMES
 from engine.tasks.model import ALL_CONFIGS, DTYPE_BYTES, Cost, DirectionSpec, Task, TaskConfig, Tolerance
+from engine.tasks.policies import POLICIES
 
 DIRECTIONS = ("forward", "backward")
 

@@ -215,7 +215,7 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
     def action_open(self) -> None:
         cid = self.current_candidate()
         if cid:
-            self.app.open_candidate(cid, self)
+            self.app.open_candidate(cid)
 
     def _jump_generation(self, delta: int) -> None:
         if not self.data or not self.data.stats:
@@ -249,7 +249,7 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
     def action_diff(self) -> None:
         cid = self.current_candidate()
         if cid:
-            self.app.open_candidate(cid, self, tab="diff", against=self.marked if self.marked != cid else None)
+            self.app.open_candidate(cid, tab="diff", against=self.marked if self.marked != cid else None)
 
     def action_search(self) -> None:
         s = self.query_one("#search", Input)

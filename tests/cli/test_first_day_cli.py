@@ -10,19 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
 from engine.errors import TaskError, TaskWarning
 from engine.tasks.loader import load_task
+from tests.conftest import cli
 from tests.paths import FIXTURES, REPO
 
 BASELINE = REPO / "tasks" / "softmax" / "baselines" / "forward"
-
-
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def softmax_copy(tmp_path: Path, name: str = "my_softmax", toml=None, reference=None) -> Path:

@@ -9,17 +9,11 @@ import sys
 
 import pytest
 
-from engine.candidates import Candidate
 from engine.cli import main as cli_main
 from engine.profile.session_report import BEST_COLOR, MEDIAN_COLOR, PLOT_NEEDS, build_report, to_markdown, write_report
 from engine.verdict import Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, Workspace
-
-
-
-def cand(tag: str, **meta) -> Candidate:
-    return Candidate("native", {"kernel.cu": f"// kernel {tag}\n__global__ void k() {{}}\n",
-                                "binding.cpp": "// glue\n"}, f"try {tag}", meta)
+from tests.conftest import cand
 
 
 def measure(speedup: float, compile_: float) -> Measurement:

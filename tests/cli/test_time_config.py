@@ -13,15 +13,8 @@ from engine.cli.common import check_config_names
 from engine.errors import ConfigError, KbenchError
 from engine.tasks.loader import load_task
 from tests.paths import REPO
-from tests.pipeline.timing_fakes import fake_judge
 
 BASELINE = REPO / "tasks" / "llama_rmsnorm" / "baselines" / "forward"
-
-
-@pytest.fixture
-def judged(monkeypatch, tmp_path):
-    monkeypatch.setenv("KBENCH_CACHE", str(tmp_path / "cache"))
-    return fake_judge(monkeypatch, tmp_path)
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:

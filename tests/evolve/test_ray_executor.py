@@ -1,6 +1,7 @@
 """The Ray executor against a local Ray instance started here: CPU only, the compile and GPU halves replaced
-by the engine's fakes (a custom `fake_gpu` resource stands in for GPUs). Workers are killed for real, with
-SIGKILL from outside, and a node is removed from a multi-node local cluster mid-evaluation."""
+by the engine's fakes (the GPU half with tests/evolve_fakes.py's fault hooks; a custom `fake_gpu` resource stands
+in for GPUs). Workers are killed for real, with SIGKILL from outside, and a node is removed from a multi-node
+local cluster mid-evaluation."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from engine.evolve.resume import INFRA_FAILURE, load_state  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions  # noqa: E402
 from engine.proposers.replay import ReplayProposer  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
+from tests import evolve_fakes  # noqa: E402
+from tests.evolve_fakes import fault_gpu  # noqa: E402
 
 FAKE_GPU = {"num_cpus": 1, "resources": {"fake_gpu": 1}}
 
@@ -51,9 +54,11 @@ def variant(task, marker: str) -> Candidate:
 
 
 def ray_executor(task, **kw):
+    """The GPU half is fault_gpu (FAKE_PIDFILE= / FAKE_GPU_SLEEP= markers: tests/evolve_fakes.py)."""
     from engine.evolve.ray_executor import RayExecutor
+    ray.cloudpickle.register_pickle_by_value(evolve_fakes)   # Ray's workers cannot import tests/: ship it whole
     return RayExecutor(task, "forward", EvalOptions(cache_root=Path("/nonexistent-not-used")),
-                       gpu_resources=FAKE_GPU, build_fn=fake_build, gpu_fn=fake_gpu, poll_s=0.05, **kw)
+                       gpu_resources=FAKE_GPU, build_fn=fake_build, gpu_fn=fault_gpu, poll_s=0.05, **kw)
 
 
 def summary(out: EvalOutcome):
@@ -100,10 +105,8 @@ def test_same_outcomes_as_the_local_pipeline(local_ray, task):
 def test_profile_runs_alone_as_a_gpu_task(local_ray, task, tmp_path):
     """`profile()` (a session's new best, [eval] profile = "best"): the profile stage as its own GPU task, its
     verdict back in the future; a task lost on every attempt is a skipped verdict, not an infrastructure failure."""
-    from tests import evolve_fakes
     from tests.evolve_fakes import fake_profile_stage
 
-    ray.cloudpickle.register_pickle_by_value(evolve_fakes)   # Ray's workers cannot import tests/: ship it whole
     ex = ray_executor(task, profile_fn=fake_profile_stage, retries=0)
     try:
         cand = variant(task, "FAKE_SPEEDUP=1.3 profiled")

@@ -16,7 +16,6 @@ from engine.evolve.ray_tasks import _worker_inputs
 from engine.tasks.loader import load_task
 from engine.tasks.model import default_timing_configs
 from engine.tasks.portable import pack_task
-from tests.pipeline.timing_fakes import fake_judge
 
 DEFAULT = ["bench", "rkb-single-1"]
 
@@ -29,12 +28,6 @@ def task():
 @pytest.fixture
 def baseline(task):
     return load_candidate(task.baseline_dir("forward"))
-
-
-@pytest.fixture
-def judged(monkeypatch, tmp_path):
-    monkeypatch.setenv("KBENCH_CACHE", str(tmp_path / "cache"))
-    return fake_judge(monkeypatch, tmp_path)
 
 
 def run_local(task, candidate, config: Config):

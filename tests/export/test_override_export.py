@@ -24,11 +24,6 @@ LN_FWD = REPO / "tasks" / "layernorm_lastdim" / "baselines" / "forward"
 SM_FWD = REPO / "tasks" / "softmax" / "baselines" / "forward"
 
 
-@pytest.fixture
-def ws(ln_ws):
-    return ln_ws
-
-
 def _compiled_without_gpu(ws, cid):
     """What an evaluation on a machine without a GPU leaves: compiled, correctness and timing never ran."""
     ws.record_verdicts(cid, [Verdict("compile", Status.PASS, "compiled"),
@@ -36,46 +31,46 @@ def _compiled_without_gpu(ws, cid):
                              Verdict("timing", Status.SKIPPED, NO_GPU_REASON)])
 
 
-def test_override_of_a_check_that_never_ran_does_not_make_it_exportable(ws, tmp_path, capsys):
-    cid = ws.commit_candidate("ln", load_candidate(LN_FWD)).id
-    _compiled_without_gpu(ws, cid)
-    ws.override(cid, "correctness", "pass", "I trust it", by="newcomer")
-    assert ws.status(cid).status_of("correctness") is Status.PASS      # the verdict did change
+def test_override_of_a_check_that_never_ran_does_not_make_it_exportable(ln_ws, tmp_path, capsys):
+    cid = ln_ws.commit_candidate("ln", load_candidate(LN_FWD)).id
+    _compiled_without_gpu(ln_ws, cid)
+    ln_ws.override(cid, "correctness", "pass", "I trust it", by="newcomer")
+    assert ln_ws.status(cid).status_of("correctness") is Status.PASS   # the verdict did change
     with pytest.raises(ExportError) as exc:
-        plan_from_workspace(ws, cid, with_backward=False)
+        plan_from_workspace(ln_ws, cid, with_backward=False)
     msg = str(exc.value)
     assert "never measured on a GPU" in msg and "override by newcomer ('I trust it')" in msg
     assert "an override may change a verdict, never invent a measurement" in msg
     assert f"kbench reevaluate {cid}" in msg and "--force" in msg
     # the CLI says the same and writes nothing
     out = tmp_path / "out"
-    assert main(["export", cid, "--workspace", str(ws.path), "--out", str(out), "--no-backward"]) == 2
+    assert main(["export", cid, "--workspace", str(ln_ws.path), "--out", str(out), "--no-backward"]) == 2
     assert "never measured on a GPU" in capsys.readouterr().err and not out.exists()
     # --force exports it, and the README does not call it passing
-    plan = plan_from_workspace(ws, cid, with_backward=False, force=True)
+    plan = plan_from_workspace(ln_ws, cid, with_backward=False, force=True)
     write_package(plan, out)
     readme = (out / "README.md").read_text()
     assert "WARNING: exported with --force" in readme and "NOT passing: it was never measured on a GPU" in readme
 
 
-def test_override_with_no_correctness_check_at_all_is_refused(ws):
-    cid = ws.commit_candidate("ln", load_candidate(LN_FWD)).id
-    ws.override(cid, "correctness", "pass", "looks right", by="newcomer")
+def test_override_with_no_correctness_check_at_all_is_refused(ln_ws):
+    cid = ln_ws.commit_candidate("ln", load_candidate(LN_FWD)).id
+    ln_ws.override(cid, "correctness", "pass", "looks right", by="newcomer")
     with pytest.raises(ExportError, match="never measured on a GPU: it has no correctness check; the `pass` is an "
                                           "override"):
-        plan_from_workspace(ws, cid, with_backward=False)
+        plan_from_workspace(ln_ws, cid, with_backward=False)
 
 
-def test_override_of_a_measured_failure_may_change_the_verdict(ws):
+def test_override_of_a_measured_failure_may_change_the_verdict(ln_ws):
     """A check that ran and failed (a tolerance a person judges too tight) may be overruled: that changes a
     verdict, it invents nothing."""
-    cid = ws.commit_candidate("ln", load_candidate(LN_FWD)).id
-    ws.record_verdicts(cid, [Verdict("compile", Status.PASS, "compiled"),
-                             Verdict("correctness", Status.FAIL, "wide-rows: max abs err 2e-5 > 1e-5")])
-    ws.record_measurement(cid, Measurement(1.3, 0.9, (ConfigTiming("bench", 0.1, 0.001, 0.13, 0.09),),
-                                           gpu="NVIDIA H100", driver="580", torch="2.14", cuda="13.0"))
-    ws.override(cid, "correctness", "pass", "2e-5 is within fp32 summation-order noise here", by="newcomer")
-    plan = plan_from_workspace(ws, cid, with_backward=False)
+    cid = ln_ws.commit_candidate("ln", load_candidate(LN_FWD)).id
+    ln_ws.record_verdicts(cid, [Verdict("compile", Status.PASS, "compiled"),
+                                Verdict("correctness", Status.FAIL, "wide-rows: max abs err 2e-5 > 1e-5")])
+    ln_ws.record_measurement(cid, Measurement(1.3, 0.9, (ConfigTiming("bench", 0.1, 0.001, 0.13, 0.09),),
+                                              gpu="NVIDIA H100", driver="580", torch="2.14", cuda="13.0"))
+    ln_ws.override(cid, "correctness", "pass", "2e-5 is within fp32 summation-order noise here", by="newcomer")
+    plan = plan_from_workspace(ln_ws, cid, with_backward=False)
     assert plan.forward.passing and not plan.forced
 
 
@@ -136,19 +131,19 @@ def test_a_recorded_eval_is_tied_to_the_task_version_and_to_every_config(tmp_pat
 # ---------------------------------------------------------------------------------------- where exports land
 
 
-def test_exports_default_to_the_workspace_not_the_current_directory(ws, tmp_path, monkeypatch, capsys):
-    cid = ws.commit_candidate("ln", load_candidate(LN_FWD)).id
-    ws.record_verdicts(cid, [Verdict("compile", Status.PASS, "compiled"), Verdict("correctness", Status.PASS, "ok")])
+def test_exports_default_to_the_workspace_not_the_current_directory(ln_ws, tmp_path, monkeypatch, capsys):
+    cid = ln_ws.commit_candidate("ln", load_candidate(LN_FWD)).id
+    ln_ws.record_verdicts(cid, [Verdict("compile", Status.PASS, "compiled"), Verdict("correctness", Status.PASS, "ok")])
     here = tmp_path / "checkout"
     here.mkdir()
     monkeypatch.chdir(here)
-    assert main(["export", cid, "--workspace", str(ws.path), "--no-backward"]) == 0
+    assert main(["export", cid, "--workspace", str(ln_ws.path), "--no-backward"]) == 0
     out = capsys.readouterr().out
-    pkg = ws.path / "exports" / "kbench_layernorm_lastdim"
+    pkg = ln_ws.path / "exports" / "kbench_layernorm_lastdim"
     assert f"package {pkg}/" in out and (pkg / "pyproject.toml").is_file()
     assert list(here.iterdir()) == []                      # nothing in the current directory
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=ws.path, capture_output=True, text=True, env=env)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=ln_ws.path, capture_output=True, text=True, env=env)
     assert status.stdout == ""                             # the workspace repository ignores its exports
 
 

@@ -31,13 +31,6 @@ FIXTURE = FIXTURES / "native"
 needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc (set CUDA_HOME)")
 
 
-@pytest.fixture(scope="module")
-def toolchain() -> Toolchain:
-    if not HAS_NVCC:
-        pytest.skip("needs nvcc (set CUDA_HOME)")
-    return detect(archs="9.0")  # pinned, so the test does not depend on the machine's GPU
-
-
 def _fake_toolchain(tc: Toolchain, tmp: Path, script: str) -> Toolchain:
     """The real toolchain with nvcc and g++ replaced by a shell script (no PCH: not GCC)."""
     fake = tmp / "fakecc"

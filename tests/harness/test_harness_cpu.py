@@ -14,7 +14,6 @@ from engine.pipeline.evaluate import EvalOptions, EvalReport
 from engine.pipeline.verdicts import fill_report as _fill_from_outcome
 from engine.procs import ChildOutcome, run_child, scrubbed_env
 from engine.harness.timing import hidden_work_suspected, summarise
-from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
 from tests.paths import REPO
 
@@ -125,11 +124,6 @@ def test_compare_names_an_all_zero_output():
 
 def test_compare_counts_outputs():
     assert "returned 1 output(s)" in compare_outputs((torch.ones(1),), (torch.ones(1), torch.ones(1)), 0, 0).reason
-
-
-@pytest.fixture(scope="module")
-def layernorm():
-    return load_task("layernorm_lastdim")
 
 
 # -- timing statistics and verdicts ---------------------------------------------------------------------

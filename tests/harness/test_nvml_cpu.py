@@ -139,3 +139,17 @@ def test_sm_use_by_process_takes_each_pids_highest_sample_since_the_time_asked()
         assert nvml.sm_use_by_process("00000000:1B:00.0", 500) == {}      # NVML kept no sample since then
         fake.nvmlDeviceGetProcessUtilization = lambda h, s: (_ for _ in ()).throw(FakeNVMLError("Not Supported"))
         assert nvml.sm_use_by_process("00000000:1B:00.0", 5) is None      # cannot say: nothing is excused
+
+
+def test_gpu_utilization_reads_each_gpus_rate_and_is_none_without_nvml(monkeypatch):
+    """scripts/bench_evolve.py samples it for the GPU worker's busy share (nvidia-smi's utilization.gpu)."""
+    fake = fake_pynvml()
+    rates = {0: 97, 1: 3}
+    fake.nvmlDeviceGetUtilizationRates = lambda h: SimpleNamespace(gpu=rates[h], memory=0)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert nvml.gpu_utilization() == {0: 97, 1: 3}
+    assert nvml.gpu_utilization([1]) == {1: 3}
+    assert nvml.gpu_utilization([7]) is None                   # an index NVML does not know
+    assert fake.calls.count("init") == fake.calls.count("shutdown")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_error=True))
+    assert nvml.gpu_utilization() is None

@@ -23,9 +23,8 @@ import pytest
 from engine.candidates import Candidate, load_candidate
 from engine.harness import object_cache as oc
 from engine.harness.build import BINDING_MODULE, BuildResult, _declares_extension_name, build_candidate
-from engine.harness.toolchain import Toolchain, detect
+from engine.harness.toolchain import Toolchain
 
-from tests.conftest import HAS_NVCC
 from tests.paths import FIXTURES, REPO
 
 FIXTURE = FIXTURES / "native"
@@ -176,13 +175,7 @@ def test_pch_identity_is_kept_beside_the_gch_and_follows_a_new_one(tmp_path: Pat
 
 
 # ---------------------------------------------------------------------------- real compiles (slow)
-@pytest.fixture(scope="module")
-def toolchain() -> Toolchain:
-    if not HAS_NVCC:
-        pytest.skip("needs nvcc (set CUDA_HOME)")
-    return detect(archs="9.0")  # the same key as tests/harness/test_build.py: one precompiled header per session
-
-
+# conftest's `toolchain` (session): the same key as tests/harness/test_build.py, one precompiled header per session
 def _cand(**changes: str) -> Candidate:
     """The native fixture with launch.h of this module's own, plus `changes`."""
     files = dict(load_candidate(FIXTURE).files)

@@ -13,8 +13,9 @@ from tests.paths import LLM_FIXTURES
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import base_config, body, layernorm, parent_candidate, recorded  # noqa: E402,F401
 
-from engine.llm.client import LLMRequest, make_client  # noqa: E402
+from engine.llm.client import LLMRequest  # noqa: E402
 from engine.llm.errors import APIUnavailable, InvalidRequest, LLMError  # noqa: E402
+from engine.llm.factory import make_client  # noqa: E402
 from engine.llm.openai_client import OpenAICompatClient  # noqa: E402
 from engine.llm.stub_server import StubResponse  # noqa: E402
 from engine.llm.stub_openai import (StubOpenAIAPI, completion_from_message, oai_error, text_completion,  # noqa: E402

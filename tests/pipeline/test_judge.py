@@ -86,11 +86,6 @@ CASES = {
 }
 
 
-@pytest.fixture
-def ws(ln_ws):
-    return ln_ws
-
-
 def _cand(tag: str) -> Candidate:
     return Candidate("native", {"kernel.cu": f"// {tag}\n__global__ void k() {{}}\n", "binding.cpp": "// glue\n"},
                      tag)
@@ -131,70 +126,70 @@ def _answers(ws, task, tmp_path, name: str, verdicts: list[Verdict], expected_sa
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_every_caller_agrees(ws, layernorm_task, tmp_path, name):
+def test_every_caller_agrees(ln_ws, layernorm_task, tmp_path, name):
     verdicts, expected = CASES[name]
-    answers = _answers(ws, layernorm_task, tmp_path, name, verdicts, expected)
+    answers = _answers(ln_ws, layernorm_task, tmp_path, name, verdicts, expected)
     if answers["kbench eval's record for export"] is None:      # correctness never checked: nothing recorded
         del answers["kbench eval's record for export"]
     assert answers == {k: expected for k in answers}, name
 
 
-def test_an_llm_verifier_that_fails_or_doubts_blocks_the_report_and_the_workspace(ws, layernorm_task, tmp_path):
+def test_an_llm_verifier_that_fails_or_doubts_blocks_the_report_and_the_workspace(ln_ws, layernorm_task, tmp_path):
     """The case that lost the LLM verifiers: the report never looked at them."""
     for status in (F, S):
         verdicts = good(llm_verify=v(Stage.LLM_VERIFY, status, "compile: fail (0.95): reads past the end"))
-        answers = _answers(ws, layernorm_task, tmp_path, f"llm-{status.value}", verdicts, False)
+        answers = _answers(ln_ws, layernorm_task, tmp_path, f"llm-{status.value}", verdicts, False)
         assert not any(answers.values()), answers
         assert judge_verdicts(verdicts, SPEEDUP).blocked_by == (Stage.LLM_VERIFY,)
         assert judge_verdicts(verdicts, SPEEDUP).failed_stage == Stage.LLM_VERIFY
 
 
-def test_an_overridden_static_fail_passes_in_the_report_and_the_workspace_alike(ws, layernorm_task, tmp_path):
+def test_an_overridden_static_fail_passes_in_the_report_and_the_workspace_alike(ln_ws, layernorm_task, tmp_path):
     """A person's override of a static `fail`: `kbench eval --override-static` marks the verdict; a workspace
     records an `override` note. Both count as the override to `pass` they are; without one, both block."""
     rest = good(static=None)
     marked = [v(Stage.STATIC, F, "reward hack (overridden by a person: evaluation continues)", overridden=True)] + rest
-    assert all(_answers(ws, layernorm_task, tmp_path, "marked", marked, True).values())
+    assert all(_answers(ln_ws, layernorm_task, tmp_path, "marked", marked, True).values())
 
     plain = [v(Stage.STATIC, F, "reward hack")] + rest
-    assert not any(_answers(ws, layernorm_task, tmp_path, "plain", plain, False).values())
-    cid = ws.candidates("ln")[-1].id
-    ws.override(cid, Stage.STATIC, "pass", "the cache is keyed by shape, not a hack", by="reviewer")
-    st = ws.status(cid)
+    assert not any(_answers(ln_ws, layernorm_task, tmp_path, "plain", plain, False).values())
+    cid = ln_ws.candidates("ln")[-1].id
+    ln_ws.override(cid, Stage.STATIC, "pass", "the cache is keyed by shape, not a hack", by="reviewer")
+    st = ln_ws.status(cid)
     assert st.passed and st.eligible and st.status_of(Stage.STATIC) is P and st.stages[Stage.STATIC].overridden
-    assert ws.session("ln").best in (cid, ws.candidates("ln")[-2].id)   # eligible now, ranked by speedup
+    assert ln_ws.session("ln").best in (cid, ln_ws.candidates("ln")[-2].id)  # eligible now, ranked by speedup
     assert passing_status(st) == (True, "")
-    member, _ = member_from_view(ws.view(cid))
+    member, _ = member_from_view(ln_ws.view(cid))
     assert member.eligible and member.failed_stage is None
 
     # an override to fail blocks a clean candidate as surely
-    ws.override(cid, Stage.STATIC, "fail", "on second thought", by="reviewer")
-    assert not ws.status(cid).eligible and ws.status(cid).judgement.blocked_by == (Stage.STATIC,)
+    ln_ws.override(cid, Stage.STATIC, "fail", "on second thought", by="reviewer")
+    assert not ln_ws.status(cid).eligible and ln_ws.status(cid).judgement.blocked_by == (Stage.STATIC,)
 
 
-def test_an_override_never_invents_a_measurement(ws):
+def test_an_override_never_invents_a_measurement(ln_ws):
     """An override to `pass` over a correctness check that never ran does not make it passed, anywhere, and a
     measurement recorded beside it does not make it eligible."""
-    cid = ws.commit_candidate("ln", _cand("never-ran")).id
-    ws.record_verdicts(cid, [v(Stage.COMPILE, P), v(Stage.CORRECTNESS, K, "no GPU"), v(Stage.TIMING, K, "no GPU")])
-    ws.override(cid, Stage.CORRECTNESS, "pass", "I trust it", by="newcomer")
-    ws.record_measurement(cid, Measurement(SPEEDUP, None, (ConfigTiming("bench", 0.1),), gpu="NVIDIA H100"))
-    st = ws.status(cid)
+    cid = ln_ws.commit_candidate("ln", _cand("never-ran")).id
+    ln_ws.record_verdicts(cid, [v(Stage.COMPILE, P), v(Stage.CORRECTNESS, K, "no GPU"), v(Stage.TIMING, K, "no GPU")])
+    ln_ws.override(cid, Stage.CORRECTNESS, "pass", "I trust it", by="newcomer")
+    ln_ws.record_measurement(cid, Measurement(SPEEDUP, None, (ConfigTiming("bench", 0.1),), gpu="NVIDIA H100"))
+    st = ln_ws.status(cid)
     assert st.status_of(Stage.CORRECTNESS) is P and not st.blocked
     assert not st.passed and not st.eligible and st.judgement.unran == (Stage.CORRECTNESS,)
     assert "never invent a measurement" in st.judgement.why_not_passed
     ok, why = passing_status(st)
     assert not ok and "never measured on a GPU" in why
-    assert ws.session("ln").best is None
-    member, _ = member_from_view(ws.view(cid))
+    assert ln_ws.session("ln").best is None
+    member, _ = member_from_view(ln_ws.view(cid))
     assert not member.eligible and member.failed_stage == Stage.CORRECTNESS
 
     # an override of a check that ran and failed may change the verdict: it invents nothing
-    other = ws.commit_candidate("ln", _cand("ran")).id
-    ws.record_verdicts(other, [v(Stage.COMPILE, P), v(Stage.CORRECTNESS, F, "odd shape off by 1e-3")])
-    ws.override(other, Stage.CORRECTNESS, "pass", "tolerance too tight for fp16", by="reviewer")
-    assert ws.status(other).passed and not ws.status(other).eligible     # passed, never timed
-    assert ws.status(other).judgement.failed_stage == Stage.TIMING
+    other = ln_ws.commit_candidate("ln", _cand("ran")).id
+    ln_ws.record_verdicts(other, [v(Stage.COMPILE, P), v(Stage.CORRECTNESS, F, "odd shape off by 1e-3")])
+    ln_ws.override(other, Stage.CORRECTNESS, "pass", "tolerance too tight for fp16", by="reviewer")
+    assert ln_ws.status(other).passed and not ln_ws.status(other).eligible  # passed, never timed
+    assert ln_ws.status(other).judgement.failed_stage == Stage.TIMING
 
 
 def test_judge_the_rule_itself():
@@ -222,16 +217,16 @@ def test_needs_profile_asks_the_judgement():
     assert not needs_profile(EvalOutcome(good(compile=None), timed, speedup_eager=SPEEDUP))
 
 
-def test_stage_names_are_todays_strings_in_pipeline_order(ws):
+def test_stage_names_are_todays_strings_in_pipeline_order(ln_ws):
     assert [s.value for s in STAGES] == ["static", "llm_verify", "compile", "correctness", "timing", "integrity",
                                          "profile"]
     assert Stage.CORRECTNESS == "correctness" and {"timing": 1}[Stage.TIMING] == 1 and f"{Stage.STATIC}" == "static"
     assert json.dumps(Verdict(Stage.CORRECTNESS, P).to_json()) == \
         '{"stage": "correctness", "status": "pass", "reason": "", "data": {}}'
-    cid = ws.commit_candidate("ln", _cand("notes")).id
-    ws.record_verdicts(cid, [Verdict(Stage.COMPILE, P), Verdict("correctness", P)])   # a member, or a plain str
-    text = subprocess.run(["git", "notes", "--ref", "kbench", "show", ws.resolve(cid).commit], cwd=ws.path,
+    cid = ln_ws.commit_candidate("ln", _cand("notes")).id
+    ln_ws.record_verdicts(cid, [Verdict(Stage.COMPILE, P), Verdict("correctness", P)])  # a member, or a plain str
+    text = subprocess.run(["git", "notes", "--ref", "kbench", "show", ln_ws.resolve(cid).commit], cwd=ln_ws.path,
                           capture_output=True, text=True, check=True).stdout
     assert '"stage":"compile"' in text and '"stage":"correctness"' in text and "Stage." not in text, text
-    st = ws.status(cid)
+    st = ln_ws.status(cid)
     assert list(st.stages) == [Stage.COMPILE, Stage.CORRECTNESS] and st.passed

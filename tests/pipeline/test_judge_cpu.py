@@ -18,11 +18,6 @@ from tests.helper_double import Session
 from tests.paths import FIXTURES
 
 
-@pytest.fixture(scope="module")
-def layernorm():
-    return load_task("layernorm_lastdim")
-
-
 def _small(task):
     return next(c for c in task.configs if c.name == "odd-small")
 

@@ -10,13 +10,14 @@ import sys
 import pytest
 
 from tests.paths import LLM_FIXTURES
+from tests.proposers.conftest import req
 
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import BINDING, KERNEL, api, harness, layernorm, parent_candidate, recorded  # noqa: E402,F401
 
 from engine.candidates import Candidate  # noqa: E402
 from engine.llm import availability  # noqa: E402
-from engine.proposers import Proposal, ProposalRequest, ProposalStatus, guarded, make_proposer  # noqa: E402
+from engine.proposers import Proposal, ProposalStatus, guarded, make_proposer  # noqa: E402
 from engine.llm.stub_bodies import error_body  # noqa: E402
 from engine.llm.stub_server import StubResponse  # noqa: E402
 from engine.proposers.anthropic import AnthropicProposer  # noqa: E402
@@ -29,10 +30,6 @@ UNAVAILABLE = ProposalStatus.UNAVAILABLE
 def proposer(harness):
     cfg = harness.config()
     return AnthropicProposer(harness.client(cfg), cfg)
-
-
-def req(task, op, *parents, **kw):
-    return ProposalRequest(task=task, operator=op, parents=tuple(parents), **kw)
 
 
 def test_translate(proposer, harness, layernorm):

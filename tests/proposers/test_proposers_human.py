@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 from tests.paths import LLM_FIXTURES
+from tests.proposers.conftest import req
 
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import BINDING, layernorm, parent_candidate  # noqa: E402,F401
 
-from engine.proposers import ProposalRequest, ProposalStatus  # noqa: E402
+from engine.proposers import ProposalStatus  # noqa: E402
 from engine.proposers.human import RATIONALE, HumanProposer  # noqa: E402
 
 OK, FAILED, EMPTY, STOP = (ProposalStatus.OK, ProposalStatus.FAILED, ProposalStatus.EMPTY, ProposalStatus.STOP)
@@ -23,10 +24,6 @@ def script(tmp_path: Path, body: str) -> str:
     path.write_text("import sys, os\nfrom pathlib import Path\nfiles = [Path(f) for f in sys.argv[1:]]\n"
                     "cwd = Path(os.getcwd())\n" + body)
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(path))}"
-
-
-def req(task, *parents, op="mutate", **kw):
-    return ProposalRequest(task=task, operator=op, parents=tuple(parents), **kw)
 
 
 def test_edit_becomes_a_candidate(tmp_path, layernorm):
@@ -42,7 +39,7 @@ assert (cwd / "reference.py").read_text().startswith('\"\"\"LayerNorm')
     tmp_root = tmp_path / "edits"
     tmp_root.mkdir()
     parent = parent_candidate()
-    p = HumanProposer(env={"EDITOR": editor}, tmp_root=tmp_root).propose(req(layernorm, parent))
+    p = HumanProposer(env={"EDITOR": editor}, tmp_root=tmp_root).propose(req(layernorm, "mutate", parent))
     assert p.status == OK and p.proposer == "human" and p.operator == "mutate"
     c = p.candidate
     assert set(c.files) == {"kernel.cu", "binding.cpp"}  # reference.py and RATIONALE.md are not candidate files
@@ -56,33 +53,33 @@ assert (cwd / "reference.py").read_text().startswith('\"\"\"LayerNorm')
 
 def test_visual_wins_over_editor(tmp_path, layernorm):
     visual = script(tmp_path, "k = cwd / 'kernel.cu'; k.write_text(k.read_text() + '// touched\\n')\n")
-    p = HumanProposer(env={"VISUAL": visual, "EDITOR": "false"}).propose(req(layernorm, parent_candidate()))
+    p = HumanProposer(env={"VISUAL": visual, "EDITOR": "false"}).propose(req(layernorm, "mutate", parent_candidate()))
     assert p.status == OK and p.rationale == "edited by hand"
 
 
 def test_unchanged_gives_no_proposal(tmp_path, layernorm):
     tmp_root = tmp_path / "edits"
     tmp_root.mkdir()
-    p = HumanProposer(env={"EDITOR": "true"}, tmp_root=tmp_root).propose(req(layernorm, parent_candidate()))
+    p = HumanProposer(env={"EDITOR": "true"}, tmp_root=tmp_root).propose(req(layernorm, "mutate", parent_candidate()))
     assert p.status == EMPTY and "not changed" in p.reason and list(tmp_root.iterdir()) == []
 
 
 def test_editor_failure_keeps_the_files(tmp_path, layernorm):
     editor = script(tmp_path, "(cwd / 'kernel.cu').write_text('half done')\nsys.exit(3)\n")
-    p = HumanProposer(env={"EDITOR": editor}, tmp_root=tmp_path).propose(req(layernorm, parent_candidate()))
+    p = HumanProposer(env={"EDITOR": editor}, tmp_root=tmp_path).propose(req(layernorm, "mutate", parent_candidate()))
     assert p.status == FAILED and "status 3" in p.reason
     kept = Path(p.reason.rsplit("the files are in ", 1)[1])
     assert (kept / "kernel.cu").read_text() == "half done"  # nothing the user typed is lost
 
 
 def test_missing_editor_program(tmp_path, layernorm):
-    p = HumanProposer(editor=str(tmp_path / "no-such-editor")).propose(req(layernorm, parent_candidate()))
+    p = HumanProposer(editor=str(tmp_path / "no-such-editor")).propose(req(layernorm, "mutate", parent_candidate()))
     assert p.status == FAILED and "cannot start the editor" in p.reason
 
 
 def test_unreadable_result_keeps_the_files(tmp_path, layernorm):
     editor = script(tmp_path, "(cwd / 'binding.cpp').unlink()\n")
-    p = HumanProposer(env={"EDITOR": editor}, tmp_root=tmp_path).propose(req(layernorm, parent_candidate()))
+    p = HumanProposer(env={"EDITOR": editor}, tmp_root=tmp_path).propose(req(layernorm, "mutate", parent_candidate()))
     assert p.status == FAILED and "cannot tell the candidate format" in p.reason and "kbench-edit-" in p.reason
 
 
@@ -90,13 +87,13 @@ def test_new_header_and_backup_files(tmp_path, layernorm):
     editor = script(tmp_path, "(cwd / 'reduce.cuh').write_text('#pragma once\\n')\n"
                               "(cwd / 'kernel.cu~').write_text('backup')\n"
                               "(cwd / 'notes.txt').write_text('scratch')\n")
-    p = HumanProposer(env={"EDITOR": editor}).propose(req(layernorm, parent_candidate()))
+    p = HumanProposer(env={"EDITOR": editor}).propose(req(layernorm, "mutate", parent_candidate()))
     assert p.status == OK and set(p.candidate.files) == {"kernel.cu", "binding.cpp", "reduce.cuh"}
 
 
 def test_translate_from_a_skeleton(tmp_path, layernorm):
     editor = script(tmp_path, "k = cwd / 'kernel.cu'; k.write_text(k.read_text().replace('// TODO: the computation', ''))\n")
-    p = HumanProposer(env={"EDITOR": editor}).propose(req(layernorm, op="translate"))
+    p = HumanProposer(env={"EDITOR": editor}).propose(req(layernorm, "translate"))
     assert p.status == OK and p.operator == "translate" and p.parents == ()
     assert p.candidate.format == "native" and "PYBIND11_MODULE" in p.candidate.files["binding.cpp"]
     assert p.candidate.name == "hand-written"
@@ -105,20 +102,20 @@ def test_translate_from_a_skeleton(tmp_path, layernorm):
 def test_known_edit_is_empty(tmp_path, layernorm):
     editor = script(tmp_path, "k = cwd / 'kernel.cu'; k.write_text(k.read_text() + '// x\\n')\n")
     parent = parent_candidate()
-    first = HumanProposer(env={"EDITOR": editor}).propose(req(layernorm, parent))
+    first = HumanProposer(env={"EDITOR": editor}).propose(req(layernorm, "mutate", parent))
     again = HumanProposer(env={"EDITOR": editor}).propose(
-        req(layernorm, parent, known_hashes=frozenset({first.candidate.source_hash})))
+        req(layernorm, "mutate", parent, known_hashes=frozenset({first.candidate.source_hash})))
     assert again.status == EMPTY and "already has" in again.reason
 
 
 def test_no_editor_configured(layernorm):
     h = HumanProposer(env={})
     assert not h.available() and "$EDITOR" in h.unavailable_reason()
-    p = h.propose(req(layernorm, parent_candidate()))
+    p = h.propose(req(layernorm, "mutate", parent_candidate()))
     assert p.status == STOP and "$VISUAL or $EDITOR" in p.reason
     assert HumanProposer(env={"EDITOR": "vi"}).available()
 
 
 def test_two_parents_are_refused(layernorm):
-    p = HumanProposer(editor="true").propose(req(layernorm, parent_candidate(), parent_candidate("b")))
+    p = HumanProposer(editor="true").propose(req(layernorm, "mutate", parent_candidate(), parent_candidate("b")))
     assert p.status == FAILED and "one parent" in p.reason

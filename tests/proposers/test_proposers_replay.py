@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.paths import LLM_FIXTURES, REPO
+from tests.proposers.conftest import req
 
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import BINDING, KERNEL, layernorm, parent_candidate  # noqa: E402,F401
@@ -44,13 +45,9 @@ def make_dir(root: Path) -> Path:
     return root
 
 
-def req(task, op="translate", *parents, **kw):
-    return ProposalRequest(task=task, operator=op, parents=tuple(parents), **kw)
-
-
 def test_directory_replay_in_natural_order(tmp_path, layernorm):
     rp = ReplayProposer.from_directory(make_dir(tmp_path / "cands"))
-    first, second, third, broken, end = (rp.propose(req(layernorm)) for _ in range(5))
+    first, second, third, broken, end = (rp.propose(req(layernorm, "translate")) for _ in range(5))
 
     assert first.status == OK and first.candidate.files == {"kernel.cu": KERNEL, "binding.cpp": BINDING}
     assert first.prompt.startswith("# Proposal abc") and first.proposer == "replay"
@@ -63,7 +60,7 @@ def test_directory_replay_in_natural_order(tmp_path, layernorm):
 
     assert broken.status == FAILED and "broken" in broken.reason and "binding.cpp" in broken.reason
     assert end.status == EMPTY and "spent (4 entries" in end.reason
-    assert rp.propose(req(layernorm)).status == EMPTY
+    assert rp.propose(req(layernorm, "translate")).status == EMPTY
 
 
 def test_request_parents_override_recorded_ones(tmp_path, layernorm):
@@ -77,23 +74,24 @@ def test_request_parents_override_recorded_ones(tmp_path, layernorm):
 def test_known_hashes_are_skipped(tmp_path, layernorm):
     known = frozenset({parent_candidate().source_hash})
     rp = ReplayProposer.from_directory(make_dir(tmp_path / "c"))
-    p = rp.propose(req(layernorm, known_hashes=known))
+    p = rp.propose(req(layernorm, "translate", known_hashes=known))
     assert p.status == OK and p.candidate.format == "robust-kbench"
 
 
 def test_a_single_candidate_folder_or_file(tmp_path, layernorm):
     make_dir(tmp_path / "c")
     rp = ReplayProposer.from_directory(tmp_path / "c" / "01-first")
-    assert rp.propose(req(layernorm)).status == OK and rp.propose(req(layernorm)).status == EMPTY
+    assert rp.propose(req(layernorm, "translate")).status == OK
+    assert rp.propose(req(layernorm, "translate")).status == EMPTY
     rp = ReplayProposer.from_directory(tmp_path / "c" / "2.cu")
-    assert rp.propose(req(layernorm)).candidate.format == "robust-kbench"
+    assert rp.propose(req(layernorm, "translate")).candidate.format == "robust-kbench"
 
 
 def test_missing_directory(tmp_path, layernorm):
     rp = ReplayProposer.from_directory(tmp_path / "nope")
-    p = rp.propose(req(layernorm))
+    p = rp.propose(req(layernorm, "translate"))
     assert p.status == FAILED and "no such file" in p.reason
-    assert rp.propose(req(layernorm)).status == EMPTY
+    assert rp.propose(req(layernorm, "translate")).status == EMPTY
 
 
 def test_session_replay_through_a_reader(layernorm):

@@ -393,12 +393,7 @@ def test_kbench_glue_bad_input():
 
 
 # ---------------------------------------------------------------------------- real compiles (slow)
-@pytest.fixture(scope="module")
-def toolchain():
-    from engine.harness.toolchain import detect
-    return detect(archs="9.0")   # the same key as tests/harness/test_build.py: one precompiled header per session
-
-
+# conftest's `toolchain` (session): the same key as tests/harness/test_build.py, one precompiled header per session
 def _import(res) -> str:
     code = ("import json, sys\nfrom engine.harness.build import BuildResult, load_module\n"
             "m = load_module(BuildResult.from_json(json.loads(sys.argv[1])))\nprint(m.__name__, m.forward.__doc__)\n")

@@ -10,10 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from kbench_tui import keymap
-from kbench_tui.testing import build_demo_workspace, fake_backend, run_app, screen_text, type_text, wait_until
+from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
 from tests.paths import FIXTURES, REPO
 
 HEAVY = "┏"        # the focused field's border (styles.tcss): visible without colour
@@ -28,12 +26,6 @@ async def open_form(app, pilot):
 
 def options(select) -> list[str]:
     return [v for _, v in select._options if v is not None]
-
-
-@pytest.fixture
-def demo(tmp_path):
-    build_demo_workspace(tmp_path / "ws").close()
-    return tmp_path / "ws"
 
 
 def test_no_cuda_runtime_line_from_a_build_worker():

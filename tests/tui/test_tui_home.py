@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from kbench_tui import keymap
-from kbench_tui.testing import build_demo_workspace, fake_backend, run_app, screen_text, wait_until
-
-
-@pytest.fixture
-def demo(tmp_path):
-    build_demo_workspace(tmp_path / "ws").close()
-    return tmp_path / "ws"
+from kbench_tui.testing import fake_backend, run_app, screen_text, wait_until
 
 
 def test_home_lists_sessions_tasks_and_notices(demo):

@@ -9,13 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.workspace import Workspace
-from kbench_tui.testing import build_demo_workspace, fake_backend, run_app, screen_text, type_text, wait_until
-
-
-@pytest.fixture
-def demo(tmp_path):
-    build_demo_workspace(tmp_path / "ws").close()
-    return tmp_path / "ws"
+from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
 
 
 async def open_session(app, pilot):

@@ -10,7 +10,9 @@ from engine.candidates import Candidate
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace import (ConfigTiming, CorruptNoteError, Measurement, UnknownCandidateError,
                               UnknownSessionError, Workspace, WorkspaceError)
+from tests.conftest import cand
 from tests.workspace.git_helpers import fsck_clean, git
+
 
 @pytest.fixture
 def ws(tmp_path, task):
@@ -18,11 +20,6 @@ def ws(tmp_path, task):
     w.start_session("ln", task, proposer="anthropic", model="claude-test")
     yield w
     w.close()
-
-
-def cand(tag: str, **meta) -> Candidate:
-    return Candidate("native", {"kernel.cu": f"// kernel {tag}\n__global__ void k() {{}}\n",
-                                "binding.cpp": "// glue\n"}, f"try {tag}", meta)
 
 
 def measure(speedup: float, compile_: float | None = None, gpu: str = "NVIDIA H100") -> Measurement:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.candidates import Candidate
 from engine.cli import main
 from engine.verdict import Status, Verdict
 from engine.workspace import NotAWorkspaceError, UnknownCandidateError, Workspace, WorkspaceError
+from tests.workspace.conftest import plain_cand
 from tests.workspace.git_helpers import git
 
 
@@ -40,10 +40,6 @@ def foreign(tmp_path):
     (repo / "model.py").write_text("print('work in progress')\n")
     (repo / "scratch.txt").write_text("untracked\n")
     return repo
-
-
-def cand(t: str) -> Candidate:
-    return Candidate("native", {"kernel.cu": f"// {t}\n", "binding.cpp": "// glue\n"}, t)
 
 
 def test_non_empty_plain_folder_is_refused_untouched(tmp_path, capsys):
@@ -85,7 +81,7 @@ def test_adopted_repository_keeps_its_refs_index_and_work_tree(foreign, task):
     notes_before = git(foreign, "notes", "show", "HEAD")
     with Workspace.create(foreign, adopt=True) as ws:
         ws.start_session("s", task)
-        a = ws.commit_candidate("s", cand("a"))
+        a = ws.commit_candidate("s", plain_cand("a"))
         ws.record_verdict(a.id, Verdict("compile", Status.PASS))
         ws.record(a.id, [])
         ws.override(a.id, "compile", "fail", "no")
@@ -116,7 +112,7 @@ def test_users_branch_named_like_a_session_is_never_moved(foreign, task):
 def test_foreign_refs_inside_our_namespace_are_skipped(tmp_path, task):
     with Workspace.create(tmp_path / "ws") as ws:
         ws.start_session("s", task)
-        a = ws.commit_candidate("s", cand("a"))
+        a = ws.commit_candidate("s", plain_cand("a"))
         tree = git(ws.path, "mktree", input="")
         stray = git(ws.path, "commit-tree", tree.strip(), "-m", "not kbench's").strip()
         git(ws.path, "update-ref", "refs/kbench/s/junk", stray)
@@ -157,8 +153,8 @@ def test_corrupt_note_and_unknown_ids_through_the_cli(tmp_path, task, capsys):
     path = tmp_path / "ws"
     with Workspace.create(path) as ws:
         ws.start_session("s", task)
-        a = ws.commit_candidate("s", cand("a"))
-        b = ws.commit_candidate("s", cand("b"))
+        a = ws.commit_candidate("s", plain_cand("a"))
+        b = ws.commit_candidate("s", plain_cand("b"))
         ws.record_verdict(b.id, Verdict("compile", Status.PASS))
     git(path, "notes", "--ref", "kbench", "add", "-m", '{"kind":"verdict","stage":"compile",', a.commit)
     before = snapshot(path / ".git")

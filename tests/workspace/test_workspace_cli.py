@@ -10,14 +10,8 @@ from engine.candidates import Candidate
 from engine.cli import main
 from engine.verdict import Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, Workspace
+from tests.conftest import cli
 from tests.workspace.git_helpers import git
-
-
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture

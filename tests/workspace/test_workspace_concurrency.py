@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.candidates import Candidate
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace import Measurement, Workspace
 from tests.paths import REPO
+from tests.workspace.conftest import plain_cand
 from tests.workspace.git_helpers import fsck_clean, git
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "KBENCH_CRASHPOINT"}
@@ -65,10 +65,6 @@ def child(ws: Workspace, tag: str, n: int, **env) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env={**ENV, **env}, cwd=REPO)
 
 
-def cand(tag: str) -> Candidate:
-    return Candidate("native", {"kernel.cu": f"// {tag}\n", "binding.cpp": "// glue\n"}, tag)
-
-
 @pytest.mark.parametrize("shared", [True, False], ids=["one-workspace", "workspace-per-thread"])
 def test_threads_commit_at_once(ws, shared):
     n_threads, per_thread = 4, 6
@@ -82,7 +78,7 @@ def test_threads_commit_at_once(ws, shared):
             start.wait()
             prev = None
             for i in range(per_thread):
-                rec = w.commit_candidate("ln", cand(f"t{t}-{i}"), parents=[prev] if prev else [])
+                rec = w.commit_candidate("ln", plain_cand(f"t{t}-{i}"), parents=[prev] if prev else [])
                 # one append: compile and correctness passed (engine.verdict.judge needs both to be eligible)
                 w.record_verdicts(rec.id, [Verdict(Stage.COMPILE, Status.PASS, f"t{t}-{i}"),
                                            Verdict(Stage.CORRECTNESS, Status.PASS)])
@@ -167,7 +163,7 @@ def test_child_killed_mid_commit_leaves_a_clean_repository(ws, round_):
         for cid in noted:
             assert views[cid].status.status_of("compile") == Status.PASS  # no completed note lost
         # and the workspace carries on
-        rec = again.commit_candidate("ln", cand("after"))
+        rec = again.commit_candidate("ln", plain_cand("after"))
         again.record_verdict(rec.id, Verdict("compile", Status.PASS))
         assert rec.id not in committed
     fsck_clean(ws.path)
@@ -186,7 +182,7 @@ def test_crash_at_each_step(ws, point, second_present):
     assert ("ln-g0-2" in ids) == second_present
     if second_present:
         assert ids["ln-g0-2"].status.status_of("compile") is None  # died before (or right at) its note
-    rec = ws.commit_candidate("ln", cand("next"))
+    rec = ws.commit_candidate("ln", plain_cand("next"))
     assert rec.id == ("ln-g0-3" if second_present else "ln-g0-2")
     fsck_clean(ws.path)
 
@@ -207,7 +203,7 @@ def test_writer_lock_serialises_processes_and_dies_with_its_holder(ws):
                               text=True, env=ENV, cwd=REPO)
     assert holder.stdout.readline().strip() == "locked"
     t0 = time.monotonic()
-    ws.commit_candidate("ln", cand("waits"))
+    ws.commit_candidate("ln", plain_cand("waits"))
     assert time.monotonic() - t0 > 0.5        # had to wait for the other process
     holder.wait(30)
     holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(ws.path), "600"], stdout=subprocess.PIPE,
@@ -216,5 +212,5 @@ def test_writer_lock_serialises_processes_and_dies_with_its_holder(ws):
     holder.kill()
     holder.wait(30)
     t0 = time.monotonic()
-    ws.commit_candidate("ln", cand("after-kill"))
+    ws.commit_candidate("ln", plain_cand("after-kill"))
     assert time.monotonic() - t0 < 5          # the kernel dropped the dead holder's lock

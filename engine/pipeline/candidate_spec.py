@@ -1,0 +1,29 @@
+"""From a built candidate to the CandidateSpec the runner loads.
+
+Shared by evaluate() (engine/pipeline/evaluate.py, which re-exports it) and the profiler
+(engine/pipeline/profiling.py), which both build a candidate and then hand it to a jailed child; here so
+that neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.pipeline.types import CandidateSpec
+
+if TYPE_CHECKING:
+    from engine.candidates import Candidate
+    from engine.harness.build_result import BuildResult
+    from engine.harness.toolchain import Toolchain
+
+
+def candidate_spec(candidate: Candidate, build: BuildResult, cache_root: Path, toolchain: Toolchain) -> CandidateSpec:
+    """What the runner loads: the built .so, or the KernelBench .py and its load_inline build folder."""
+    from engine.harness.build import kernelbench_extensions_dir
+    if candidate.format == "kernelbench":
+        src_dir = candidate.write_to(cache_root / "candidates" / candidate.source_hash)
+        return CandidateSpec(candidate.format, f"kb_modelnew_{candidate.source_hash}",
+                             py_path=str(src_dir / candidate.main_file),
+                             torch_extensions=str(kernelbench_extensions_dir(cache_root, candidate)))
+    return CandidateSpec(candidate.format, build.module_name, so_path=str(build.so_path))

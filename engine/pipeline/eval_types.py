@@ -1,0 +1,127 @@
+"""What evaluate() takes and gives, on the parent side: EvalOptions, and the EvalReport of ConfigRows every
+caller reads (engine/pipeline/types.py holds what crosses to the judge and back).
+
+In their own module so that evaluate.py, which runs the stages, and verdicts.py and profiling.py, which it
+calls, all import them without importing one another; evaluate.py re-exports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.config import cache_root
+from engine.harness.stats import geomean
+from engine.verdict import Judgement, Verdict, effective, judge_verdicts
+
+
+def default_cache_root() -> Path:
+    return cache_root()
+
+
+@dataclass
+class EvalOptions:
+    configs: list[str] | None = None       # None: every config
+    # Time only these (correctness still covers `configs`); ["all"]: every config; None: the task's default,
+    # `bench` and the configs tagged `timed` (engine.tasks.model.timing_selection)
+    timing_configs: list[str] | None = None
+    trials: int = 2
+    timing: bool = True
+    baselines: tuple[str, ...] = ("eager", "compile")
+    timeout_s: float = 600.0
+    build_timeout_s: float = 600.0
+    gpu: int | None = None
+    cache_root: Path = field(default_factory=default_cache_root)
+    timing_options: dict[str, Any] = field(default_factory=dict)
+    roofline: bool = True                   # place results on the measured roofline (measured once per GPU)
+    integrity: bool = True                  # static reward-hack scan before compile, the judge's integrity verdict
+    override_static: bool = False           # a person's override: go on to compile despite a static `fail`
+    library_policy: str | None = None       # "pure" | "engineering"; None: the task's, else "pure" (engine.integrity.policy)
+    # After timing, for candidates that pass: the `profile` stage (engine/profile), whose summary feeds the
+    # mutate and repair prompts. `skipped` with the reason where ncu is missing or not permitted.
+    profile: bool = True
+    # Keep a spare judge (its runner jailed, CUDA up) for the next evaluation on this GPU: for long-lived
+    # evaluating threads (an executor's GPU worker); engine/pipeline/warm.py.
+    warm: bool = False
+    # Reuse this session's eager / torch.compile / null-loop timings of a config (engine/pipeline/baselines.py)
+    # after a quick re-timing agrees, instead of measuring them for every candidate.
+    reuse_baselines: bool = False
+
+
+@dataclass
+class ConfigRow:
+    name: str
+    correct: bool | None = None
+    reason: str = ""
+    max_abs_err: float | None = None
+    candidate_ms: float | None = None
+    candidate_iqr_ms: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    hidden_work: bool = False
+    floor_ms: float | None = None          # physical floor from the cost model and measured peaks
+    roofline_fraction: float | None = None
+    baselines: str = ""                    # "measured" by this evaluation, or reused from the "session"
+    timed: bool = True                     # chosen for timing (engine.tasks.model.timing_selection)
+
+
+@dataclass
+class EvalReport:
+    task: str
+    direction: str
+    candidate: str           # source hash
+    format: str
+    verdicts: list[Verdict]
+    rows: list[ConfigRow]
+    device: dict[str, Any]
+    build: dict[str, Any]
+    seconds: float = 0.0
+    # Set when this machine could not check or time at all (no GPU visible): the kernel was not judged, so
+    # an evolution loop leaves the candidate pending for a machine that can (EvalOutcome.infra_error).
+    unmeasured: str = ""
+    jail: dict[str, Any] = field(default_factory=dict)   # the runner's jail (engine.jail.JailReport.to_json())
+    traces: dict[str, str] = field(default_factory=dict)  # the judge's own failures (tracebacks), if any
+    phases: dict[str, float] = field(default_factory=dict)  # seconds by phase: build, judge (start, reference, ...)
+    # Set when the judge measured twice because the first measurement failed a contention-sensitive check
+    # (contention_sensitive): what the first one saw, the host's load, what the second saw ("" if clean).
+    remeasured: dict[str, str] = field(default_factory=dict)
+    # How the timed configs (ConfigRow.timed) were chosen: "default" (the task's `bench` and `timed` configs),
+    # "all", or "named" (--time-config / [eval] timing_configs); "" where nothing was to be timed.
+    timed_by: str = ""
+
+    @property
+    def judgement(self) -> Judgement:
+        """engine.verdict.judge over this report's verdicts and its geomean speedup (the same rule as a
+        workspace candidate's CandidateStatus.judgement)."""
+        return judge_verdicts(self.verdicts, self.geomean_speedup_eager)
+
+    @property
+    def passed(self) -> bool:
+        return self.judgement.passed
+
+    def verdict(self, stage: str) -> Verdict | None:
+        """The stage's effective verdict: its last (the one `judgement` reads), or None."""
+        return effective(self.verdicts, stage)
+
+    @property
+    def geomean_speedup_eager(self) -> float | None:
+        return geomean(r.speedup_eager for r in self.rows)
+
+    @property
+    def geomean_speedup_compile(self) -> float | None:
+        return geomean(r.speedup_compile for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "direction": self.direction, "candidate": self.candidate, "format": self.format,
+            "passed": self.passed, "why_not_passed": self.judgement.why_not_passed, "verdicts": [v.to_json() for v in self.verdicts],
+            "configs": [r.__dict__ for r in self.rows], "device": self.device, "build": self.build,
+            "geomean_speedup_eager": self.geomean_speedup_eager,
+            "geomean_speedup_compile": self.geomean_speedup_compile, "seconds": round(self.seconds, 2),
+            "jail": self.jail, "phases": self.phases, **({"traces": self.traces} if self.traces else {}),
+            **({"remeasured": self.remeasured} if self.remeasured else {}),
+            **({"timed_by": self.timed_by} if self.timed_by else {}),
+        }
