@@ -60,18 +60,19 @@ class SmiSampler:
         self.period_s = period_ms / 1000.0
         self._stop = threading.Event()
         self.thread: threading.Thread | None = None
-        if nvml.gpu_utilization(gpus) is None:    # no pynvml / driver: as nvidia-smi missing was
+        if nvml.gpu_utilization(self.gpus) is None:    # no pynvml / driver: as nvidia-smi missing was
             return
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 
     def _sample(self) -> None:
-        while not self._stop.is_set():
-            t = time.monotonic()
-            util = nvml.gpu_utilization(self.gpus)
-            if util:
-                self.samples.append((time.monotonic(), [util[i] for i in sorted(util)]))
-            self._stop.wait(max(0.0, self.period_s - (time.monotonic() - t)))
+        with nvml.held():   # one attach to the driver for the whole run, not one per sample
+            while not self._stop.is_set():
+                t = time.monotonic()
+                util = nvml.gpu_utilization(self.gpus)
+                if util:
+                    self.samples.append((time.monotonic(), [util[i] for i in sorted(util)]))
+                self._stop.wait(max(0.0, self.period_s - (time.monotonic() - t)))
 
     def stop(self) -> None:
         self._stop.set()

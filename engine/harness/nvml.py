@@ -9,6 +9,8 @@ nvidia-smi's (PCI bus order; CUDA_VISIBLE_DEVICES is not applied here).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
@@ -28,6 +30,29 @@ def _query(fn: Callable[[Any], T]) -> T | None:
         return fn(pynvml)
     except (pynvml.NVMLError, OSError):
         return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except (pynvml.NVMLError, OSError):
+            pass
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """NVML kept initialised for the block, so that the queries in it (a sampler's, every few hundred ms) do not
+    each attach to the driver anew: NVML counts initialisations and only the last shutdown tears down."""
+    try:
+        import pynvml
+    except ImportError:
+        yield
+        return
+    try:
+        pynvml.nvmlInit()
+    except (pynvml.NVMLError, OSError):   # the queries in the block answer None, as they would anyway
+        yield
+        return
+    try:
+        yield
     finally:
         try:
             pynvml.nvmlShutdown()

@@ -153,3 +153,27 @@ def test_gpu_utilization_reads_each_gpus_rate_and_is_none_without_nvml(monkeypat
     assert fake.calls.count("init") == fake.calls.count("shutdown")
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_error=True))
     assert nvml.gpu_utilization() is None
+
+
+def test_queries_inside_held_share_one_initialisation(monkeypatch):
+    """bench_evolve's sampler asks every 200 ms: inside `held` NVML stays initialised (NVML counts nvmlInit
+    calls, so the queries' own init/shutdown pairs nest inside it); without pynvml or a driver it is a no-op."""
+    fake = fake_pynvml()
+    depth = []
+    fake.nvmlInit = lambda: (fake.calls.append("init"), depth.append(1))
+    fake.nvmlShutdown = lambda: (fake.calls.append("shutdown"), depth.pop())
+    fake.nvmlDeviceGetUtilizationRates = lambda h: SimpleNamespace(gpu=50, memory=0)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    seen = []
+    with nvml.held():
+        for _ in range(3):
+            assert nvml.gpu_utilization([0]) == {0: 50}
+            seen.append(len(depth))
+    assert seen == [1, 1, 1] and depth == []                   # held's init outlives every query's shutdown
+    assert fake.calls.count("init") == 4 == fake.calls.count("shutdown")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_error=True))
+    with nvml.held():
+        assert nvml.gpu_utilization() is None
+    monkeypatch.setitem(sys.modules, "pynvml", None)           # not installed
+    with nvml.held():
+        assert nvml.gpu_utilization() is None
