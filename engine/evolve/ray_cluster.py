@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import KbenchError
+from engine.evolve.ray_envelopes import ProbeReply
 from engine.evolve.ray_tasks import probe_job, ray
 
 
@@ -53,9 +54,10 @@ def probe_archs(gpu_resources: dict[str, Any]) -> str:
         info = ray.get(probe.remote(), timeout=300)
     except Exception as exc:  # noqa: BLE001
         raise KbenchError(f"no GPU node of the Ray cluster answered: {type(exc).__name__}: {exc}") from None
-    if info.get("error"):
-        raise KbenchError(f"the Ray GPU node {info['where'].get('host')} cannot compile: {info['error']}")
-    return str(info.get("archs") or "")
+    reply = ProbeReply.from_json(info)       # an EnvelopeError (a KbenchError): another kbench there
+    if reply.error:
+        raise KbenchError(f"the Ray GPU node {reply.where.host} cannot compile: {reply.error}")
+    return reply.archs
 
 
 def _check_reachable(address: str | None, timeout_s: float = 5.0) -> None:

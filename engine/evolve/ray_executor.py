@@ -2,7 +2,9 @@
 
     submit ─▶ Ray CPU task: compile into that node's cache ─▶ the build entry packed (engine.harness.build_archive)
            ─▶ Ray GPU task (one GPU): unpack the entry into the GPU node's cache, then the sandboxed check +
-              time of engine.pipeline.evaluate, exactly as a local GPU worker runs it ─▶ EvalOutcome as JSON
+              time of engine.pipeline.evaluate, exactly as a local GPU worker runs it ─▶ EvalOutcome
+
+Requests and replies cross as the typed envelopes of engine/evolve/ray_envelopes.py.
 
 This module is the driver's side: the executor's queue, the thread that waits on Ray and moves each
 evaluation from task to task, and its statistics. The tasks themselves are engine/evolve/ray_tasks.py,
@@ -17,25 +19,36 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import fields
 from typing import Any
 
 from engine.candidates import Candidate
 from engine.errors import KbenchError
 from engine.evolve.outcome import EvalOutcome, StageCallback
 from engine.evolve.ray_cluster import connect, gpus_and_cpus, probe_archs
+from engine.evolve.ray_envelopes import (
+    BuildReply,
+    BuildRequest,
+    EvalRequest,
+    GpuReply,
+    ProfileReply,
+    Ran,
+)
 from engine.evolve.ray_jobs import RayJob
-from engine.evolve.ray_tasks import build_job, gpu_job, profile_job, ray
+from engine.evolve.ray_tasks import (
+    BuildFn,
+    GpuFn,
+    ProfileFn,
+    build_job,
+    gpu_job,
+    profile_job,
+    ray,
+)
 from engine.evolve.worker_fns import compile_verdict
-from engine.harness.build_result import BuildSummary
 from engine.pipeline.evaluate import EvalOptions
 from engine.tasks.model import Task
 from engine.tasks.portable import pack_task
 from engine.verdict import Status, Verdict
-
-_OPTION_FIELDS_NOT_SHIPPED = ("cache_root", "gpu")
 
 
 class RayExecutor:
@@ -44,9 +57,9 @@ class RayExecutor:
     def __init__(self, task: Task, direction: str, options: EvalOptions | None = None, *, address: str | None = None,
                  retries: int = 2, compile_on_cluster: bool = True, build_cpus: float = 1.0,
                  gpu_resources: dict[str, Any] | None = None, ship_code: bool | None = None,
-                 build_fn: Callable[..., dict[str, Any]] | None = None, gpu_fn: Callable[..., Any] | None = None,
+                 build_fn: BuildFn | None = None, gpu_fn: GpuFn | None = None,
                  init_kwargs: dict[str, Any] | None = None, poll_s: float = 0.1,
-                 profile_fn: Callable[..., Any] | None = None):
+                 profile_fn: ProfileFn | None = None):
         self.task, self.direction = task, direction
         self.options = options or EvalOptions()
         self.retries = max(0, int(retries))
@@ -56,11 +69,6 @@ class RayExecutor:
         self.poll_s = poll_s
         self._owns_ray = connect(address, ship_code, init_kwargs)
         self._packed_task = pack_task(task)
-        self._options_json = {f.name: getattr(self.options, f.name) for f in fields(self.options)
-                              if f.name not in _OPTION_FIELDS_NOT_SHIPPED}
-        self._options_json["timing_configs"] = list(self.options.timing_configs or []) or None
-        self._options_json["configs"] = list(self.options.configs or []) or None
-        self._options_json["baselines"] = list(self.options.baselines)
         try:
             self.gpus, self.cpus = gpus_and_cpus(self.gpu_resources)
             # stand-ins for the compiler and the GPU stage (tests) need no architectures from a GPU node
@@ -72,7 +80,6 @@ class RayExecutor:
         self._remote_build = ray.remote(build_job).options(num_cpus=build_cpus, max_retries=0)
         self._remote_gpu = ray.remote(gpu_job).options(max_retries=0, **self.gpu_resources)
         self._remote_profile = ray.remote(profile_job).options(max_retries=0, **self.gpu_resources)
-        self._options_json["archs"] = self.archs or None
         self._lock = threading.Lock()
         self._jobs: dict[Any, RayJob] = {}          # ObjectRef -> job
         self._waiting: list[RayJob] = []            # submitted, not yet sent to Ray (capacity)
@@ -177,18 +184,19 @@ class RayExecutor:
 
     # -- internals -----------------------------------------------------------------------------------------
 
+    def _eval_request(self, job: RayJob) -> dict[str, Any]:
+        return EvalRequest(self._packed_task, job.candidate, self.direction, self.options, self.archs,
+                           built=job.built, device=job.device).to_json()
+
     def _launch(self, job: RayJob) -> None:
-        cj = job.candidate.to_json()
         if job.phase == "profile":
-            ref = self._remote_profile.remote(self._packed_task, cj, self.direction, self._options_json, job.device,
-                                              self.profile_fn)
+            ref = self._remote_profile.remote(self._eval_request(job), self.profile_fn)
         elif job.phase == "build" and self.compile_on_cluster:
-            ref = self._remote_build.remote(cj, None, float(getattr(self.options, "build_timeout_s", 600.0)),
-                                            self.archs or None, self.build_fn)
+            req = BuildRequest(job.candidate, self.options.build_timeout_s, self.archs)
+            ref = self._remote_build.remote(req.to_json(), self.build_fn)
         else:
             job.phase = "gpu"
-            ref = self._remote_gpu.remote(self._packed_task, cj, self.direction, self._options_json, job.built,
-                                          self.gpu_fn)
+            ref = self._remote_gpu.remote(self._eval_request(job), self.gpu_fn)
         job.ref = ref
         with self._lock:
             self._jobs[ref] = job
@@ -223,34 +231,35 @@ class RayExecutor:
                     self._attempt_failed(job, exc)
 
     def _landed(self, job: RayJob, result: dict[str, Any]) -> None:
+        """A task's reply (its envelope's JSON); a malformed one raises EnvelopeError: a failed attempt (_poll)."""
         if job.phase == "profile":
-            self._gpu_busy(result)
-            self._finish_profile(job, Verdict.from_json(result["verdict"]))
+            profiled = ProfileReply.from_json(result)
+            self._gpu_busy(profiled.ran)
+            self._finish_profile(job, profiled.verdict)
             return
         if job.phase == "build":
+            reply = BuildReply.from_json(result)
             with self._lock:
-                self._build_busy.append((float(result["start"]), float(result["end"])))
-            build = BuildSummary.from_json(result["build"])
-            job.build_s = build.seconds
-            v = compile_verdict(build)
+                self._build_busy.append(reply.ran.interval)
+            job.build_s = reply.built.build.seconds
+            v = compile_verdict(reply.built.build)
             job.notify(v)
             if v.status != Status.PASS:
-                self._finish(job, EvalOutcome([v], build_s=job.build_s, data={"ray": {"build": result["where"]}}))
+                where = reply.ran.where.to_json()
+                self._finish(job, EvalOutcome([v], build_s=job.build_s, data={"ray": {"build": where}}))
                 return
-            job.built = {"archive": result.get("archive"), "toolchain_key": result.get("toolchain_key"),
-                         "build": build.to_json()}
+            job.built = reply.built
             job.phase = "gpu"
             self._launch(job)
             return
-        self._gpu_busy(result)
-        self._finish(job, job.gpu_outcome(result))
+        evaluated = GpuReply.from_json(result)
+        self._gpu_busy(evaluated.ran)
+        self._finish(job, job.gpu_outcome(evaluated))
 
-    def _gpu_busy(self, result: dict[str, Any]) -> None:
+    def _gpu_busy(self, ran: Ran) -> None:
         """Count a GPU task's time to the GPU it ran on (host and CUDA_VISIBLE_DEVICES name it)."""
-        where = result["where"]
-        gpu_id = f"{where.get('host')}:{where.get('cuda_visible_devices')}"
         with self._lock:
-            self._busy.setdefault(gpu_id, []).append((float(result["start"]), float(result["end"])))
+            self._busy.setdefault(ran.where.gpu_id, []).append(ran.interval)
 
     def _attempt_failed(self, job: RayJob, exc: BaseException) -> None:
         reason = job.failed(exc)

@@ -2,31 +2,38 @@
 check and time a built one, or profile it (a GPU worker), and the compile verdict of a build.
 
 Both executors run these (engine.evolve.local_executor on this machine, engine.evolve.ray_tasks on a
-cluster). The heavy imports (the harness, the pipeline) stay inside the functions: they run in worker
-processes, and importing this module must stay cheap for the CLI.
+cluster). The harness and the pipeline are imported at the top: a few milliseconds, and the app, which imports
+this package at start-up, imports them anyway. evaluate() and build_candidate are looked up on their modules
+when called, so that tests which replace them there (tests/pipeline/timing_fakes.py) reach these paths too.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
+from multiprocessing import resource_tracker
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.candidates import Candidate
 from engine.evolve.outcome import EvalOutcome
+from engine.harness import build as harness_build
+from engine.harness import nvml
 from engine.harness.build_result import BuildSummary
+from engine.harness.roofline import load_peaks
+from engine.harness.toolchain import Toolchain, ToolchainError, detect
+from engine.pipeline import evaluate as pipeline_evaluate
+from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.profiling import profile_stage
 from engine.tasks.model import Task
 from engine.verdict import Stage, Status, Verdict
 
-if TYPE_CHECKING:
-    from engine.harness.toolchain import Toolchain
-    from engine.pipeline.evaluate import EvalOptions
 
 def cached_peaks(cache_root: str | Path, device: dict[str, Any] | None) -> dict[str, Any] | None:
     """The roofline peaks of the evaluation's GPU model, as the judge's result carries them (measured and cached
@@ -34,19 +41,14 @@ def cached_peaks(cache_root: str | Path, device: dict[str, Any] | None) -> dict[
     name = (device or {}).get("gpu")
     if not name:
         return None
-    import dataclasses
-
-    from engine.harness.roofline import load_peaks
     peaks = load_peaks(Path(cache_root), str(name))
-    return dataclasses.asdict(peaks) if peaks is not None else None
+    return asdict(peaks) if peaks is not None else None
 
 
 def default_profile(task: Task, candidate: Candidate, direction: str, options: EvalOptions,
                     device: dict[str, Any] | None = None) -> Verdict:
     """The profile stage alone (engine.pipeline.profiling.profile_stage) for a candidate evaluated before: its
     build is a cache hit, the peaks those its evaluation cached. Never raises."""
-    from engine.pipeline.profiling import profile_stage
-
     try:
         peaks = cached_peaks(options.cache_root, device)
     except Exception:  # noqa: BLE001 - no peaks: the summary goes without fractions of peak
@@ -63,7 +65,6 @@ def visible_gpus() -> list[int]:
         if all(re.fullmatch(r"\d+", x) for x in ids):
             return [int(x) for x in ids]
         return list(range(len(ids)))
-    from engine.harness import nvml
     return list(range(nvml.gpu_count()))
 
 
@@ -73,9 +74,6 @@ _TOOLCHAIN: Toolchain | None = None    # detected once per worker process
 def default_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: float = 600.0) -> dict[str, Any]:
     """Compile one candidate into the cache (runs in a CPU worker process). Returns a BuildSummary's JSON."""
     global _TOOLCHAIN
-    from engine.harness.build import build_candidate
-    from engine.harness.toolchain import ToolchainError, detect
-
     cand = Candidate.from_json(candidate_json)
     t0 = time.monotonic()
     try:
@@ -83,7 +81,8 @@ def default_build(candidate_json: dict[str, Any], cache_root: str, timeout_s: fl
             _TOOLCHAIN = detect()
     except ToolchainError as exc:
         return BuildSummary(ok=False, error=str(exc), seconds=time.monotonic() - t0).to_json()
-    return BuildSummary.of(build_candidate(cand, Path(cache_root), _TOOLCHAIN, timeout_s=timeout_s)).to_json()
+    built = harness_build.build_candidate(cand, Path(cache_root), _TOOLCHAIN, timeout_s=timeout_s)
+    return BuildSummary.of(built).to_json()
 
 
 def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions, *,
@@ -94,13 +93,11 @@ def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalO
     is submitted and honours a person's override; evaluate() is told not to gate on it again, and its
     repeat of the `static` verdict is dropped so it cannot overrule that override in the notes. `warm=False`
     is the behaviour before warm judges (a cold judge measuring every baseline), for benchmarks."""
-    from engine.pipeline.evaluate import evaluate
-
     if hasattr(options, "override_static"):
         # a spare judge waits for the worker's next candidate (engine/pipeline/warm.py), and the session's
         # baselines of each config are reused (re-checked, re-measured on drift: engine/pipeline/baselines.py)
         options = replace(options, override_static=True, warm=warm, reuse_baselines=warm)
-    out = EvalOutcome.from_report(evaluate(task, candidate, direction, options))
+    out = EvalOutcome.from_report(pipeline_evaluate.evaluate(task, candidate, direction, options))
     out.verdicts = [v for v in out.verdicts if v.stage != Stage.STATIC]
     return out
 
@@ -118,8 +115,6 @@ def start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker against the real stderr. The tracker hands sys.stderr's fd to
     its helper process; inside a Textual app sys.stderr is a capture object whose fileno() is -1, and the
     spawn then fails ("bad value(s) in fds_to_keep"), so a process pool could not be made from the app."""
-    from multiprocessing import resource_tracker
-
     try:
         usable = sys.stderr is not None and sys.stderr.fileno() >= 0
     except (AttributeError, OSError, ValueError):
@@ -136,8 +131,6 @@ def start_resource_tracker() -> None:
 
 def ignore_sigint() -> None:
     """Build workers leave Ctrl-C to the parent (which stops the loop); compilers run in their own sessions."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

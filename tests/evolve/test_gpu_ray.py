@@ -9,15 +9,14 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from engine.cli import main  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 def test_tuner_session_through_ray(tmp_path, capsys):
-    import torch
-
-    from engine.cli import main
+    import torch  # lazy: torch is heavy, and only this GPU test needs it (a CPU-only run collects, then skips it)
 
     if ray.is_initialized():
         ray.shutdown()

@@ -5,7 +5,9 @@ local cluster mid-evaluation."""
 
 from __future__ import annotations
 
+import builtins
 import os
+import re
 import signal
 import threading
 import time
@@ -15,18 +17,25 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from ray.cluster_utils import Cluster  # noqa: E402
+
 from engine.candidates import Candidate, load_candidate  # noqa: E402
-from engine.evolve.fake import fake_build, fake_gpu  # noqa: E402
+from engine.cli import main  # noqa: E402
+from engine.config import load_config  # noqa: E402
+from engine.errors import KbenchError  # noqa: E402
+from engine.evolve.factory import make_evaluator  # noqa: E402
+from engine.evolve.fake import FakeEvaluator, fake_build, fake_gpu  # noqa: E402
 from engine.evolve.local_executor import LocalPipelineExecutor  # noqa: E402
-from engine.evolve.outcome import EvalOutcome  # noqa: E402
 from engine.evolve.loop import Budgets, EvolutionSession  # noqa: E402
 from engine.evolve.operators import OperatorPolicy  # noqa: E402
+from engine.evolve.outcome import EvalOutcome  # noqa: E402
+from engine.evolve.ray_executor import RayExecutor  # noqa: E402
 from engine.evolve.resume import INFRA_FAILURE, load_state  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions  # noqa: E402
 from engine.proposers.replay import ReplayProposer  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
 from tests import evolve_fakes  # noqa: E402
-from tests.evolve_fakes import fault_gpu  # noqa: E402
+from tests.evolve_fakes import fake_profile_stage, fault_gpu  # noqa: E402
 
 FAKE_GPU = {"num_cpus": 1, "resources": {"fake_gpu": 1}}
 
@@ -55,7 +64,6 @@ def variant(task, marker: str) -> Candidate:
 
 def ray_executor(task, **kw):
     """The GPU half is fault_gpu (FAKE_PIDFILE= / FAKE_GPU_SLEEP= markers: tests/evolve_fakes.py)."""
-    from engine.evolve.ray_executor import RayExecutor
     ray.cloudpickle.register_pickle_by_value(evolve_fakes)   # Ray's workers cannot import tests/: ship it whole
     return RayExecutor(task, "forward", EvalOptions(cache_root=Path("/nonexistent-not-used")),
                        gpu_resources=FAKE_GPU, build_fn=fake_build, gpu_fn=fault_gpu, poll_s=0.05, **kw)
@@ -105,8 +113,6 @@ def test_same_outcomes_as_the_local_pipeline(local_ray, task):
 def test_profile_runs_alone_as_a_gpu_task(local_ray, task, tmp_path):
     """`profile()` (a session's new best, [eval] profile = "best"): the profile stage as its own GPU task, its
     verdict back in the future; a task lost on every attempt is a skipped verdict, not an infrastructure failure."""
-    from tests.evolve_fakes import fake_profile_stage
-
     ex = ray_executor(task, profile_fn=fake_profile_stage, retries=0)
     try:
         cand = variant(task, "FAKE_SPEEDUP=1.3 profiled")
@@ -129,7 +135,6 @@ def test_profile_runs_alone_as_a_gpu_task(local_ray, task, tmp_path):
 
 
 def _pid_then_sleep(task, candidate, direction, options, device=None):
-    import re
     path = re.search(r"FAKE_PIDFILE=(\S+)", "".join(candidate.files.values())).group(1)
     with open(path, "a") as f:
         f.write(f"{os.getpid()} -\n")
@@ -203,7 +208,6 @@ def test_session_records_infrastructure_failure_goes_on_and_resume_evaluates_it(
     assert ws.best("ray").speedup >= 1.9
     # the failure was the machinery's: a resumed session evaluates it (here with a healthy fake evaluator)
     assert load_state(ws, "ray").requeue == [doomed]
-    from engine.evolve.fake import FakeEvaluator
     fake = FakeEvaluator(task)
     again = EvolutionSession(ws, "ray", task, ReplayProposer.from_directory(rec), fake,
                              budgets=Budgets(generations=1, population=3), policy=OperatorPolicy({"mutate": 1.0}))
@@ -235,8 +239,6 @@ def test_the_loop_stops_when_the_executor_keeps_failing(local_ray, task, tmp_pat
 
 @pytest.mark.timeout(240)
 def test_a_lost_node_is_retried_on_another_node(task, tmp_path, local_ray):
-    from ray.cluster_utils import Cluster
-
     ray.shutdown()                    # this test brings its own three-node cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     nodes = [cluster.add_node(num_cpus=1, resources={"fake_gpu": 1}) for _ in range(2)]
@@ -266,17 +268,12 @@ def test_a_lost_node_is_retried_on_another_node(task, tmp_path, local_ray):
 
 
 def test_executor_factory_and_clear_errors(local_ray, task, monkeypatch):
-    from engine.config import load_config
-    from engine.errors import KbenchError
-    from engine.evolve.factory import make_evaluator
-
     cfg = load_config(None, {"executor.kind": "ray"}, env={}, user_file="/nonexistent")
     with pytest.raises(KbenchError, match="has no GPU"):    # this cluster's GPUs are fake resources
         make_evaluator(task, "forward", cfg)
     assert ray.is_initialized()                             # an instance it did not start is left alone
     with pytest.raises(KbenchError, match="--sequential"):
         make_evaluator(task, "forward", cfg, sequential=True)
-    import builtins
     real_import = builtins.__import__
 
     def no_ray(name, *a, **kw):
@@ -289,9 +286,6 @@ def test_executor_factory_and_clear_errors(local_ray, task, monkeypatch):
 
 
 def test_unreachable_cluster_is_a_one_paragraph_error(task):
-    from engine.errors import KbenchError
-    from engine.evolve.ray_executor import RayExecutor
-
     if ray.is_initialized():
         ray.shutdown()
     with pytest.raises(KbenchError, match="cannot connect to the Ray cluster \\(127.0.0.1:1\\)"):
@@ -300,8 +294,6 @@ def test_unreachable_cluster_is_a_one_paragraph_error(task):
 
 
 def test_cli_evolve_with_ray_on_a_cluster_without_gpus(tmp_path, capsys):
-    from engine.cli import main
-
     if ray.is_initialized():
         ray.shutdown()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)

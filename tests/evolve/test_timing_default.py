@@ -12,7 +12,8 @@ from engine.config import Config, ConfigError, EvalConfig, load_config
 from engine.evolve.factory import eval_options
 from engine.evolve.fake import FakeEvaluator, fake_build, fake_gpu
 from engine.evolve.local_executor import LocalPipelineExecutor
-from engine.evolve.ray_tasks import _worker_inputs
+from engine.evolve.ray_envelopes import EvalRequest
+from engine.evolve.ray_tasks import worker_inputs
 from engine.tasks.loader import load_task
 from engine.tasks.model import default_timing_configs
 from engine.tasks.portable import pack_task
@@ -63,10 +64,12 @@ def test_eval_timing_configs_all_times_every_config_in_a_session(task, baseline,
 
 def test_a_ray_worker_rebuilds_the_same_choice_from_what_the_driver_ships(task, baseline, tmp_path, monkeypatch):
     monkeypatch.setenv("KBENCH_CACHE", str(tmp_path / "cache"))
-    options = {"timing_configs": None, "configs": None, "baselines": ["eager"]}   # as RayExecutor ships them
-    opts, worker_task, _ = _worker_inputs(pack_task(task), baseline.to_json(), options)
+
+    def shipped(config: Config):      # the GPU task's request, as RayExecutor sends it
+        return EvalRequest(pack_task(task), baseline, "forward", eval_options(config)).to_json()
+    _, opts, worker_task = worker_inputs(shipped(Config()))
     assert opts.timing_configs is None and default_timing_configs(worker_task) == DEFAULT
-    opts, _, _ = _worker_inputs(pack_task(task), baseline.to_json(), {**options, "timing_configs": ["all"]})
+    _, opts, _ = worker_inputs(shipped(Config(eval=EvalConfig(timing_configs=["all"]))))
     assert opts.timing_configs == ["all"]
 
 
