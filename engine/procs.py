@@ -8,6 +8,8 @@ evaluation. Results come back as a JSON file the child rewrites after every step
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import json
 import os
 import signal
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
+
+from engine import jail as jails
 
 if TYPE_CHECKING:
     from engine.jail import JailSpec
@@ -92,9 +96,6 @@ def run_child(module: str, request: dict[str, Any], *, timeout_s: float, gpu: in
         env = scrubbed_env(extra_env, gpu)
         cmd = [sys.executable, "-m", module, str(req_path)]
         if jail is not None:
-            import dataclasses
-
-            from engine import jail as jails
             env["PYTHONPATH"] = jails.python_path(tmp)
             cmd = jails.command([sys.executable, "-P", "-m", module, str(req_path)],
                                 dataclasses.replace(jail, write=(*jail.write, tmp)))
@@ -235,7 +236,6 @@ def start_ticks(pid: int) -> int | None:
 
 def become_subreaper() -> None:
     """Orphans of our descendants are re-parented to us instead of init, so we can find and kill them."""
-    import ctypes
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 

@@ -38,10 +38,10 @@ class Session:
         self.runtime = runtime
         self.prep: Prepared = prepare(runtime, cfg, trials, "cpu")
         header, _ = plan_message(self.prep)
-        k, n = header["variants"], header["per_variant"]
+        k, n = header.variants, header.per_variant
         self.variants = [self.prep.tensors[v * n:(v + 1) * n] for v in range(k)]
         self.live = [t.clone() for t in self.variants[0]]
-        self.args = wire.decode_args(header["args"], self.live)
+        self.args = wire.decode_args(header.args, self.live)
         self.fn = fn
         self.prev: list[torch.Tensor] = []
 

@@ -30,6 +30,9 @@ still work.
 
 from __future__ import annotations
 
+import ast
+import importlib.machinery
+import importlib.util
 import os
 import re
 import shutil
@@ -58,6 +61,7 @@ from engine.harness.kernelbench_prebuilt import write_manifest
 from engine.harness.pch import PCH_BASENAME, PCH_TIMEOUT_S, PchInfo, _pch_used, ensure_pch, pch_dir  # noqa: F401
 from engine.harness.toolchain import Toolchain
 from engine.jail import JailSpec  # noqa: F401
+from engine.procs import run_child
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -173,10 +177,6 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
     into kernelbench_extensions_dir(), with this toolchain's arch list. The evaluation's runner imports a copy of
     that folder and replays torch's versioner state from the manifest written here, so it does not build again.
     A build that fails raises _Failed with the compiler's message."""
-    import ast
-
-    from engine.procs import run_child
-
     main = candidate.main_file
     text = candidate.files[main]
     try:
@@ -240,10 +240,7 @@ def load_module(result: BuildResult | dict[str, Any]) -> ModuleType:
 
 def load_extension(so_path: Path, name: str) -> ModuleType:
     """Import a built .so under its module name; undefined symbols are explained, not just reported."""
-    import importlib.machinery
-    import importlib.util
-
-    import torch  # noqa: F401
+    import torch  # noqa: F401  # lazy: only a caller that imports the built extension needs torch
 
     path = str(so_path)
     loaded = sys.modules.get(name)

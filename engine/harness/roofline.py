@@ -3,18 +3,22 @@
 Measured once per GPU model in a sandboxed child and cached as JSON, so every report can place a
 result against what this card actually achieves rather than a datasheet. The same ceilings give each
 config's physical floor: a time below it is not a win but a sign the kernel skipped work.
+
+Lazy imports: torch, in the measuring child only; a parent reading cached peaks never loads it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.procs import run_child
 from engine.tasks.model import Cost
 
 FLOOR_MARGIN = 0.9  # measured ceilings are not the hardware's absolute limits: allow 10 %
@@ -68,7 +72,6 @@ def load_peaks(cache_root: Path, gpu: str) -> Peaks | None:
 def get_peaks(cache_root: Path, gpu: str | None = None, *, remeasure: bool = False,
               timeout_s: float = 300, device: int | None = None) -> Peaks:
     """Cached peaks for this GPU model, measuring them in a sandboxed child when missing."""
-    from engine.procs import run_child
 
     if gpu and not remeasure and (cached := load_peaks(cache_root, gpu)):
         return cached
@@ -94,8 +97,6 @@ def _best_median_ms(fn: Any, iters: int, rounds: int = 3) -> float:
 
 
 def _median_ms(fn: Any, iters: int) -> float:
-    import statistics
-
     import torch
     for _ in range(3):
         fn()

@@ -2,6 +2,9 @@
 correctness, integrity and timing results. Pure functions of their inputs (no processes, no GPU needed):
 what the runner's Python says plays no part here.
 
+Lazy imports: torch, where tensors are compared (in the judge); the parent reads the hack names defined here
+without loading torch.
+
 Integrity findings fire only on behaviour no correct, stream-ordered, stateless kernel shows:
 - side work: an output that changed after the call returned (a clone queued right after the call, before any
   synchronisation, differs from the output after a device-wide sync and a pause);

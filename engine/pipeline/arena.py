@@ -23,6 +23,9 @@ bytearray) and page faults, about 1.3 s per GiB.
 On both sides the slot is page-locked (cudaHostRegister) as far as it has been used (a spare judge locks all of it
 before its request), so copies run at full speed; a registration that fails leaves plain shared memory, which
 still works.
+
+Lazy imports: torch, in the methods that copy. The runner imports this module (for its layout constants) before
+it jails itself, and torch must load only after the jail (engine/pipeline/runner.py).
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ import json
 import threading
 from typing import Any
 
+from engine.pipeline.judge_result import MEASURED, REUSED, JudgeResult
+from engine.pipeline.types import SessionBaseline
+
 RECHECK_EVERY = 10
 
 Key = tuple[Any, ...]
@@ -34,60 +37,44 @@ def key_for(task_json: dict[str, Any], direction: str, gpu: int | None, baseline
 class SessionBaselines:
     def __init__(self, recheck_every: int = RECHECK_EVERY):
         self.recheck_every = recheck_every
-        self._known: dict[Key, dict[str, dict[str, Any]]] = {}
-        self._device: dict[Key, Any] = {}
+        self._known: dict[Key, dict[str, SessionBaseline]] = {}
+        self._device: dict[Key, tuple[str, ...] | None] = {}
         self._reused: dict[Key, int] = {}     # evaluations that reused the key's baselines since a full one
         self._lock = threading.Lock()
 
-    def for_request(self, key: Key) -> dict[str, dict[str, Any]] | None:
+    def for_request(self, key: Key) -> dict[str, SessionBaseline] | None:
         """What the next request under `key` may reuse; None when it must measure everything."""
         with self._lock:
             known = self._known.get(key)
             if not known or self._reused.get(key, 0) >= self.recheck_every - 1:
                 return None
-            return {k: dict(v) for k, v in known.items()}
+            return dict(known)     # SessionBaseline and TimingStats are never changed once made
 
-    def update(self, key: Key, result: dict[str, Any]) -> None:
+    def update(self, key: Key, result: JudgeResult) -> None:
         """Keep what a judge measured (not what it reused) in a clean evaluation; forget everything if the
         device changed."""
-        device = _identity(result.get("device"))
-        timing = result.get("timing") or {}
-        froms = {(row.get("baselines") or {}).get("from") for row in timing.values()}
+        device = result.device.identity() if result.device else None
+        sources = {row.baselines.source for row in result.timing.values() if row.baselines}
         with self._lock:
             if key in self._device and self._device[key] != device:
                 self._known.pop(key, None)
                 self._reused.pop(key, None)
             self._device[key] = device
             known = self._known.setdefault(key, {})
-            for name in result.get("baseline_drift") or {}:
+            for name in result.baseline_drift:
                 known.pop(name, None)
-            if "session" in froms:
+            if REUSED in sources:
                 self._reused[key] = self._reused.get(key, 0) + 1
-            elif "measured" in froms:
+            elif MEASURED in sources:
                 self._reused[key] = 0
-            if not _clean(result):
+            if not result.clean():
                 return
-            for name, row in timing.items():
-                if (row.get("baselines") or {}).get("from") != "measured" or row.get("hidden_work"):
+            for name, row in result.timing.items():
+                if row.baselines is None or row.baselines.source != MEASURED or row.hidden_work:
                     continue
-                entry: dict[str, Any] = {b: row[b] for b in ("eager", "compile", "compile_error") if b in row}
-                if entry:
+                entry = row.session_baseline()
+                if entry.eager is not None or entry.compile is not None or entry.compile_error is not None:
                     known[name] = entry
-
-
-def _clean(result: dict[str, Any]) -> bool:
-    """An evaluation whose measurements may serve later candidates: no error, every check passed."""
-    if result.get("error") or not result.get("finished", True):
-        return False
-    if any(not c.get("ok") for c in (result.get("correctness") or {}).values()):
-        return False
-    return all(i.get("ok") for i in (result.get("integrity") or {}).values())
-
-
-def _identity(device: Any) -> Any:
-    if not isinstance(device, dict):
-        return None
-    return tuple(str(device.get(k)) for k in ("gpu", "driver", "torch", "cuda", "uuid"))
 
 
 SESSION = SessionBaselines()

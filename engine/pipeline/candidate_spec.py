@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.harness.build import kernelbench_extensions_dir
 from engine.pipeline.types import CandidateSpec
 
 if TYPE_CHECKING:
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 
 def candidate_spec(candidate: Candidate, build: BuildResult, cache_root: Path, toolchain: Toolchain) -> CandidateSpec:
     """What the runner loads: the built .so, or the KernelBench .py and its load_inline build folder."""
-    from engine.harness.build import kernelbench_extensions_dir
     if candidate.format == "kernelbench":
         src_dir = candidate.write_to(cache_root / "candidates" / candidate.source_hash)
         return CandidateSpec(candidate.format, f"kb_modelnew_{candidate.source_hash}",

@@ -14,20 +14,25 @@ gains nothing but "unmeasured".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from engine.harness.nvml import memory_by_process, sm_use_by_process
 from engine.pipeline.analysis import CLOCK
+from engine.pipeline.judge_memory import gpu_sides
+
+if TYPE_CHECKING:
+    from engine.pipeline.judge_result import JudgeResult
 
 BUSY_SM_PERCENT = 5   # a process NVML sampled at or above this SM utilisation ran work on the GPU
 
 
-def contention_sensitive(result: dict[str, Any]) -> str:
+def contention_sensitive(result: JudgeResult) -> str:
     """What in a judge's result a busy host or a shared GPU can cause as well as a hack: a failed clock check
     (the only integrity failure) or work seen after the stream's end event. Empty when there is none."""
-    bad = [(n, r) for n, r in (result.get("integrity") or {}).items() if not r.get("ok", True)]
-    if bad and all(r.get("hack") == CLOCK for _, r in bad):
+    bad = [(n, r) for n, r in result.integrity.items() if not r.ok]
+    if bad and all(r.hack == CLOCK for _, r in bad):
         return f"the clock check failed on {', '.join(n for n, _ in bad)}"
-    hidden = [n for n, t in (result.get("timing") or {}).items() if isinstance(t, dict) and t.get("hidden_work")]
+    hidden = [n for n, t in result.timing.items() if t.hidden_work]
     if hidden and not bad:
         return f"work continued after the stream's end event on {', '.join(hidden)}"
     return ""
@@ -55,8 +60,6 @@ def others_busy_since(since_us: int, candidate_seen: set[int]) -> str:
     """busy_from for this judge's GPU over NVML's samples since `since_us` (microseconds since the epoch);
     `candidate_seen`: the pids of the candidate's side the judge saw while it timed."""
     try:
-        from engine.harness.nvml import memory_by_process, sm_use_by_process
-        from engine.pipeline.judge_memory import gpu_sides
         sides = gpu_sides()
         use = sm_use_by_process(sides.bus, since_us)
         now = memory_by_process(sides.bus)

@@ -12,17 +12,26 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Callable
 
 from engine.candidates import Candidate
+from engine.harness import build as builds  # a module, not its function: tests substitute build_candidate
+from engine.harness.toolchain import detect as detect_toolchain
+from engine.integrity.static import gate_static
 from engine.pipeline import profiling, verdicts
+from engine.pipeline import timer as timers  # a module: tests substitute build_timer
+from engine.pipeline.baselines import SESSION, key_for
 from engine.pipeline.candidate_spec import candidate_spec
 # Re-exported (callers import them from here): EvalOptions, ConfigRow, EvalReport and default_cache_root live
 # in eval_types, which verdicts and profiling import too; NO_GPU lives in engine.gpu_wait.
 from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport, default_cache_root  # noqa: F401
 from engine.pipeline.types import NO_GPU, JudgeRequest, TimerSpec, TimingParams  # noqa: F401 - NO_GPU re-exported
-from engine.procs import run_child
 from engine.pipeline.contention import contention_sensitive, shared_gpu_reason
+from engine.pipeline.judge_result import JudgeOutcome
+from engine.pipeline.warm import POOL
+from engine.procs import run_child
+from engine.tasks.glue import materialise
+from engine.tasks.glue_abi import GlueError
 from engine.tasks.model import Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
 
@@ -43,20 +52,15 @@ def _load() -> str:
     return f"load {load:.1f} on {cpus} CPUs: other work shares this host" if load > cpus / 2 else ""
 
 
-def _run_judge(request: JudgeRequest, opts: EvalOptions) -> Any:
+def _run_judge(request: JudgeRequest, opts: EvalOptions) -> JudgeOutcome:
     if opts.warm:
-        from engine.pipeline.warm import POOL
         return POOL.run(request.to_json(), request.timer, opts.gpu, opts.timeout_s + JUDGE_GRACE_S)
-    return run_child("engine.pipeline.judge", request.to_json(), timeout_s=opts.timeout_s + JUDGE_GRACE_S,
-                     gpu=opts.gpu)
+    return JudgeOutcome.of(run_child("engine.pipeline.judge", request.to_json(),
+                                     timeout_s=opts.timeout_s + JUDGE_GRACE_S, gpu=opts.gpu))
 
 
 def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOptions | None = None,
              progress: Progress | None = None) -> EvalReport:
-    from engine.harness.build import build_candidate
-    from engine.harness.toolchain import detect as detect_toolchain
-    from engine.pipeline.timer import build_timer
-
     opts = options or EvalOptions()
     say = progress or (lambda msg: None)
     t0 = time.monotonic()
@@ -64,8 +68,6 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     if candidate.format == "kernelbench" and direction != "forward":
         raise ValueError("KernelBench ModelNew candidates have a forward direction only")
     if candidate.format == "kernel-only":   # kernel.cu alone: the binding the task's signature generates
-        from engine.tasks.glue import materialise
-        from engine.tasks.glue_abi import GlueError
         try:
             candidate = materialise(candidate, task, direction)
         except GlueError as exc:
@@ -76,13 +78,12 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     report = EvalReport(task.name, direction, candidate.source_hash, candidate.format, [], [], {}, {})
 
     if opts.integrity:  # engine.integrity.static: reward-hack scan of the sources, before any build or GPU time
-        from engine.integrity.static import gate_static
         if not gate_static(report, candidate, task, opts.override_static, say, policy=opts.library_policy):
             report.seconds = time.monotonic() - t0
             return report
     say(f"compiling {candidate.format} candidate {candidate.source_hash}")
     toolchain = detect_toolchain()
-    build = build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
+    build = builds.build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
     report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
     report.phases["build"] = round(build.seconds, 3)
     if not build.ok:
@@ -92,25 +93,24 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         return report
     report.verdicts.append(Verdict(Stage.COMPILE, Status.PASS, "cache hit" if build.cache_hit else "compiled",
                                    dict(report.build)))
-    timer = build_timer(opts.cache_root, toolchain)
+    helper = timers.build_timer(opts.cache_root, toolchain)
     request = JudgeRequest(
         task=task.to_json(), direction=direction,
         candidate=candidate_spec(candidate, build, opts.cache_root, toolchain),
-        timer=TimerSpec(str(timer.so_path), str(timer.module_name)), result_path="",
+        timer=TimerSpec(str(helper.so_path), str(helper.module_name)), result_path="",
         configs=opts.configs, timing_configs=timing_selection(task, opts.timing_configs, opts.configs),
         trials=opts.trials, timing=opts.timing,
         baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
         integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu)
     if opts.reuse_baselines and opts.timing:
-        from engine.pipeline.baselines import SESSION, key_for
         bkey = key_for(request.task, direction, opts.gpu, request.baselines, request.to_json()["timing_params"])
         request = replace(request, session_baselines=SESSION.for_request(bkey))
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
     outcome = _run_judge(request, opts)
-    if outcome.result.get("unmeasured"):
+    if outcome.result.unmeasured:
         # the judge's own GPU memory ran out (another process holds the GPU's memory): once more after a pause,
         # then the candidate stays unmeasured rather than failed
-        say(f"{outcome.result['unmeasured']}; judging once more in {MEMORY_RETRY_S:.0f} s")
+        say(f"{outcome.result.unmeasured}; judging once more in {MEMORY_RETRY_S:.0f} s")
         time.sleep(MEMORY_RETRY_S)
         outcome = _run_judge(request, opts)
     report.phases["judge"] = round(outcome.seconds, 3)
@@ -120,18 +120,18 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         # process loading this GPU or starving the host's CPUs can make an honest kernel look like one. A
         # forger fails them every time: measure once more, and keep what the second measurement says.
         say(f"re-measuring: {first}")
-        first_shared = str(outcome.result.get("gpu_shared") or "")
+        first_shared = outcome.result.gpu_shared or ""
         outcome = _run_judge(request, opts)
         report.phases["judge.remeasure"] = round(outcome.seconds, 3)
         report.remeasured = {"first": first, "load": _load(), "again": contention_sensitive(outcome.result)}
     if opts.reuse_baselines and opts.timing:
         SESSION.update(bkey, outcome.result)
-    report.phases.update({f"judge.{k}": v for k, v in (outcome.result.get("seconds") or {}).items()})
-    if outcome.result.get("warm"):
+    report.phases.update({f"judge.{k}": v for k, v in outcome.result.seconds.items()})
+    if outcome.result.warm:
         report.phases["judge.warm"] = 1.0
-    if opts.roofline:
-        verdicts.apply_roofline(outcome.result, task, direction, opts.cache_root, opts.gpu, say)
-    verdicts.fill_report(report, task, opts, outcome)
+    roof = verdicts.roofline(outcome.result, task, direction, opts.cache_root, opts.gpu, say) if opts.roofline \
+        else None
+    verdicts.fill_report(report, task, opts, outcome, roof)
     if opts.integrity and (iv := verdicts.integrity_verdict(outcome.result)) is not None:
         report.verdicts.append(iv)
     for i, v in enumerate(report.verdicts if report.remeasured else []):
@@ -140,9 +140,9 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             note = f" (seen on two measurements{'; ' + report.remeasured['load'] if report.remeasured['load'] else ''})"
             report.verdicts[i] = replace(v, reason=v.reason + (note if again else ""),
                                          data={**v.data, "remeasured": report.remeasured})
-    if report.remeasured.get("again") and first_shared and (shared := outcome.result.get("gpu_shared")):
+    if report.remeasured.get("again") and first_shared and (shared := outcome.result.gpu_shared):
         # failed twice, with other processes running work on this GPU both times: not a verdict on the kernel
-        report.unmeasured = shared_gpu_reason(first_shared, str(shared))
+        report.unmeasured = shared_gpu_reason(first_shared, shared)
         report.verdicts = [replace(v, status=Status.SKIPPED, reason=report.unmeasured)
                            if v.stage in (Stage.TIMING, Stage.INTEGRITY) else v for v in report.verdicts]
         for row in report.rows:   # times it cannot vouch for make no speedup (so no best, no parent)
@@ -151,7 +151,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             and tv.status == Status.PASS:
         say("profiling (ncu + torch profiler)")
         t = time.monotonic()
-        report.verdicts.append(profiling.profile_stage(task, candidate, direction, opts, outcome.result.get("peaks")))
+        report.verdicts.append(profiling.profile_stage(task, candidate, direction, opts,
+                                                                roof.peaks if roof else None))
         report.phases["profile"] = round(time.monotonic() - t, 3)
     report.seconds = time.monotonic() - t0
     return report

@@ -38,7 +38,8 @@ from engine.pipeline.judge_eval import Judge
 from engine.pipeline.judge_memory import judge_out_of_memory, memory_blame, out_of_memory
 from engine.pipeline.judge_runner import OutputsTooLarge
 from engine.pipeline.runner_process import RunnerGone
-from engine.pipeline.types import NO_GPU, JudgeRequest, JudgeResult, TimerSpec
+from engine.pipeline.judge_result import JudgeResult, Progress
+from engine.pipeline.types import NO_GPU, CorrectnessResult, JudgeRequest, TimerSpec
 
 STANDBY_STATE = "standby.json"   # written by a standby judge in its folder once warm: {"ok", "why"}
 
@@ -57,7 +58,7 @@ class ResultFile:
         os.replace(tmp, self.path)
 
     def progress(self, stage: str, config: str | None = None) -> None:
-        self.data.progress = {"stage": stage, "config": config, "t": time.time()}
+        self.data.progress = Progress(stage, config, time.time())
         self.write()
 
 
@@ -78,25 +79,25 @@ def main(argv: list[str]) -> int:
             raise warm_error
         judge.run()
         judge.note_forgery()
-        if judge.timing_since_us and contention_sensitive(out.data.to_json()):   # who else ran while it timed
+        if judge.timing_since_us and contention_sensitive(out.data):   # who else ran while it timed
             out.data.gpu_shared = others_busy_since(judge.timing_since_us, judge.candidate_seen) or None
     except OutputsTooLarge as exc:   # the candidate's outputs exhausted the judge's memory: its own doing
         out.data.error = str(exc)
     except RunnerGone as exc:
         judge.note_forgery()
-        where = out.data.progress or {}
-        at = f" during {where.get('stage')}" + (f" of config {where['config']}" if where.get("config") else "")
+        where = out.data.progress
+        at = where.where() if where else ""
         cause = str(exc)
         if cause == "timed out":
             cause = f"timed out after {req.deadline_s:.0f} s{at}; the runner was killed"
         else:
             cause = f"{cause}{at}"
         out.data.error = cause
-        if where.get("stage") == "correctness" and where.get("config"):
-            out.data.correctness[where["config"]] = {"ok": False, "reason": cause}
+        if where and where.stage == "correctness" and where.config:
+            out.data.correctness[where.config] = CorrectnessResult(False, cause)
     except Exception as exc:  # noqa: BLE001
         out.data.traces["judge"] = traceback.format_exc(limit=12)[-6000:]
-        blame = memory_blame() if out_of_memory(exc) and not _failed_already(out.data) else None
+        blame = memory_blame() if out_of_memory(exc) and not out.data.failed_already() else None
         if blame is not None and blame.contended:
             out.data.unmeasured = judge_out_of_memory(out.data.progress) + blame.figures
         elif blame is not None:
@@ -110,12 +111,6 @@ def main(argv: list[str]) -> int:
         out.data.progress = None
         out.write()
     return 0
-
-
-def _failed_already(res: JudgeResult) -> bool:
-    """A verdict against the candidate is on record: a later out-of-memory cannot undo it."""
-    return any(not c.get("ok", True) for c in res.correctness.values()) or \
-        any(not i.get("ok", True) for i in res.integrity.values())
 
 
 def _cold(request: Path) -> Started:

@@ -1,8 +1,8 @@
 """A config as the judge prepares it: each variant's inputs built from its seed with the task's own code, the
 reference outputs, and the `config` message that ships the candidate's exact arguments to the runner.
 
-torch is imported inside the functions: the judge spawns its runner before it loads torch, so both import it
-at once (engine/pipeline/judge.py).
+Lazy imports: torch, inside the functions. The judge spawns its runner before it loads torch, so both
+import it at once (engine/pipeline/judge.py).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from engine.pipeline import messages as msg
 from engine.pipeline import wire
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> 
     return Prepared(cfg.name, variants)
 
 
-def plan_message(prep: Prepared) -> tuple[dict[str, Any], list[Any]]:
+def plan_message(prep: Prepared) -> tuple[msg.Config, list[Any]]:
     """The `config` message: variant 0's argument tree, every variant's tensors, the model for ModelNew."""
     trees, per_variant = [], []
     for v in prep.variants:
@@ -67,10 +68,8 @@ def plan_message(prep: Prepared) -> tuple[dict[str, Any], list[Any]]:
     if any(s != shapes[0] for s in shapes[1:]):
         per_variant, prep.variants = per_variant[:1], prep.variants[:1]
     tensors = [t for ts in per_variant for t in ts]
-    header: dict[str, Any] = {"type": "config", "cid": prep.name, "kind": prep.variants[0].plan.kind,
-                              "entry": prep.variants[0].plan.entry, "args": trees[0],
-                              "variants": len(per_variant), "per_variant": len(per_variant[0])}
     plan = prep.variants[0].plan
+    model: dict[str, Any] | None = None
     if plan.kind == "modelnew":
         state_tensors: list[Any] = []
         init = wire.encode_args(tuple(plan.model_init), state_tensors)
@@ -78,10 +77,12 @@ def plan_message(prep: Prepared) -> tuple[dict[str, Any], list[Any]]:
         for name, t in (plan.model_state or {}).items():
             state[name] = len(state_tensors)
             state_tensors.append(t)
-        header["model"] = {"seed": plan.model_seed, "init": init, "state": state, "dtype": plan.model_dtype}
+        model = {"seed": plan.model_seed, "init": init, "state": state, "dtype": plan.model_dtype}
         tensors += state_tensors
     prep.tensors = [t for ts in per_variant for t in ts]
-    return header, tensors
+    config = msg.Config(cid=prep.name, kind=plan.kind, entry=plan.entry, args=trees[0], variants=len(per_variant),
+                        per_variant=len(per_variant[0]), model=model)
+    return config, tensors
 
 
 def composer(runtime: TaskRuntime, prep: Prepared) -> Callable[[int, list[Any]], tuple]:

@@ -2,7 +2,7 @@
 check every config against the judge's references, then time the candidate and, with its runner stopped,
 the null loop and the baselines. Every step lands in the result file as it happens.
 
-torch is imported inside the methods on purpose: the runner is spawned first, so the two processes import
+Lazy imports: torch, inside the methods on purpose: the runner is spawned first, so the two processes import
 torch and start CUDA at the same time.
 """
 
@@ -17,7 +17,9 @@ from engine import procs
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
+from engine.pipeline import messages as msg
 from engine.pipeline.judge_configs import Prepared, composer, plan_message, prepare
+from engine.pipeline.judge_result import DeviceInfo
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
 from engine.pipeline.judge_timing import TimingJudge
@@ -44,7 +46,7 @@ class Judge:
         self.runner = RunnerLink(timer)
         self.local: LocalTimer | None = None
         self.t0 = time.monotonic()
-        self.device: dict[str, Any] | None = None
+        self.device: DeviceInfo | None = None
         self.has_gpu = False
         self.not_up: str | None = None     # why the runner did not come up, if it did not
         self.timing_since_us = 0           # wall clock (us) when the timing phase began: NVML's window for it
@@ -72,7 +74,7 @@ class Judge:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
-        self.device = gpu_info()
+        self.device = DeviceInfo(**gpu_info())
         self.has_gpu = torch.cuda.is_available()
         if self.has_gpu:
             torch.zeros(1, device="cuda")   # the context, now rather than inside the first measurement
@@ -88,7 +90,7 @@ class Judge:
         """A record the helper did not sign arrived at any point (even between jobs): the stream is void."""
         forged = self.runner.forged
         if forged and self.req.integrity:
-            self.out.data.integrity["@result-channel"] = analysis.fail(analysis.FORGERY, forged).__dict__
+            self.out.data.integrity["@result-channel"] = analysis.fail(analysis.FORGERY, forged)
             self.out.data.error = self.out.data.error or f"the result channel was forged: {forged}"
 
     def run(self) -> None:
@@ -138,9 +140,9 @@ class Judge:
             header, tensors = plan_message(prep)
             reply = self.runner.configure(header, tensors, self.deadline)
             t = self.spent("send_inputs", t)
-            if reply.get("type") != "configured":
-                res = {"ok": False, "reason": f"the candidate could not be set up: {reply.get('message')}"}
-                self.out.data.correctness[cfg.name] = res
+            if not isinstance(reply, msg.Configured):   # an error, or a reply forged or garbled (msg.Garbled)
+                self.out.data.correctness[cfg.name] = CorrectnessResult(
+                    False, f"the candidate could not be set up: {msg.explain(reply)}")
                 all_ok = False
                 self.out.write()
                 continue
@@ -160,16 +162,16 @@ class Judge:
                 integ = IntegrityResult(True)
             self.spent("check", t)
             corr.seconds = round(time.monotonic() - t0, 3)
-            self.out.data.correctness[cfg.name] = corr.__dict__
+            self.out.data.correctness[cfg.name] = corr
             if self.req.integrity:
-                self.out.data.integrity[cfg.name] = integ.__dict__
+                self.out.data.integrity[cfg.name] = integ
             all_ok &= corr.ok and (integ.ok or not self.req.integrity)
             self.out.write()
             if job.forged:
                 self.out.data.error = f"the result channel was forged during config {cfg.name}: {job.forged}"
                 return
-            if done.get("fatal"):
-                self.out.data.error = f"CUDA error after config {cfg.name}: {done.get('message')}"
+            if (fatal := msg.fatal_reason(done)) is not None:
+                self.out.data.error = f"CUDA error after config {cfg.name}: {fatal}"
                 return
             if self.req.timing and all_ok and self._timed(cfg.name):
                 prepared[cfg.name] = prep
@@ -192,7 +194,7 @@ class Judge:
         # The candidate first, on every timed config; then its runner is stopped (with anything it left
         # running) before the judge times the null loop and the baselines, so no candidate code shares the
         # GPU with a baseline (and none can slow one down for this or, through the session, later candidates).
-        jobs: dict[str, tuple[analysis.Job, dict[str, Any]]] = {}
+        jobs: dict[str, tuple[analysis.Job, msg.Answer | None]] = {}
         self.timing_since_us = time.time_ns() // 1000
         for cfg in configs:
             if not self._timed(cfg.name):
@@ -209,8 +211,8 @@ class Judge:
             job, done = jobs[cfg.name]
             if job.forged:
                 self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
-            elif done.get("fatal"):
-                self.out.data.error = f"CUDA error while timing {cfg.name}: {done.get('message')}"
+            elif (fatal := msg.fatal_reason(done)) is not None:
+                self.out.data.error = f"CUDA error while timing {cfg.name}: {fatal}"
             if self.out.data.error:
                 break
         self._note_candidate_side()

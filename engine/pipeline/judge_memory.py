@@ -9,14 +9,21 @@ A candidate must never be able to turn its own failure into "unmeasured", so the
 - those others must hold more of the GPU than the candidate's side;
 - nothing may have failed already (a correctness, integrity or forgery verdict stands), and the failure must
   not come from taking the candidate's outputs (their size is the candidate's doing).
+
+Lazy imports: torch, in the judge only; the parent imports this module (through the contention rule) without it.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine import procs
+from engine.harness.nvml import memory_by_process
+
+if TYPE_CHECKING:
+    from engine.pipeline.judge_result import Progress
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,6 @@ def gpu_sides() -> GpuSides:
 def memory_blame() -> MemoryBlame | None:
     """The blame for this judge process's GPU (None: NVML cannot say, so nothing is excused)."""
     try:
-        from engine.harness.nvml import memory_by_process
         sides = gpu_sides()
         held = memory_by_process(sides.bus)
     except Exception:  # noqa: BLE001 - no attribution possible
@@ -74,10 +80,9 @@ def blame_from(held: dict[int, int] | None, judge_pid: int, candidate: set[int],
     return MemoryBlame(others > theirs, figures)
 
 
-def judge_out_of_memory(progress: dict | None) -> str:
+def judge_out_of_memory(progress: Progress | None) -> str:
     """Why the judge stopped, when its own GPU memory ran out: where, and what the GPU holds now."""
-    where = progress or {}
-    at = f" during {where.get('stage')}" + (f" of config {where['config']}" if where.get("config") else "")
+    at = progress.where() if progress else ""
     held = ""
     try:
         import torch

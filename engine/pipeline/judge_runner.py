@@ -4,18 +4,24 @@ and take a config's arguments, running one job on it, and decoding the outputs i
 Every wait is bounded by the judge's deadline (an absolute `time.monotonic()`), passed in by the caller: a
 standby judge's deadline moves when its request arrives. A runner that dies or overruns raises RunnerGone
 (engine/pipeline/runner_process.py), which the judge's entry point turns into the result's error.
+
+The runner's replies are typed (engine/pipeline/messages.py) and may be the candidate's forgeries: each wait
+takes any answer but the one it awaits (another kind, an error, a Garbled reply that did not parse, one that
+names another config or job) as the step's failure, in the runner's words where it gave some.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline import analysis, wire
+from engine.pipeline import messages as msg
 from engine.pipeline.judge_memory import out_of_memory
 from engine.pipeline.judge_timer import collect
-from engine.pipeline.runner_process import RunDir, RunnerProcess, make_run_dir, stage_candidate, stage_readonly
+from engine.pipeline.runner_process import RunDir, RunnerProcess, make_run_dir, stage_load, stage_readonly
 from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec
 
 if TYPE_CHECKING:
@@ -45,22 +51,21 @@ class RunnerLink:
         self._run = run
         timer = stage_readonly(run.ro, Path(self.timer.so_path))
         self.process = RunnerProcess.spawn(run)
-        self.process.send({"type": "setup", "jail": run.spec(die_with_parent=True).to_json(),
-                           "timer_so": str(timer), "timer_module": self.timer.module_name,
-                           "pin_arena": pin_arena})
+        self.process.send(msg.Setup(jail=run.spec(die_with_parent=True).to_json(), timer_so=str(timer),
+                                    timer_module=self.timer.module_name, pin_arena=pin_arena))
 
     def up(self, deadline: float) -> str | None:
         """Wait for the jail report, the runner's start and its helper's hello; None when up, else why not."""
         assert self.process is not None
-        jailed = self.process.reply(deadline - time.monotonic())
-        if jailed.get("type") != "jailed":
-            return f"the runner did not start: {jailed.get('message') or jailed}"
-        self.jail_report = jailed["report"]
-        ready = self.process.reply(deadline - time.monotonic())
-        if ready.get("type") == "no_gpu":
+        jailed = self.process.answer(deadline - time.monotonic())
+        if not isinstance(jailed, msg.Jailed):
+            return f"the runner did not start: {msg.explain(jailed)}"
+        self.jail_report = jailed.report
+        ready = self.process.answer(deadline - time.monotonic())
+        if isinstance(ready, msg.NoGpu):
             return NO_GPU
-        if ready.get("type") != "ready":
-            return f"the runner did not start: {ready.get('message') or ready}"
+        if not isinstance(ready, msg.Ready):
+            return f"the runner did not start: {msg.explain(ready)}"
         try:  # the helper's first signed record: it holds the key and writes to the judge
             hello = self.process.next_record(deadline)
         except wire.Forgery as exc:
@@ -72,40 +77,48 @@ class RunnerLink:
     def load(self, candidate: CandidateSpec, direction: str, deadline: float) -> str | None:
         """Stage the candidate into the runner's read-only folder and have it imported; None, else why not."""
         assert self.process is not None and self._run is not None
-        load = stage_candidate(self._run, candidate)
+        load = stage_load(self._run, candidate)
         if candidate.format != "kernelbench":
-            load["entry"] = "forward" if direction == "forward" else "backward"
+            load = dataclasses.replace(load, entry="forward" if direction == "forward" else "backward")
         self.process.send(load)
-        loaded = self.process.reply(deadline - time.monotonic())
-        if loaded.get("type") != "loaded":
-            return f"the candidate failed to load: {loaded.get('message') or loaded}"
+        loaded = self.process.answer(deadline - time.monotonic())
+        if not isinstance(loaded, msg.Loaded):
+            return f"the candidate failed to load: {msg.explain(loaded)}"
         return None
 
-    def configure(self, header: dict[str, Any], tensors: list[Any], deadline: float) -> dict[str, Any]:
-        """Send a config's `config` message (engine/pipeline/judge_configs.py); the runner's reply. The tensors
-        go through the arena's slot when they fit (the slot is free between jobs), else through the socket."""
+    def configure(self, config: msg.Config, tensors: list[Any], deadline: float) -> msg.Answer:
+        """Send a config's `config` message (engine/pipeline/judge_configs.py); the runner's answer, Configured
+        only for this config. The tensors go through the arena's slot when they fit (the slot is free between
+        jobs), else through the socket."""
         assert self.process is not None
         arena = self.process.arena
         placed = arena.place(tensors) if arena is not None and tensors else None
-        self.process.send(header, tensors, placed)
-        return self.process.reply(deadline - time.monotonic())
+        self.process.send(config, tensors, placed)
+        answer = self.process.answer(deadline - time.monotonic())
+        if isinstance(answer, msg.Configured) and answer.cid != config.cid:
+            return msg.Garbled(f"`configured` names config {answer.cid[:80]!r}, not {config.cid!r}")
+        return answer
 
     def drop(self, cid: str, deadline: float) -> None:
         """Have the runner free a config's tensors (a config can take GBs)."""
         assert self.process is not None
-        self.process.send({"type": "drop", "cid": cid})
-        self.process.reply(deadline - time.monotonic())
+        self.process.send(msg.Drop(cid=cid))
+        self.process.answer(deadline - time.monotonic())   # whatever it says: only its coming back matters
 
-    def run_job(self, cid: str, header: dict[str, Any], decode: Callable[[wire.Record, int], Any],
-                deadline: float) -> tuple[analysis.Job, dict[str, Any]]:
-        """One job on a configured config: its signed records, then the runner's closing reply ({} if forged)."""
+    def run_job(self, cid: str, params: dict[str, Any], decode: Callable[[wire.Record, int], Any],
+                deadline: float) -> tuple[analysis.Job, msg.Answer | None]:
+        """One job on a configured config (`params`: msg.Job's fields beyond its number and config): its signed
+        records, then the runner's closing answer (None if the records were forged: it is not read)."""
         assert self.process is not None
         self.job_id += 1
-        self.process.send({"type": "job", "job": self.job_id, "cid": cid, **header})
+        self.process.send(msg.Job(job=self.job_id, cid=cid, **params))
         job = collect(self.process.next_record, self.job_id, deadline, decode)
         if job.forged:
-            return job, {}
-        return job, self.process.reply(deadline - time.monotonic())
+            return job, None
+        answer = self.process.answer(deadline - time.monotonic())
+        if isinstance(answer, msg.JobDone) and answer.job != self.job_id:
+            return job, msg.Garbled(f"`job_done` names job {answer.job}, not {self.job_id}")
+        return job, answer
 
     def decoder(self, local: LocalTimer) -> Callable[[wire.Record, int], Any]:
         """Output records to tensors, each checked against the fingerprint the helper signed for it."""

@@ -1,22 +1,22 @@
 """A config's timing verdict, taken once the candidate's runner is stopped: the candidate's timing job judged
 against the null loop, and the eager and torch.compile baselines, timed here by the judge alone or reused
 from the session when a quick re-timing agrees (engine/pipeline/baselines.py keeps them between requests).
-
-torch is imported inside `verdict`: the judge loads it only after its runner is spawned (judge.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.pipeline import analysis
 from engine.pipeline.judge_configs import Prepared, composer
+from engine.pipeline.judge_result import MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
     from engine.pipeline.judge_timer import LocalTimer
-    from engine.pipeline.types import JudgeRequest, JudgeResult, TimingParams
+    from engine.pipeline.judge_result import JudgeResult
+    from engine.pipeline.types import JudgeRequest, SessionBaseline, TimingParams
 
 BASELINE_DRIFT = 0.10    # a session's baseline is re-measured when a quick re-timing moved more than this
 RECHECK_ITERS = 20       # the quick re-timing's iterations
@@ -30,10 +30,10 @@ class TimingJudge:
         self.req, self.local, self.result = req, local, result
 
     def verdict(self, runtime: TaskRuntime, prep: Prepared, tol: analysis.Tolerance,
-                job: analysis.Job) -> dict[str, Any]:
+                job: analysis.Job) -> TimingRow:
         """The verdict on a timing job of the candidate's (its runner already stopped), with the null loop and
         the baselines timed now by the judge alone, or the session's baselines where a re-timing agrees."""
-        import torch
+        import torch  # lazy: the judge loads torch only after its runner is spawned (judge.py)
         p = self.req.timing_params
         known = self._session_baselines(runtime, prep)
         # The protocol's own cost on this GPU, with the candidate's argument sizes: a loop calling nothing.
@@ -47,54 +47,48 @@ class TimingJudge:
         res = analysis.judge_timing(job, [v.ref for v in prep.variants], composer(runtime, prep), tol,
                                     null_ms, null_gap)
         if self.req.integrity:
-            self.result.integrity[f"{prep.name}@timing"] = res.integrity.__dict__
+            self.result.integrity[f"{prep.name}@timing"] = res.integrity
         if res.stats is None:
-            return {"error": res.error or "no timed iterations"}
-        row: dict[str, Any] = {"candidate": res.stats.to_json(), "hidden_work": res.hidden_work,
-                               "witness": res.witness, "checked": job.end.get("checked", []),
-                               "null": {"median_ms": null_ms, "gap_ms": null_gap}}
+            return TimingRow(error=res.error or "no timed iterations")
+        row = TimingRow(candidate=res.stats, hidden_work=res.hidden_work, witness=res.witness,
+                        checked=[int(i) for i in job.end.get("checked", [])], null=NullLoop(null_ms, null_gap))
         if known is not None:
-            row["baselines"] = {"from": "session", "recheck": known["recheck"]}
-            for b in ("eager", "compile"):
-                if b in known:
-                    row[b] = known[b]
-                    row[f"speedup_{b}"] = known[b]["median_ms"] / res.stats.median_ms
-            if "compile_error" in known:
-                row["compile_error"] = known["compile_error"]
-            return row
-        row["baselines"] = {"from": "measured"}
-        runtime.restore_state(prep.variants[0].state)
-        if "eager" in self.req.baselines:
-            eager = self.local.time(runtime.eager_callable(), [], [], p)
-            es = analysis.summarise([c.ms for c in eager.timed()], [c.ms_all for c in eager.timed()],
-                                    null_ms)
-            row["eager"] = es.to_json()
-            row["speedup_eager"] = es.median_ms / res.stats.median_ms
-        if "compile" in self.req.baselines:
-            try:
-                fn = runtime.compiled_callable()
-                if fn is not None:
-                    comp = self.local.time(fn, [], [], p)
-                    cs = analysis.summarise([c.ms for c in comp.timed()], [c.ms_all for c in comp.timed()],
-                                            null_ms)
-                    row["compile"] = cs.to_json()
-                    row["speedup_compile"] = cs.median_ms / res.stats.median_ms
-            except Exception as exc:  # noqa: BLE001 - a baseline that cannot compile is absent, with the reason
-                row["compile_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
-        torch.cuda.synchronize()
+            session, recheck = known
+            row.baselines = BaselineOrigin(REUSED, recheck)
+            row.eager, row.compile, row.compile_error = session.eager, session.compile, session.compile_error
+        else:
+            row.baselines = BaselineOrigin(MEASURED)
+            runtime.restore_state(prep.variants[0].state)
+            if "eager" in self.req.baselines:
+                eager = self.local.time(runtime.eager_callable(), [], [], p)
+                row.eager = analysis.summarise([c.ms for c in eager.timed()], [c.ms_all for c in eager.timed()],
+                                               null_ms)
+            if "compile" in self.req.baselines:
+                try:
+                    fn = runtime.compiled_callable()
+                    if fn is not None:
+                        comp = self.local.time(fn, [], [], p)
+                        row.compile = analysis.summarise([c.ms for c in comp.timed()],
+                                                         [c.ms_all for c in comp.timed()], null_ms)
+                except Exception as exc:  # noqa: BLE001 - a baseline that cannot compile is absent, with the reason
+                    row.compile_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+            torch.cuda.synchronize()
+        if row.eager is not None:
+            row.speedup_eager = row.eager.median_ms / res.stats.median_ms
+        if row.compile is not None:
+            row.speedup_compile = row.compile.median_ms / res.stats.median_ms
         return row
 
-    def _session_baselines(self, runtime: TaskRuntime, prep: Prepared) -> dict[str, Any] | None:
+    def _session_baselines(self, runtime: TaskRuntime, prep: Prepared) -> tuple[SessionBaseline, Recheck] | None:
         """This config's baselines as measured earlier in the session (the request carries them), if a quick
         re-timing of one of them still agrees: then they are reused as they are, else all are measured anew."""
         known = (self.req.session_baselines or {}).get(prep.name)
         wanted = [b for b in ("eager", "compile") if b in self.req.baselines]
         # eager is re-timed (torch.compile would be compiled again to re-time it: the cost this saves); both
         # are the task's reference on the same GPU, so eager agreeing says the GPU's state has not moved
-        if not known or "eager" not in wanted or "eager" not in known or \
-                any(b not in known and f"{b}_error" not in known for b in wanted):
+        if known is None or known.eager is None or "eager" not in wanted or \
+                ("compile" in wanted and known.compile is None and known.compile_error is None):
             return None
-        which = "eager"
         try:
             runtime.restore_state(prep.variants[0].state)
             fn = runtime.eager_callable()
@@ -102,12 +96,12 @@ class TimingJudge:
             now = analysis.summarise([c.ms for c in job.timed()], [c.ms_all for c in job.timed()], 0.0).median_ms
         except Exception:  # noqa: BLE001 - measure everything anew rather than fail the candidate
             return None
-        then = float(known[which]["median_ms"])
-        recheck = {"baseline": which, "now_ms": round(now, 5), "session_ms": round(then, 5)}
+        then = known.eager.median_ms
+        recheck = Recheck("eager", round(now, 5), round(then, 5))
         if then <= 0 or abs(now / then - 1.0) > BASELINE_DRIFT:
             self.result.baseline_drift[prep.name] = recheck
             return None
-        return {**known, "recheck": recheck}
+        return known, recheck
 
     def _quick(self) -> TimingParams:
         return dataclasses.replace(self.req.timing_params, warmup=3, min_iters=RECHECK_ITERS,

@@ -9,13 +9,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from engine.harness.runtimes import runtime_for
+from engine.pipeline import messages as msg
+from engine.pipeline.runner import load_candidate
+from engine.profile.ncu import NVTX_RANGE
 from engine.tasks.model import Task
 
 
 def top_device_ops(fn: Any, top: int = 8, runs: int = 3) -> list[dict[str, Any]]:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -33,11 +37,6 @@ def top_device_ops(fn: Any, top: int = 8, runs: int = 3) -> list[dict[str, Any]]
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    from engine.harness.runtimes import runtime_for
-    from engine.pipeline.runner import load_candidate
-
     task = Task.from_json(request["task"])
     direction = request["direction"]
     cfg = next(c for c in task.configs if c.name == request["config"])
@@ -45,11 +44,10 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": "no CUDA GPU is visible to the profiler"}
     device = torch.device("cuda")
     runtime = runtime_for(task, direction)
-    module = load_candidate(request["candidate"])
+    module = load_candidate(msg.parse_as(request["candidate"], msg.Load))   # runner_process.stage_candidate's
     runtime.setup(cfg, cfg.seed, device)
     cand = runtime.candidate_callable(module)
     if request.get("mode") == "ncu":
-        from engine.profile.ncu import NVTX_RANGE
         for _ in range(int(request.get("launches", 1))):
             torch.cuda.nvtx.range_push(NVTX_RANGE)
             cand()

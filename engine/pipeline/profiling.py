@@ -16,14 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
+from engine.harness import build as builds  # a module, as in evaluate: tests substitute build_candidate
+from engine.harness.roofline import Peaks
+from engine.harness.toolchain import detect as detect_toolchain
 from engine.jail import REFUSED
+from engine.jail import command as jailed
 from engine.jail.profiles import profiled_spec
 from engine.pipeline.candidate_spec import candidate_spec
 from engine.pipeline.eval_types import default_cache_root
+from engine.pipeline.runner_process import make_run_dir, stage_candidate
+from engine.pipeline.types import CandidateSpec
+from engine.procs import kill_group, reap
 from engine.profile.ncu import (build_ncu_command, ncu_install_dirs, ncu_unavailable_reason, parse_ncu_csv,
                                 permission_denied)
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
 from engine.profile.summarise import summarise
+from engine.tasks.glue import materialise
+from engine.tasks.glue_abi import GlueError
 from engine.tasks.model import ALL_CONFIGS
 from engine.verdict import Status, Verdict
 
@@ -40,11 +49,6 @@ def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeou
                 ncu: str | None = None) -> tuple[str, dict[str, Any], str]:
     """Run the profile child on the candidate, jailed like a runner (under ncu when `ncu` is given).
     Returns (its output, its result, why it failed or "")."""
-    from engine.jail import command as jailed
-    from engine.pipeline.runner_process import make_run_dir, stage_candidate
-    from engine.pipeline.types import CandidateSpec
-    from engine.procs import kill_group, reap
-
     # the child imports the task's reference (trusted, but it lives in the user's folder): that folder only
     directions = (request.get("task") or {}).get("directions") or {}
     ref_dirs = sorted({str(Path(d["reference_path"]).parent) for d in directions.values()})
@@ -132,21 +136,16 @@ def profile_candidate(task: Task, candidate: Candidate, direction: str = "forwar
                       options: ProfileOptions | None = None, peaks: Peaks | None = None,
                       cache_root: Path | None = None) -> Verdict:
     """Build (cache hit after an evaluation) and profile a candidate; the `profile` Verdict."""
-    from engine.harness.build import build_candidate
-    from engine.harness.toolchain import detect as detect_toolchain
-
     t0 = time.monotonic()
     opts = options or ProfileOptions()
     cache_root = cache_root or default_cache_root()
     if getattr(candidate, "format", None) == "kernel-only":
-        from engine.tasks.glue import materialise
-        from engine.tasks.glue_abi import GlueError
         try:
             candidate = materialise(candidate, task, direction)
         except GlueError as exc:
             return Verdict(STAGE, Status.SKIPPED, str(exc))
     toolchain = detect_toolchain()
-    build = build_candidate(candidate, cache_root, toolchain)
+    build = builds.build_candidate(candidate, cache_root, toolchain)
     if not build.ok:
         return Verdict(STAGE, Status.SKIPPED, f"the candidate does not build: {build.error or 'compilation failed'}")
     spec = candidate_spec(candidate, build, cache_root, toolchain)
@@ -166,8 +165,6 @@ def profile_candidate(task: Task, candidate: Candidate, direction: str = "forwar
 def profile_stage(task: Task, candidate: Candidate, direction: str, eval_options: EvalOptions,
                   peaks_json: dict | None) -> Verdict:
     """The stage as `evaluate()` runs it after timing: never raises, never blocks (pass or skipped)."""
-    from engine.harness.roofline import Peaks
-
     try:
         peaks = Peaks(**{"measured_at": 0.0, **peaks_json}) if peaks_json else None
         opts = ProfileOptions(gpu=getattr(eval_options, "gpu", None))

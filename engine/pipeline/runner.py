@@ -7,22 +7,37 @@ no privileges, dies with the judge), while it is still a single thread and befor
 imported; then it imports torch, loads the helper from its read-only folder and hands it the descriptors
 (the helper reads the signing key and closes it, and maps the arena, engine/pipeline/arena.py). Only then does
 candidate code run. What the runner says on the control channel is never taken as a result: results are the
-helper's signed records, and the judge checks them against references it computed itself.
+helper's signed records, and the judge checks them against references it computed itself. Its messages are
+the typed ones of engine/pipeline/messages.py.
+
+Lazy imports: torch and the harness (build, runtimes, poison, kernelbench_prebuilt) are imported inside the
+functions that need them: they may load only once the runner has jailed itself, and before its jail it imports
+little (the jail, the wire format and the messages, all of them free of torch).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from engine import jail
 from engine.jail import privileges
+import engine.pipeline.messages as msg
 from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET, REGISTER_STEP as ARENA_REGISTER_STEP
 from engine.pipeline.wire import Channel, ChannelClosed, decode_args, device_tensor, restride, tensor_from_bytes
+
+
+@dataclass
+class _Configured:
+    live: list[Any]                # fresh storage with variant 0's strides, refilled per call
+    variants: list[list[Any]]      # each variant's argument tensors
+    call: Callable[[], Any]
 
 
 class Runner:
@@ -31,13 +46,17 @@ class Runner:
         self.key_fd, self.record_fd, self.arena_fd = key_fd, record_fd, arena_fd
         self.timer: Any = None
         self.module: Any = None
-        self.configs: dict[str, dict[str, Any]] = {}
+        self.configs: dict[str, _Configured] = {}
+
+    def send(self, reply: msg.Reply) -> None:
+        self.ctl.send(reply.to_wire())
 
     # -- start ------------------------------------------------------------------------------------------
     def start(self) -> None:
         header, _ = self.ctl.recv()
-        report = jail.apply(jail.JailSpec.from_json(header["jail"]))
-        self.ctl.send({"type": "jailed", "report": report.to_json()})
+        setup = msg.parse_as(header, msg.Setup)
+        report = jail.apply(jail.JailSpec.from_json(setup.jail))
+        self.send(msg.Jailed(report=report.to_json()))
         import torch
 
         from engine.harness.build import load_extension
@@ -49,65 +68,73 @@ class Runner:
             os.close(self.key_fd)
             if self.arena_fd >= 0:
                 os.close(self.arena_fd)
-            self.ctl.send({"type": "no_gpu"})
+            self.send(msg.NoGpu())
             return
         torch.cuda.init()
-        self.timer = load_extension(Path(header["timer_so"]), header["timer_module"])
+        self.timer = load_extension(Path(setup.timer_so), setup.timer_module)
         slot = os.fstat(self.arena_fd).st_size - ARENA_DATA_OFFSET if self.arena_fd >= 0 else 0
         self.timer.init(self.key_fd, self.record_fd, self.arena_fd, ARENA_DATA_OFFSET, ARENA_REGISTER_STEP)
-        if header.get("pin_arena") and slot > 0:   # page-lock the slot now, not during the first config
+        if setup.pin_arena and slot > 0:   # page-lock the slot now, not during the first config
             self.timer.arena_view(slot)
-        self.ctl.send({"type": "ready", "device": {"gpu": torch.cuda.get_device_name()}, "pid": os.getpid()})
+        self.send(msg.Ready(device={"gpu": torch.cuda.get_device_name()}, pid=os.getpid()))
 
     # -- messages -----------------------------------------------------------------------------------------
     def serve(self) -> None:
-        handlers: dict[str, Callable[[dict[str, Any], list[bytearray]], dict[str, Any]]] = {
-            "load": self.load, "config": self.configure, "job": self.job, "drop": self.drop,
-            "ping": lambda h, b: {"type": "pong"}}
         while True:
-            header, blobs = self.ctl.recv()
-            kind = header.get("type")
-            if kind == "exit":
-                return
-            handler = handlers.get(str(kind))
-            if handler is None:
-                self.ctl.send({"type": "error", "message": f"unknown message {kind!r}"})
-                continue
             try:
-                reply = handler(header, blobs)
+                header, blobs = self.ctl.recv()
+                request = msg.parse_request(header)
+            except msg.MessageError as exc:   # the judge's bug, not the candidate's: say so and go on
+                self.send(msg.Error(message=f"runner: {exc}"))
+                continue
+            if isinstance(request, msg.Exit):
+                return
+            try:
+                reply = self._handle(request, blobs)
             except Exception as exc:  # noqa: BLE001 - candidate code raised; the judge decides what it means
-                reply = {"type": "error", "message": f"{type(exc).__name__}: {str(exc).strip()[:2000]}",
-                         "trace": traceback.format_exc(limit=8)[-3000:]}
-            self.ctl.send(reply)
-            if reply.get("fatal"):
+                reply = msg.Error(message=f"{type(exc).__name__}: {str(exc).strip()[:2000]}",
+                                  trace=traceback.format_exc(limit=8)[-3000:])
+            self.send(reply)
+            if msg.fatal_reason(reply) is not None:
                 return
 
-    def load(self, h: dict[str, Any], _: list[bytearray]) -> dict[str, Any]:
-        self.module = load_candidate(h)
-        entry = h.get("entry")
-        if entry and not hasattr(self.module, entry):
-            return {"type": "error", "message": f"the candidate's module exports no `{entry}`"}
-        return {"type": "loaded"}
+    def _handle(self, request: msg.Request, blobs: list[bytearray]) -> msg.Reply:
+        if isinstance(request, msg.Load):
+            return self.load(request)
+        if isinstance(request, msg.Config):
+            return self.configure(request, blobs)
+        if isinstance(request, msg.Job):
+            return self.job(request)
+        if isinstance(request, msg.Drop):
+            return self.drop(request)
+        if isinstance(request, msg.Ping):
+            return msg.Pong()
+        return msg.Error(message=f"runner: an unexpected `{request.KIND}` request")
 
-    def configure(self, h: dict[str, Any], blobs: list[bytearray]) -> dict[str, Any]:
+    def load(self, m: msg.Load) -> msg.Reply:
+        self.module = load_candidate(m)
+        if m.entry and not hasattr(self.module, m.entry):
+            return msg.Error(message=f"the candidate's module exports no `{m.entry}`")
+        return msg.Loaded()
+
+    def configure(self, m: msg.Config, blobs: list[bytearray]) -> msg.Reply:
         import torch
-        metas = h["tensors"]
-        tensors = [self._from_arena(m) if "arena_offset" in m else tensor_from_bytes(m, b, "cuda")
-                   for m, b in zip(metas, blobs)]
-        k, n = int(h["variants"]), int(h["per_variant"])
+        tensors = [self._from_arena(meta) if "arena_offset" in meta else tensor_from_bytes(meta, b, "cuda")
+                   for meta, b in zip(m.tensors, blobs)]
+        k, n = m.variants, m.per_variant
         variants = [tensors[v * n:(v + 1) * n] for v in range(k)]
-        live = [t.clone() for t in variants[0]]  # fresh storage with variant 0's strides, refilled per call
-        args = decode_args(h["args"], live)
-        if h["kind"] == "modelnew":
-            call = self._modelnew_call(h, tensors[k * n:], args)
+        live = [t.clone() for t in variants[0]]
+        args = decode_args(m.args, live)
+        if m.model is not None:   # kind "modelnew" (msg.Config checks that it comes with its model)
+            call = self._modelnew_call(m.model, tensors[k * n:], args)
         else:
-            fn = getattr(self.module, h["entry"])
+            fn = getattr(self.module, m.entry)
 
             def call() -> Any:
                 with torch.no_grad():
                     return fn(*args)
-        self.configs[h["cid"]] = {"live": live, "variants": variants, "call": call}
-        return {"type": "configured", "cid": h["cid"]}
+        self.configs[m.cid] = _Configured(live, variants, call)
+        return msg.Configured(cid=m.cid)
 
     def _from_arena(self, meta: dict[str, Any]) -> Any:
         """An argument the judge placed in the arena's slot, copied to the GPU (page-locked: full speed)."""
@@ -118,9 +145,8 @@ class Runner:
             flat.copy_(self.timer.arena_view(off + n)[off:])
         return restride(device_tensor(meta, flat), meta.get("strides"), "cuda")
 
-    def _modelnew_call(self, h: dict[str, Any], state_tensors: list[Any], args: Any) -> Callable[[], Any]:
+    def _modelnew_call(self, model_h: dict[str, Any], state_tensors: list[Any], args: Any) -> Callable[[], Any]:
         import torch
-        model_h = h["model"]
         torch.manual_seed(int(model_h["seed"]))
         init = decode_args(model_h["init"], state_tensors)
         model = self.module.ModelNew(*init)
@@ -136,49 +162,45 @@ class Runner:
                 return model(*args)
         return call
 
-    def job(self, h: dict[str, Any], _: list[bytearray]) -> dict[str, Any]:
+    def job(self, m: msg.Job) -> msg.Reply:
         import torch
 
         from engine.harness.poison import poison_free_cache
         if self.timer is None:
-            return {"type": "error", "message": "no GPU: nothing can be timed here"}
-        cfg = self.configs[h["cid"]]
+            return msg.Error(message="no GPU: nothing can be timed here")
+        cfg = self.configs[m.cid]
         poison_free_cache()
-        status = self.timer.run(
-            int(h["job"]), h["mode"], cfg["call"], cfg["live"], cfg["variants"], [int(s) for s in h.get("schedule", [])],
-            int(h.get("warmup", 0)), int(h.get("min_iters", 1)), int(h.get("max_iters", 1)),
-            float(h.get("budget_s", 0.0)), int(h.get("checks", 0)), bool(h.get("flush", True)),
-            bool(h.get("probe_inputs", False)), float(h.get("settle_ms", -1.0)))
+        status = self.timer.run(m.job, m.mode, cfg.call, cfg.live, cfg.variants, list(m.schedule), m.warmup,
+                                m.min_iters, m.max_iters, m.budget_s, m.checks, m.flush, m.probe_inputs, m.settle_ms)
         try:
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - a sticky CUDA error: this process can do nothing more
-            return {"type": "job_done", "job": h["job"], "status": status, "fatal": True,
-                    "message": f"CUDA error: {str(exc).strip().splitlines()[0]}"}
-        return {"type": "job_done", "job": h["job"], "status": status}
+            return msg.JobDone(job=m.job, status=str(status), fatal=True,
+                               message=f"CUDA error: {str(exc).strip().splitlines()[0]}")
+        return msg.JobDone(job=m.job, status=str(status))
 
-    def drop(self, h: dict[str, Any], _: list[bytearray]) -> dict[str, Any]:
+    def drop(self, m: msg.Drop) -> msg.Reply:
         import torch
-        self.configs.pop(h["cid"], None)
+        self.configs.pop(m.cid, None)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()   # back to the GPU, which other evaluations may share
-        return {"type": "dropped"}
+        return msg.Dropped()
 
 
-def load_candidate(load: dict[str, Any]) -> Any:
-    """Import the candidate named by a `load` message (engine.pipeline.runner_process.stage_candidate)."""
+def load_candidate(load: msg.Load) -> Any:
+    """Import the candidate named by a `load` message (engine.pipeline.runner_process.stage_load)."""
     from engine.harness.build import load_extension
     from engine.harness.runtimes.base import import_file
-    if load.get("py_path"):
+    if load.py_path:
         ext_root = os.environ.get("TORCH_EXTENSIONS_DIR")
         if ext_root:  # the compile stage's load_inline builds, staged into scratch: imported, not built again
             from engine.harness.kernelbench_prebuilt import seed_versions
             seed_versions(ext_root)
-        return import_file(Path(load["py_path"]), load["module_name"])
-    return load_extension(Path(load["so_path"]), load["module_name"])
+        return import_file(Path(load.py_path), load.module_name)
+    return load_extension(Path(load.so_path or ""), load.module_name)
 
 
 def main(argv: list[str]) -> int:
-    import faulthandler
     faulthandler.enable()  # a crash in candidate code leaves its Python stack in runner.log, which the judge quotes
     ctl_fd, key_fd, record_fd = (int(a) for a in argv[:3])
     arena_fd = int(argv[3]) if len(argv) > 3 else -1
@@ -191,8 +213,8 @@ def main(argv: list[str]) -> int:
         return 0
     except Exception as exc:  # noqa: BLE001 - report why we stopped, if the judge still listens
         try:
-            ctl.send({"type": "error", "fatal": True, "message": f"runner: {type(exc).__name__}: {exc}",
-                      "trace": traceback.format_exc(limit=8)[-3000:]})
+            runner.send(msg.Error(message=f"runner: {type(exc).__name__}: {exc}", fatal=True,
+                                  trace=traceback.format_exc(limit=8)[-3000:]))
         except OSError:
             pass
         return 1

@@ -20,9 +20,11 @@ import os
 import queue
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,8 +33,10 @@ from typing import Any
 
 from engine import procs
 from engine import jail
+from engine.harness.kernelbench_prebuilt import MANIFEST, manifest_path
 from engine.jail import JailReport, JailSpec, privileges
 from engine.jail.profiles import runner_environment, runner_spec
+from engine.pipeline import messages as msg
 from engine.pipeline.arena import Arena
 from engine.pipeline.types import CandidateSpec
 from engine.pipeline.wire import Channel, ChannelClosed, Forgery, Record, RecordReader
@@ -65,7 +69,6 @@ class RunDir:
 
 def make_run_dir(extra_readonly: list[Path] = ()) -> RunDir:
     """A fresh run folder. Its scratch is handed to uid 65534 where the jailed process will become it."""
-    import tempfile
     root = Path(tempfile.mkdtemp(prefix="kbench-run-"))
     os.chmod(root, 0o711)
     ro, scratch = root / "ro", root / "scratch"
@@ -80,12 +83,15 @@ def make_run_dir(extra_readonly: list[Path] = ()) -> RunDir:
 
 
 def stage_candidate(run: RunDir, cand: CandidateSpec) -> dict[str, Any]:
+    """stage_load's message as JSON: what the profile child's request file carries (engine/pipeline/profiling.py)."""
+    return stage_load(run, cand).to_wire()
+
+
+def stage_load(run: RunDir, cand: CandidateSpec) -> msg.Load:
     """Copy what the runner loads into ro/ (a KernelBench build folder into scratch, since load_inline locks and
     re-checks it); the `load` message for it."""
-    from engine.harness.kernelbench_prebuilt import MANIFEST, manifest_path
-    load: dict[str, Any] = {"type": "load", "module_name": cand.module_name}
     if cand.py_path:
-        load["py_path"] = str(stage_readonly(run.ro, Path(cand.py_path)))
+        py_path = stage_readonly(run.ro, Path(cand.py_path))
         if cand.torch_extensions and Path(cand.torch_extensions).is_dir():
             target = stage_readonly(run.scratch, Path(cand.torch_extensions), "torch_ext")
             manifest = manifest_path(Path(cand.torch_extensions))
@@ -95,9 +101,8 @@ def stage_candidate(run: RunDir, cand: CandidateSpec) -> dict[str, Any]:
             owner = run.scratch.stat()
             for p in [target, *target.rglob("*")]:
                 os.chown(p, owner.st_uid, owner.st_gid, follow_symlinks=False)
-    else:
-        load["so_path"] = str(stage_readonly(run.ro, Path(cand.so_path or "")))
-    return load
+        return msg.Load(module_name=cand.module_name, py_path=str(py_path))
+    return msg.Load(module_name=cand.module_name, so_path=str(stage_readonly(run.ro, Path(cand.so_path or ""))))
 
 
 def stage_readonly(ro: Path, src: Path, name: str | None = None) -> Path:
@@ -190,13 +195,26 @@ class RunnerProcess:
         threading.Thread(target=pump, name="kbench-records", daemon=True).start()
 
     # -- control channel ----------------------------------------------------------------------------------
-    def send(self, header: dict[str, Any], tensors: Any = (), placed: list[int] | None = None) -> None:
+    def send(self, request: msg.Request | dict[str, Any], tensors: Any = (), placed: list[int] | None = None) -> None:
+        """A request (a raw header: only tests that speak the wire itself send one)."""
+        header = request if isinstance(request, dict) else request.to_wire()
         try:
             self.ctl.send(header, tensors, placed)
         except OSError as exc:
             raise RunnerGone(self.describe_exit(f"the runner stopped listening ({exc})")) from exc
 
+    def answer(self, timeout: float) -> msg.Answer:
+        """The runner's next reply, parsed. The candidate can write to this socket: a reply that is not one of
+        the protocol's (forged, garbled, not even JSON) is Garbled, which every wait takes as an unexpected
+        reply, never an exception. RunnerGone as `reply`."""
+        try:
+            return msg.parse_reply(self.reply(timeout))
+        except msg.MessageError as exc:
+            return msg.Garbled(str(exc))
+
     def reply(self, timeout: float) -> dict[str, Any]:
+        """The runner's next reply as it came, unchecked (`answer` checks it); MessageError where it is no JSON
+        object."""
         try:
             header, _ = self.ctl.recv(timeout=max(timeout, 0.01), tensors=False)
             return header
@@ -223,8 +241,7 @@ class RunnerProcess:
                     # record reader a moment to deliver what is still in the pipe before concluding.
                     answered_at = answered_at or time.monotonic()
                     if time.monotonic() - answered_at >= ANSWER_GRACE_S:
-                        answer = self.reply(1.0)
-                        why = answer.get("message") or answer.get("type")
+                        why = msg.explain(self.answer(1.0))
                         raise RunnerGone(f"the runner ended the job without its records: {why}")
                 continue
             if isinstance(item, Forgery):
@@ -248,7 +265,6 @@ class RunnerProcess:
             except subprocess.TimeoutExpired:
                 return what
         if rc < 0:
-            import signal
             try:
                 cause = f"killed by {signal.Signals(-rc).name}"
             except ValueError:
@@ -271,7 +287,7 @@ class RunnerProcess:
         re-parented to this process, a subreaper: any child of ours born after the runner that is not another
         live runner is one of them)."""
         try:
-            self.ctl.send({"type": "exit"})
+            self.ctl.send(msg.Exit().to_wire())
         except OSError:
             pass
         try:

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import jsonable
-from engine.gpu_wait import NO_GPU  # noqa: F401 - JudgeResult.error where torch finds no GPU, re-exported
+from engine.harness.timing import TimingStats
+from engine.gpu_wait import NO_GPU  # noqa: F401 - the judge result's error where torch finds no GPU, re-exported
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,15 @@ class TimingParams:
         return jsonable.load(cls, options or {}, "the timing options")
 
 
+@dataclass
+class SessionBaseline:
+    """One config's baselines as measured earlier in the session, carried back to the judge
+    (engine/pipeline/baselines.py)."""
+    eager: TimingStats | None = None
+    compile: TimingStats | None = None
+    compile_error: str | None = None
+
+
 @dataclass(frozen=True)
 class JudgeRequest:
     task: dict[str, Any]
@@ -58,7 +68,7 @@ class JudgeRequest:
     deadline_s: float = 600.0    # the judge's own budget; the parent kills its group a little later
     # per config, its baselines as measured earlier in this session on this GPU (engine/pipeline/baselines.py):
     # reused after a quick re-timing agrees, instead of timing eager, torch.compile and the null loop again
-    session_baselines: dict[str, dict[str, Any]] | None = None
+    session_baselines: dict[str, SessionBaseline] | None = None
     gpu: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -85,32 +95,3 @@ class IntegrityResult:
     hack: str | None = None
     reason: str = ""
     checks: list[str] = field(default_factory=list)
-
-
-@dataclass
-class JudgeResult:
-    """What the judge writes to its result file after every step (so a killed judge still says where it was)."""
-    finished: bool = False
-    progress: dict[str, Any] | None = None
-    device: dict[str, Any] | None = None
-    jail: dict[str, Any] | None = None
-    correctness: dict[str, dict[str, Any]] = field(default_factory=dict)
-    timing: dict[str, dict[str, Any]] = field(default_factory=dict)
-    integrity: dict[str, dict[str, Any]] = field(default_factory=dict)
-    error: str | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
-    traces: dict[str, str] = field(default_factory=dict)   # kbench's own failures, for a bug report
-    warm: bool = False     # a spare judge: started (runner jailed, CUDA up) before this request came
-    baseline_drift: dict[str, dict[str, Any]] = field(default_factory=dict)  # session baselines that moved
-    # set when the judge itself could not go on (its own GPU memory ran out on a shared or small GPU): what it
-    # did not finish is not a verdict on the kernel, and an evolution evaluates the candidate again
-    unmeasured: str | None = None
-    # set when a clock check failed while NVML saw other processes run work on this GPU (engine.pipeline.contention)
-    gpu_shared: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return jsonable.dump(self)
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any] | None, what: str = "the judge's result file") -> "JudgeResult":
-        return jsonable.load(cls, obj or {}, what)

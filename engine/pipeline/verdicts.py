@@ -3,52 +3,60 @@ verdicts of an EvalReport. The judge decides what it measured; this module decid
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
+from engine import jsonable
+from engine.harness.roofline import FLOOR_MARGIN, get_peaks
 from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport
+from engine.pipeline.judge_result import JudgeOutcome, JudgeResult
 from engine.pipeline.types import NO_GPU
-from engine.procs import ChildOutcome
 from engine.tasks.model import ALL_CONFIGS, Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 NO_GPU_REASON = "no CUDA GPU is visible: correctness and timing need a GPU (compiled fine)"
 
 
-def apply_roofline(result: dict[str, Any], task: Task, direction: str, cache_root: "Path", gpu: int | None,
-                   say: Callable[[str], None] = lambda m: None) -> None:
-    """Add floor_ms, roofline_fraction and bound to each timed config of the judge's result."""
-    if not result.get("timing") or not (result.get("device") or {}).get("gpu"):
-        return
-    from engine.harness.roofline import get_peaks
+@dataclass(frozen=True)
+class Roofline:
+    """Where the candidate's times sit against the GPU's measured peaks (the parent's reading of the judge's
+    timings): per timed config its physical floor and the fraction of it reached."""
+    peaks: dict[str, Any] | None = None      # as the timing verdict's data and the profile stage show them
+    error: str | None = None                 # the peaks could not be measured
+    floor_ms: dict[str, float] = field(default_factory=dict)
+    fraction: dict[str, float] = field(default_factory=dict)
 
+
+def roofline(result: JudgeResult, task: Task, direction: str, cache_root: Path, gpu: int | None,
+             say: Callable[[str], None] = lambda m: None) -> Roofline | None:
+    """The roofline placement of each timed config of the judge's result (None when nothing was timed)."""
+    if not result.timing or result.device is None or not result.device.gpu:
+        return None
     say("placing results on the roofline")
     try:
-        peaks = get_peaks(cache_root, result["device"]["gpu"], device=gpu)
+        peaks = get_peaks(cache_root, result.device.gpu, device=gpu)
     except RuntimeError as exc:
-        result["roofline_error"] = str(exc)
-        return
-    result["peaks"] = {"gpu": peaks.gpu, "copy_gbps": peaks.copy_gbps, "fp32_tflops": peaks.fp32_tflops,
-                       "tf32_tflops": peaks.tf32_tflops}
+        return Roofline(error=str(exc))
+    out = Roofline({"gpu": peaks.gpu, "copy_gbps": peaks.copy_gbps, "fp32_tflops": peaks.fp32_tflops,
+                    "tf32_tflops": peaks.tf32_tflops})
     costs = {c.name: c.cost.get(direction) for c in task.configs}
-    for name, row in result["timing"].items():
+    for name, row in result.timing.items():
         cost = costs.get(name)
-        if cost is not None and "candidate" in row:
-            row["floor_ms"] = peaks.floor_ms(cost)
-            row["roofline_fraction"] = peaks.fraction(cost, row["candidate"]["median_ms"])
-            row["bound"] = peaks.bound(cost)
+        if cost is not None and row.candidate is not None:
+            out.floor_ms[name] = peaks.floor_ms(cost)
+            out.fraction[name] = peaks.fraction(cost, row.candidate.median_ms)
+    return out
 
 
-def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: ChildOutcome) -> None:
+def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: JudgeOutcome,
+                roof: Roofline | None = None) -> None:
     """Rows and the correctness / timing verdicts, from what the judge wrote (however it ended)."""
     res = outcome.result
-    report.device = res.get("device") or {}
-    report.jail = res.get("jail") or {}
-    report.traces = res.get("traces") or {}
-    correctness: dict[str, Any] = res.get("correctness") or {}
-    timing: dict[str, Any] = res.get("timing") or {}
+    report.device = res.device.as_report() if res.device else {}
+    report.jail = res.jail.to_json() if res.jail else {}
+    report.traces = dict(res.traces)
+    correctness, timing = res.correctness, res.timing
     names = [c.name for c in task.configs if not opts.configs or c.name in opts.configs]
     timed = timing_selection(task, opts.timing_configs, opts.configs)   # what the judge was asked to time
     if opts.timing:
@@ -56,24 +64,22 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Chil
                            "all" if ALL_CONFIGS in opts.timing_configs else "named")
     for name in names:
         row = ConfigRow(name, timed=opts.timing and (timed is None or name in timed))
-        if name in correctness:
-            c = correctness[name]
-            row.correct, row.reason, row.max_abs_err = bool(c["ok"]), c.get("reason", ""), c.get("max_abs_err")
-        if name in timing and "candidate" in timing[name]:
-            t = timing[name]
-            row.candidate_ms = t["candidate"]["median_ms"]
-            row.candidate_iqr_ms = t["candidate"]["iqr_ms"]
-            row.eager_ms = (t.get("eager") or {}).get("median_ms")
-            row.compile_ms = (t.get("compile") or {}).get("median_ms")
-            row.speedup_eager, row.speedup_compile = t.get("speedup_eager"), t.get("speedup_compile")
-            row.hidden_work = bool(t.get("hidden_work"))
-            row.baselines = (t.get("baselines") or {}).get("from", "")
-            row.floor_ms, row.roofline_fraction = t.get("floor_ms"), t.get("roofline_fraction")
+        if (c := correctness.get(name)) is not None:
+            row.correct, row.reason, row.max_abs_err = c.ok, c.reason, c.max_abs_err
+        if (t := timing.get(name)) is not None and t.candidate is not None:
+            row.candidate_ms, row.candidate_iqr_ms = t.candidate.median_ms, t.candidate.iqr_ms
+            row.eager_ms = t.eager.median_ms if t.eager else None
+            row.compile_ms = t.compile.median_ms if t.compile else None
+            row.speedup_eager, row.speedup_compile = t.speedup_eager, t.speedup_compile
+            row.hidden_work = t.hidden_work
+            row.baselines = t.baselines.source if t.baselines else ""
+            if roof is not None:
+                row.floor_ms, row.roofline_fraction = roof.floor_ms.get(name), roof.fraction.get(name)
         report.rows.append(row)
 
-    error = res.get("error")
-    if error == NO_GPU or res.get("unmeasured"):
-        report.unmeasured = NO_GPU if error == NO_GPU else str(res["unmeasured"])
+    error = res.error
+    if error == NO_GPU or res.unmeasured:
+        report.unmeasured = NO_GPU if error == NO_GPU else res.unmeasured
         why = NO_GPU_REASON if error == NO_GPU else report.unmeasured
         report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.SKIPPED, why))
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, why))
@@ -83,14 +89,14 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Chil
         cause = error or outcome.describe_crash()
         if outcome.crashed and error:
             cause = f"{error} ({outcome.describe_crash()})"
-        stage = (res.get("progress") or {}).get("stage")
-        timing_failed = [n for n, t in timing.items() if "error" in t]
+        stage = res.progress.stage if res.progress else None
+        timing_failed = [n for n, t in timing.items() if t.error is not None]
         if (stage == Stage.TIMING or timing_failed) and report.rows and all(r.correct for r in report.rows):
             report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS, "all configs within tolerance",
                                            {"configs": correctness_data(report)}))
             report.verdicts.append(Verdict(Stage.TIMING, Status.FAIL, cause))
             return
-        running = (res.get("progress") or {}).get("config")
+        running = res.progress.config if res.progress else None
         for r in report.rows:
             if r.name == running and r.correct is None:
                 r.correct, r.reason = False, cause
@@ -113,7 +119,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Chil
     if not opts.timing:
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "timing not requested"))
         return
-    timing_errors = {n: t["error"] for n, t in timing.items() if "error" in t}
+    timing_errors = {n: t.error for n, t in timing.items() if t.error is not None}
     if timing_errors:
         name, why = next(iter(timing_errors.items()))
         report.verdicts.append(Verdict(Stage.TIMING, Status.FAIL, f"{name}: {why}"))
@@ -125,11 +131,11 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Chil
                                  "eager_ms": r.eager_ms, "compile_ms": r.compile_ms,
                                  "speedup_eager": r.speedup_eager, "speedup_compile": r.speedup_compile,
                                  "floor_ms": r.floor_ms, "roofline_fraction": r.roofline_fraction,
-                                 "witness": (timing.get(r.name) or {}).get("witness")}
+                                 "witness": timing[r.name].witness if r.name in timing else None}
                         for r in report.rows},
             "timed": [r.name for r in report.rows if r.candidate_ms is not None],
             "not_timed": [r.name for r in report.rows if not r.timed], "timed_by": report.timed_by,
-            "peaks": res.get("peaks"),
+            "peaks": roof.peaks if roof else None,
             "geomean_speedup_eager": report.geomean_speedup_eager,
             "geomean_speedup_compile": report.geomean_speedup_compile, "device": report.device,
             "jail": (report.jail or {}).get("summary")}
@@ -140,7 +146,6 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Chil
             f"work continues after the stream's end event on {', '.join(hidden)} (another stream or thread?)",
             data))
         return
-    from engine.harness.roofline import FLOOR_MARGIN
     below = [r for r in report.rows if r.floor_ms and r.candidate_ms is not None
              and r.candidate_ms < FLOOR_MARGIN * r.floor_ms]
     if below:
@@ -164,15 +169,15 @@ def correctness_data(report: EvalReport) -> dict[str, Any]:
     return {r.name: {"ok": r.correct, "reason": r.reason, "max_abs_err": r.max_abs_err} for r in report.rows}
 
 
-def integrity_verdict(result: dict[str, Any]) -> Verdict | None:
+def integrity_verdict(result: JudgeResult) -> Verdict | None:
     """The `integrity` verdict from the judge's per-config findings (None when it checked nothing)."""
-    per = result.get("integrity") or {}
+    per = result.integrity
     if not per:
         return None
-    bad = {name: r for name, r in per.items() if not r.get("ok", True)}
+    data = {"configs": {name: jsonable.dump(r) for name, r in per.items()}}
+    bad = {name: r for name, r in per.items() if not r.ok}
     if bad:
         name, r = next(iter(bad.items()))
-        hacks = sorted({str(x.get("hack")) for x in bad.values()})
-        return Verdict(Stage.INTEGRITY, Status.FAIL, f"reward hack ({', '.join(hacks)}) on {name}: {r.get('reason')}",
-                       {"configs": per})
-    return Verdict(Stage.INTEGRITY, Status.PASS, f"integrity checks passed on {len(per)} config(s)", {"configs": per})
+        hacks = sorted({str(x.hack) for x in bad.values()})
+        return Verdict(Stage.INTEGRITY, Status.FAIL, f"reward hack ({', '.join(hacks)}) on {name}: {r.reason}", data)
+    return Verdict(Stage.INTEGRITY, Status.PASS, f"integrity checks passed on {len(per)} config(s)", data)

@@ -23,7 +23,8 @@ from typing import Any
 
 from engine.pipeline.judge import STANDBY_STATE
 from engine.pipeline.types import TimerSpec
-from engine.procs import ChildOutcome, StandbyChild, run_child
+from engine.pipeline.judge_result import JudgeOutcome
+from engine.procs import StandbyChild, run_child
 
 JUDGE = "engine.pipeline.judge"
 IDLE_S = 300.0
@@ -43,7 +44,7 @@ class JudgePool:
     def _key(timer: TimerSpec, gpu: int | None) -> tuple[Any, ...]:
         return (gpu, timer.so_path, timer.module_name)
 
-    def run(self, request: dict[str, Any], timer: TimerSpec, gpu: int | None, timeout_s: float) -> ChildOutcome:
+    def run(self, request: dict[str, Any], timer: TimerSpec, gpu: int | None, timeout_s: float) -> JudgeOutcome:
         """Evaluate `request` on a spare if one is up (else cold), asking for the next spare meanwhile."""
         key = self._key(timer, gpu)
         spare, drop = None, None
@@ -61,10 +62,10 @@ class JudgePool:
             drop.discard()
         self._wanted.put((key, timer, gpu))
         if spare is not None:
-            outcome = spare.run(request, timeout_s)
-            if not (outcome.crashed and not outcome.result.get("correctness")):
+            outcome = JudgeOutcome.of(spare.run(request, timeout_s))
+            if not (outcome.crashed and not outcome.result.correctness):
                 return outcome
-        return run_child(JUDGE, request, timeout_s=timeout_s, gpu=gpu)
+        return JudgeOutcome.of(run_child(JUDGE, request, timeout_s=timeout_s, gpu=gpu))
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():

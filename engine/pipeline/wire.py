@@ -2,8 +2,9 @@
 
 Two channels, both inherited descriptors:
 - control (a socketpair, both ways): framed messages, a JSON header followed by raw tensor bytes. The judge
-  sends the candidate's arguments and jobs; the runner answers with status lines. Nothing the runner says on
-  it is evidence: the judge only learns from it that the runner is alive and why it could not go on.
+  sends the candidate's arguments and jobs; the runner answers with status lines. The headers are the typed
+  messages of engine/pipeline/messages.py. Nothing the runner says on it is evidence: the judge only learns
+  from it that the runner is alive and why it could not go on.
 - records (a pipe, runner to judge): written only by the compiled timing helper, each record numbered and
   signed with HMAC-SHA256 under a key the judge generated and the helper read from a third descriptor
   before any candidate code ran. Outputs ride on records as a signed header (shape, dtype, a keyed
@@ -12,6 +13,9 @@ Two channels, both inherited descriptors:
 Large arguments of a `config` message likewise travel in the arena (their metas carry `arena_offset`).
 
 The judge never unpickles anything: headers are JSON, tensor bytes become tensors through `frombuffer`.
+
+Lazy imports: torch, in the functions that handle tensors. The runner imports this module before it jails
+itself, and torch must load only after the jail (engine/pipeline/runner.py).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
+
+from engine.pipeline.messages import MessageError
 
 MAX_HEADER = 64 << 20
 RECORD_MAGIC = b"KBR1"
@@ -161,17 +167,25 @@ class Channel:
                 self.sock.sendall(memoryview(c.reshape(-1).view(torch.uint8).numpy()))
 
     def recv(self, timeout: float | None = None, tensors: bool = True) -> tuple[dict[str, Any], list[bytearray]]:
-        """One message. `tensors=False`: a message announcing tensor bytes is refused unread (the judge takes
-        no bytes from its runner here, and a size the runner announces must not size the judge's buffers)."""
+        """One message's header, untyped (engine/pipeline/messages.py parses it), and its tensors' bytes.
+        `tensors=False`: a message announcing tensor bytes is refused unread (the judge takes no bytes from its
+        runner here, and a size the runner announces must not size the judge's buffers). MessageError: a whole
+        frame whose header is no JSON object (the next frame can still be read)."""
         self.sock.settimeout(timeout)
         (n,) = struct.unpack("<I", self._exact(4))
         if n > MAX_HEADER:
             raise ChannelClosed(f"control header of {n} bytes")
-        header = json.loads(self._exact(n))
+        raw = self._exact(n)
+        try:   # the frame was read whole, so the stream is still in step: a message that is none, not a cut
+            header = json.loads(raw)
+        except (ValueError, RecursionError) as exc:   # RecursionError: JSON nested past Python's stack
+            raise MessageError(f"a control header that is not JSON ({type(exc).__name__})") from None
         if not isinstance(header, dict):
-            raise ChannelClosed("control header is not an object")
-        if not tensors and header.get("tensors"):
-            raise ChannelClosed("the runner announced tensor bytes on the control channel")
+            raise MessageError(f"a control header that is not a JSON object but {type(header).__name__}")
+        if not tensors:
+            if header.get("tensors"):
+                raise ChannelClosed("the runner announced tensor bytes on the control channel")
+            return header, []
         blobs = [bytearray() if "arena_offset" in m else self._exact(int(m["nbytes"]))
                  for m in header.get("tensors", [])]
         return header, blobs

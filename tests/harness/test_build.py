@@ -225,8 +225,8 @@ def test_kernelbench_modelnew_compiles_into_its_extensions_dir(toolchain: Toolch
     staged = run.scratch / "torch_ext"
     so = staged / built.name / f"{built.name}.so"
     before = so.stat().st_mtime_ns, (staged / built.name / ".ninja_log").read_text()
-    probe = ("import sys; from engine.pipeline.runner import load_candidate; "
-             "m = load_candidate({'py_path': sys.argv[1], 'module_name': 'kb_probe'}); print(m.ModelNew.__name__)")
+    probe = ("import sys; from engine.pipeline.runner import load_candidate; from engine.pipeline.messages import Load; "
+             "m = load_candidate(Load('kb_probe', py_path=sys.argv[1])); print(m.ModelNew.__name__)")
     env = {**compiler_env(), "TORCH_EXTENSIONS_DIR": str(staged), "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", probe, str(KB_CANDIDATES / "scaled_swish_correct.py")],

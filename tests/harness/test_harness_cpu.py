@@ -11,7 +11,8 @@ import torch
 
 from engine.harness.compare import compare_outputs
 from engine.pipeline.evaluate import EvalOptions, EvalReport
-from engine.pipeline.verdicts import fill_report as _fill_from_outcome
+from engine.pipeline.judge_result import JudgeOutcome
+from engine.pipeline.verdicts import Roofline, fill_report
 from engine.procs import ChildOutcome, run_child, scrubbed_env
 from engine.harness.timing import hidden_work_suspected, summarise
 from engine.verdict import Status, Verdict
@@ -135,6 +136,15 @@ def test_timing_summary_and_hidden_work_flag():
     assert hidden_work_suspected(s)
 
 
+def _fill_from_outcome(report, task, opts, child: ChildOutcome, roof: Roofline | None = None) -> None:
+    """The verdicts from what a judge process left, read back as evaluate() reads it."""
+    fill_report(report, task, opts, JudgeOutcome.of(child), roof)
+
+
+def _stats(ms: float) -> dict:
+    return {"median_ms": ms, "iqr_ms": ms / 50, "mean_ms": ms, "min_ms": ms, "n": 100, "all_streams_ms": ms}
+
+
 def _report(task):
     return EvalReport(task.name, "forward", "abc", "native", [Verdict("compile", Status.PASS, "compiled")], [], {}, {})
 
@@ -174,10 +184,10 @@ def test_an_evaluation_without_gpu_is_no_judgement_for_the_loop(layernorm):
 
 def test_verdicts_of_a_passing_timed_run(layernorm):
     names = [c.name for c in layernorm.configs]
-    stats = {"median_ms": 0.5, "iqr_ms": 0.01}
+    stats = _stats(0.5)
     outcome = ChildOutcome({"finished": True,
                             "correctness": {n: {"ok": True, "max_abs_err": 1e-6} for n in names},
-                            "timing": {n: {"candidate": stats, "eager": {"median_ms": 1.0}, "speedup_eager": 2.0,
+                            "timing": {n: {"candidate": stats, "eager": _stats(1.0), "speedup_eager": 2.0,
                                            "hidden_work": False} for n in names}}, 0, False, 5.0, "")
     rep = _report(layernorm)
     _fill_from_outcome(rep, layernorm, EvalOptions(), outcome)
@@ -210,11 +220,10 @@ def test_time_below_the_physical_floor_is_suspicious(layernorm):
     names = [c.name for c in layernorm.configs]
     outcome = ChildOutcome({"finished": True,
                             "correctness": {n: {"ok": True} for n in names},
-                            "timing": {n: {"candidate": {"median_ms": 0.001, "iqr_ms": 0.0},
-                                           "floor_ms": 0.05, "speedup_eager": 50.0} for n in names}},
+                            "timing": {n: {"candidate": _stats(0.001), "speedup_eager": 50.0} for n in names}},
                            0, False, 5.0, "")
     rep = _report(layernorm)
-    _fill_from_outcome(rep, layernorm, EvalOptions(), outcome)
+    _fill_from_outcome(rep, layernorm, EvalOptions(), outcome, Roofline(floor_ms={n: 0.05 for n in names}))
     v = rep.verdict("timing")
     assert v.status == Status.SUSPICIOUS and "physical floor" in v.reason
 

@@ -217,11 +217,14 @@ def test_passed_requires_clean_integrity():
 
 
 def test_integrity_verdict_from_child_result():
-    assert integrity_verdict({}) is None
-    v = integrity_verdict({"integrity": {"a": {"ok": True}, "b": {"ok": False, "hack": "static-cache",
-                                                                    "reason": "static-cache: two calls ..."}}})
+    from engine.pipeline.judge_result import JudgeResult
+    assert integrity_verdict(JudgeResult()) is None
+    v = integrity_verdict(JudgeResult.from_json({"integrity": {
+        "a": {"ok": True}, "b": {"ok": False, "hack": "static-cache", "reason": "static-cache: two calls ..."}}}))
     assert v.status == Status.FAIL and "static-cache" in v.reason and "on b" in v.reason
-    assert integrity_verdict({"integrity": {"a": {"ok": True}}}).status == Status.PASS
+    assert v.data["configs"]["b"] == {"ok": False, "hack": "static-cache", "reason": "static-cache: two calls ...",
+                                      "checks": []}
+    assert integrity_verdict(JudgeResult.from_json({"integrity": {"a": {"ok": True}}})).status == Status.PASS
 
 
 # -- fault isolation that a CPU can show ---------------------------------------------------------------

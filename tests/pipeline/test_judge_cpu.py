@@ -197,20 +197,20 @@ def test_plans_for_every_format_round_trip_through_the_runner_message():
         rt = runtime_for(task, direction)
         prep = prepare(rt, task.configs[0], 2, "cpu")
         header, tensors = plan_message(prep)
-        assert header["variants"] == 2 and len(prep.variants) == 2
-        n = header["per_variant"]
-        args = wire.decode_args(header["args"], tensors[:n])
+        assert header.variants == 2 and len(prep.variants) == 2
+        n = header.per_variant
+        args = wire.decode_args(header.args, tensors[:n])
         assert len(args) == len(prep.variants[0].plan.args)
         for got, want in zip(args, prep.variants[0].plan.args):
             assert type(got) is type(want) and (not isinstance(got, torch.Tensor) or torch.equal(got, want))
-        if header["kind"] == "modelnew":
-            assert header["model"]["state"] and len(tensors) > 2 * n
+        if header.kind == "modelnew":
+            assert header.model and header.model["state"] and len(tensors) > 2 * n
         # an exact candidate's outputs, composed by the judge, are the reference (the backward replay is
         # test_importers' replay test: an exact upstream backward needs the task's own formulas)
         if direction == "backward":
             continue
         v = prep.variants[1]
         rt.restore_state(v.state)
-        exact = list(v.ref) if header["kind"] == "modelnew" else [rt.reference_module.forward_fn(*v.plan.args)]
+        exact = list(v.ref) if header.kind == "modelnew" else [rt.reference_module.forward_fn(*v.plan.args)]
         composed = rt.compose(rt.inputs(), exact)
         assert len(composed) == len(v.ref) and all(torch.allclose(a, b) for a, b in zip(composed, v.ref)), direction

@@ -14,6 +14,8 @@ import pytest
 from engine.candidates import load_candidate
 from engine.pipeline import evaluate as ev
 from engine.pipeline.analysis import CLOCK, SIDE_WORK
+from engine.pipeline.judge_result import JudgeOutcome, JudgeResult, Progress
+from engine.pipeline.types import CorrectnessResult, IntegrityResult
 from engine.procs import ChildOutcome
 from engine.tasks.loader import load_task
 from engine.verdict import Status
@@ -32,7 +34,7 @@ def _result(task, clock_ok=True, hidden=False, other_hack=None):
     return {"finished": True, "device": {"gpu": "test GPU"},
             "correctness": {n: {"ok": True, "reason": "", "max_abs_err": 0.0} for n in names},
             "timing": {"bench": {"candidate": stats, "hidden_work": hidden, "eager": {**stats, "median_ms": 0.2},
-                                 "speedup_eager": 0.2 / 0.098, "baselines": {"from": "measured"}}},
+                                 "speedup_eager": 0.2 / 0.098, "baselines": {"source": "measured"}}},
             "integrity": integrity}
 
 
@@ -52,7 +54,7 @@ def judged(monkeypatch, tmp_path):
 
         def fake_judge(request, opts):
             calls.append(request.to_json())
-            return ChildOutcome(queue.pop(0), 0, False, 1.0, "")
+            return JudgeOutcome.of(ChildOutcome(queue.pop(0), 0, False, 1.0, ""))
         monkeypatch.setattr(ev, "_run_judge", fake_judge)
         opts = ev.EvalOptions(timing_configs=["bench"], baselines=("eager",), profile=False, roofline=False,
                               cache_root=tmp_path)
@@ -132,7 +134,7 @@ def test_only_the_judges_own_allocation_failures_count_as_out_of_memory():
     assert out_of_memory(RuntimeError("fingerprint: out of memory"))
     assert not out_of_memory(ValueError("out of memory"))               # not a CUDA allocation
     assert not out_of_memory(RuntimeError("an illegal memory access was encountered"))
-    why = judge_out_of_memory({"stage": "correctness", "config": "rkb-multi-3"})
+    why = judge_out_of_memory(Progress("correctness", "rkb-multi-3"))
     assert "during correctness of config rkb-multi-3" in why and "not a verdict on the kernel" in why
 
 
@@ -157,11 +159,9 @@ def test_out_of_memory_is_excused_only_when_other_users_hold_the_gpu():
 
 
 def test_a_failure_on_record_is_never_turned_into_unmeasured():
-    from engine.pipeline.judge import _failed_already
-    from engine.pipeline.types import JudgeResult
-    assert not _failed_already(JudgeResult(correctness={"a": {"ok": True}}))
-    assert _failed_already(JudgeResult(correctness={"a": {"ok": True}, "b": {"ok": False, "reason": "x"}}))
-    assert _failed_already(JudgeResult(integrity={"a@timing": {"ok": False, "hack": "call-count-cache"}}))
+    assert not JudgeResult(correctness={"a": CorrectnessResult(True)}).failed_already()
+    assert JudgeResult(correctness={"a": CorrectnessResult(True), "b": CorrectnessResult(False, "x")}).failed_already()
+    assert JudgeResult(integrity={"a@timing": IntegrityResult(False, "call-count-cache")}).failed_already()
 
 
 SHARED = "pid 4242 at up to 97 % SM"

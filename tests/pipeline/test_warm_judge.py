@@ -83,8 +83,8 @@ def test_a_spare_is_jailed_before_its_request_and_serves_exactly_one(tmp_path, n
     try:
         cold = pool.run(request, timer, None, 200)
         assert not cold.crashed, cold.describe_crash()
-        assert cold.result["error"] == NO_GPU and not cold.result["warm"]
-        assert "judge_start" in cold.result["seconds"]
+        assert cold.result.error == NO_GPU and not cold.result.warm
+        assert "judge_start" in cold.result.seconds
         spare = _spare(pool)
         # the spare gets ready on its own: its runner runs under seccomp before any request exists
         deadline = time.monotonic() + 120
@@ -94,9 +94,9 @@ def test_a_spare_is_jailed_before_its_request_and_serves_exactly_one(tmp_path, n
         _wait_up(spare)
         warm = pool.run(request, timer, None, 200)
         assert not warm.crashed, warm.describe_crash()
-        assert warm.result["warm"] and warm.result["error"] == NO_GPU
-        assert warm.result["jail"] and warm.result["jail"]["missing"] == cold.result["jail"]["missing"]
-        assert "judge_start" not in warm.result["seconds"]
+        assert warm.result.warm and warm.result.error == NO_GPU
+        assert warm.result.jail and warm.result.jail.missing == cold.result.jail.missing
+        assert "judge_start" not in warm.result.seconds
         assert not spare.alive()                      # one request per spare: it exited after serving it
         assert (pool.started, pool.used) == (2, 1)
         nxt = _spare(pool)
@@ -140,12 +140,12 @@ def test_a_spare_that_failed_to_come_up_never_judges_a_candidate(tmp_path, no_gp
     pool = JudgePool()
     try:
         first = pool.run(request, timer, None, 200)
-        assert first.result.get("error") and "FileNotFoundError" in first.result["error"]
+        assert first.result.error and "FileNotFoundError" in first.result.error
         state = _wait_up(_spare(pool))
         assert state["ok"] is False and "FileNotFoundError" in state["why"]
         helper.write_bytes(content)            # the fault is over
         second = pool.run(request, timer, None, 200)
-        assert second.result["error"] == NO_GPU and not second.result["warm"] and pool.used == 0
+        assert second.result.error == NO_GPU and not second.result.warm and pool.used == 0
     finally:
         pool.close()
 
@@ -159,7 +159,7 @@ def test_a_dead_spare_is_replaced_by_a_cold_start(tmp_path, no_gpu):
         spare.proc.kill()
         spare.proc.wait()
         out = pool.run(request, timer, None, 200)
-        assert out.result["error"] == NO_GPU and not out.result["warm"] and pool.used == 0
+        assert out.result.error == NO_GPU and not out.result.warm and pool.used == 0
     finally:
         pool.close()
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.pipeline import evaluate as ev
+from engine.pipeline.judge_result import JudgeOutcome
 from engine.procs import ChildOutcome
 
 STATS = {"median_ms": 0.1, "iqr_ms": 0.001, "mean_ms": 0.1, "min_ms": 0.099, "n": 200, "all_streams_ms": 0.1}
@@ -20,7 +21,7 @@ def judge_answer(request: dict[str, Any]) -> dict[str, Any]:
     return {"finished": True, "device": {"gpu": "test GPU"},
             "correctness": {n: {"ok": True, "reason": "", "max_abs_err": 0.0} for n in names},
             "timing": {n: {"candidate": STATS, "hidden_work": False, "eager": {**STATS, "median_ms": 0.2},
-                           "speedup_eager": 2.0, "baselines": {"from": "measured"}} for n in timed},
+                           "speedup_eager": 2.0, "baselines": {"source": "measured"}} for n in timed},
             "integrity": {n: {"ok": True, "hack": None, "reason": "", "checks": []} for n in names}}
 
 
@@ -33,11 +34,11 @@ def fake_judge(monkeypatch, tmp_path) -> list[dict[str, Any]]:
     monkeypatch.setattr("engine.harness.build.build_candidate", lambda *a, **k: build)
     monkeypatch.setattr("engine.pipeline.timer.build_timer",
                         lambda *a, **k: SimpleNamespace(so_path=tmp_path / "t.so", module_name="t"))
-    monkeypatch.setattr("engine.pipeline.verdicts.apply_roofline", lambda *a, **k: None)
+    monkeypatch.setattr("engine.pipeline.verdicts.roofline", lambda *a, **k: None)
     requests: list[dict[str, Any]] = []
 
     def judge(request, opts):
         requests.append(request.to_json())
-        return ChildOutcome(judge_answer(requests[-1]), 0, False, 1.0, "")
+        return JudgeOutcome.of(ChildOutcome(judge_answer(requests[-1]), 0, False, 1.0, ""))
     monkeypatch.setattr(ev, "_run_judge", judge)
     return requests

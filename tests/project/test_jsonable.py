@@ -13,7 +13,12 @@ import pytest
 from engine.errors import DataError, KbenchError
 from engine.evolve.outcome import EvalOutcome
 from engine.llm.accounting import CallRecord, Usage
-from engine.pipeline.types import CandidateSpec, JudgeRequest, JudgeResult, TimerSpec, TimingParams
+from engine.harness.timing import TimingStats
+from engine.jail import JailReport
+from engine.pipeline.judge_result import (BaselineOrigin, DeviceInfo, JudgeResult, NullLoop, Progress, Recheck,
+                                          TimingRow)
+from engine.pipeline.types import (CandidateSpec, CorrectnessResult, IntegrityResult, JudgeRequest, SessionBaseline,
+                                   TimerSpec, TimingParams)
 from engine.profile.summarise import KernelProfile, ProfileSummary
 from engine.tasks.model import Cost, DirectionSpec, Task, TaskConfig, Tolerance
 from engine.verdict import Status, Verdict
@@ -43,12 +48,21 @@ def samples():
                        configs=["bench", "tiny"], timing_configs=None, trials=3, timing=True,
                        baselines=("eager",), timing_params=TimingParams(warmup=3, budget_s=0.25, flush_l2=False),
                        integrity=False, deadline_s=120.5,
-                       session_baselines={"bench": {"eager_ms": 1.5, "null_ms": 0.01}}, gpu=1)
-    res = JudgeResult(finished=True, progress={"stage": "timing", "config": "bench"}, device={"gpu": "H100", "cc": [9, 0]},
-                      jail={"summary": "landlock v4 fs"}, correctness={"bench": {"ok": False, "max_abs_err": math.inf}},
-                      timing={"bench": {"candidate": {"median_ms": 0.31}}}, integrity={"bench": {"ok": True}},
+                       session_baselines={"bench": SessionBaseline(eager=TimingStats(1.5, 0.02, 1.5, 1.4, 80, 1.5),
+                                                                   compile_error="no inductor")}, gpu=1)
+    stats = TimingStats(0.31, 0.01, 0.32, 0.3, 200, 0.31)
+    res = JudgeResult(finished=True, progress=Progress("timing", "bench", 1700000000.5),
+                      device=DeviceInfo(torch="2.11.0", cuda="13.0", gpu="H100", capability="9.0", sms=132),
+                      jail=JailReport(landlock_abi=4, filesystem=True, missing=["seccomp: not here"]),
+                      correctness={"bench": CorrectnessResult(False, "trial 0: wrong", 2, math.inf, None, 0.5)},
+                      timing={"bench": TimingRow(stats, hidden_work=True, witness={"clock_ms": 0.62}, checked=[3, 17],
+                                                 null=NullLoop(0.004, None), baselines=BaselineOrigin("session",
+                                                 Recheck("eager", 0.61, 0.6)), eager=stats, speedup_eager=1.0),
+                              "tiny": TimingRow(error="raised at call 2")},
+                      integrity={"bench": IntegrityResult(True, checks=["clock"]),
+                                 "bench@timing": IntegrityResult(False, "timer-forgery", "timer-forgery: x")},
                       error=None, seconds={"reference": 1.25, "timing": 3.5}, traces={"x": "Traceback..."}, warm=True,
-                      baseline_drift={"bench": {"eager_ms": [1.5, 1.7]}}, unmeasured="the judge ran out of GPU memory",
+                      baseline_drift={"bench": Recheck("eager", 1.7, 1.5)}, unmeasured="the judge ran out of GPU memory",
                       gpu_shared="pid 4242 at up to 97 % SM")
     kp = KernelProfile("gemm_kernel", 12.5, 71.25, 40.0, 2100.0, 12.3, 96.0, 49152.0, 45.5, 50.0, "(128, 1, 1)",
                        "(64, 64, 1)", [("long_scoreboard", 1.25), ("wait", 0.5)])
@@ -81,9 +95,9 @@ GOLDEN = {
     'task':
         '{"name":"layernorm","root":"/tasks/layernorm","format":"native","description":"LayerNorm over the last dim","tags":["norm"],"dtype":"float32","directions":{"forward":{"signature":"forward(x: f32[B,N]) -> f32[B,N]","atol":1e-05,"rtol":0.001,"reference_path":"/tasks/layernorm/reference.py","max_mismatch_fraction":0.0,"no_grad":[1]}},"configs":[{"name":"bench","model_kwargs":{"n":4096,"eps":1e-05},"input_kwargs":{"batch":8},"seed":3,"init":"uniform","cost":{"forward":{"flops":2000000000.0,"bytes":65000000.0},"backward":{"flops":4000000000.0,"bytes":130000000.0}},"tags":["robust-kbench","single","forward"]},{"name":"tiny","model_kwargs":{"n":8},"input_kwargs":{},"seed":0,"init":"normal","cost":{},"tags":[]}],"library_policy":"engineering","notes":["a note"]}',
     'judge_request':
-        '{"task":{"name":"layernorm","root":"/tasks/layernorm","format":"native","description":"LayerNorm over the last dim","tags":["norm"],"dtype":"float32","directions":{"forward":{"signature":"forward(x: f32[B,N]) -> f32[B,N]","atol":1e-05,"rtol":0.001,"reference_path":"/tasks/layernorm/reference.py","max_mismatch_fraction":0.0,"no_grad":[1]}},"configs":[{"name":"bench","model_kwargs":{"n":4096,"eps":1e-05},"input_kwargs":{"batch":8},"seed":3,"init":"uniform","cost":{"forward":{"flops":2000000000.0,"bytes":65000000.0},"backward":{"flops":4000000000.0,"bytes":130000000.0}},"tags":["robust-kbench","single","forward"]},{"name":"tiny","model_kwargs":{"n":8},"input_kwargs":{},"seed":0,"init":"normal","cost":{},"tags":[]}],"library_policy":"engineering","notes":["a note"]},"direction":"forward","candidate":{"format":"native","module_name":"kb_abc","so_path":"/x/kb_abc.so","py_path":null,"torch_extensions":null},"timer":{"so_path":"/x/timer.so","module_name":"kb_timer"},"result_path":"/tmp/r.json","configs":["bench","tiny"],"timing_configs":null,"trials":3,"timing":true,"baselines":["eager"],"timing_params":{"warmup":3,"min_iters":20,"max_iters":2000,"budget_s":0.25,"flush_l2":false,"checks":3},"integrity":false,"deadline_s":120.5,"session_baselines":{"bench":{"eager_ms":1.5,"null_ms":0.01}},"gpu":1}',
+        '{"task":{"name":"layernorm","root":"/tasks/layernorm","format":"native","description":"LayerNorm over the last dim","tags":["norm"],"dtype":"float32","directions":{"forward":{"signature":"forward(x: f32[B,N]) -> f32[B,N]","atol":1e-05,"rtol":0.001,"reference_path":"/tasks/layernorm/reference.py","max_mismatch_fraction":0.0,"no_grad":[1]}},"configs":[{"name":"bench","model_kwargs":{"n":4096,"eps":1e-05},"input_kwargs":{"batch":8},"seed":3,"init":"uniform","cost":{"forward":{"flops":2000000000.0,"bytes":65000000.0},"backward":{"flops":4000000000.0,"bytes":130000000.0}},"tags":["robust-kbench","single","forward"]},{"name":"tiny","model_kwargs":{"n":8},"input_kwargs":{},"seed":0,"init":"normal","cost":{},"tags":[]}],"library_policy":"engineering","notes":["a note"]},"direction":"forward","candidate":{"format":"native","module_name":"kb_abc","so_path":"/x/kb_abc.so","py_path":null,"torch_extensions":null},"timer":{"so_path":"/x/timer.so","module_name":"kb_timer"},"result_path":"/tmp/r.json","configs":["bench","tiny"],"timing_configs":null,"trials":3,"timing":true,"baselines":["eager"],"timing_params":{"warmup":3,"min_iters":20,"max_iters":2000,"budget_s":0.25,"flush_l2":false,"checks":3},"integrity":false,"deadline_s":120.5,"session_baselines":{"bench":{"eager":{"median_ms":1.5,"iqr_ms":0.02,"mean_ms":1.5,"min_ms":1.4,"n":80,"all_streams_ms":1.5},"compile":null,"compile_error":"no inductor"}},"gpu":1}',
     'judge_result':
-        '{"finished":true,"progress":{"stage":"timing","config":"bench"},"device":{"gpu":"H100","cc":[9,0]},"jail":{"summary":"landlock v4 fs"},"correctness":{"bench":{"ok":false,"max_abs_err":Infinity}},"timing":{"bench":{"candidate":{"median_ms":0.31}}},"integrity":{"bench":{"ok":true}},"error":null,"seconds":{"reference":1.25,"timing":3.5},"traces":{"x":"Traceback..."},"warm":true,"baseline_drift":{"bench":{"eager_ms":[1.5,1.7]}},"unmeasured":"the judge ran out of GPU memory","gpu_shared":"pid 4242 at up to 97 % SM"}',
+        '{"finished":true,"progress":{"stage":"timing","config":"bench","t":1700000000.5},"device":{"torch":"2.11.0","cuda":"13.0","gpu":"H100","capability":"9.0","sms":132,"memory_gb":null,"l2_mb":null,"driver":null,"uuid":null},"jail":{"landlock_abi":4,"filesystem":true,"tcp":false,"scoped":false,"network_namespace":"","seccomp":"","identity":"","dumpable":true,"missing":["seccomp: not here"]},"correctness":{"bench":{"ok":false,"reason":"trial 0: wrong","trials":2,"max_abs_err":Infinity,"max_rel_err":null,"seconds":0.5}},"timing":{"bench":{"candidate":{"median_ms":0.31,"iqr_ms":0.01,"mean_ms":0.32,"min_ms":0.3,"n":200,"all_streams_ms":0.31},"error":null,"hidden_work":true,"witness":{"clock_ms":0.62},"checked":[3,17],"null":{"median_ms":0.004,"gap_ms":null},"baselines":{"source":"session","recheck":{"baseline":"eager","now_ms":0.61,"session_ms":0.6}},"eager":{"median_ms":0.31,"iqr_ms":0.01,"mean_ms":0.32,"min_ms":0.3,"n":200,"all_streams_ms":0.31},"compile":null,"compile_error":null,"speedup_eager":1.0,"speedup_compile":null},"tiny":{"candidate":null,"error":"raised at call 2","hidden_work":false,"witness":{},"checked":[],"null":null,"baselines":null,"eager":null,"compile":null,"compile_error":null,"speedup_eager":null,"speedup_compile":null}},"integrity":{"bench":{"ok":true,"hack":null,"reason":"","checks":["clock"]},"bench@timing":{"ok":false,"hack":"timer-forgery","reason":"timer-forgery: x","checks":[]}},"error":null,"seconds":{"reference":1.25,"timing":3.5},"traces":{"x":"Traceback..."},"warm":true,"baseline_drift":{"bench":{"baseline":"eager","now_ms":1.7,"session_ms":1.5}},"unmeasured":"the judge ran out of GPU memory","gpu_shared":"pid 4242 at up to 97 % SM"}',
     'profile_summary':
         '{"bottleneck":"memory","kernels":[{"name":"gemm_kernel","duration_us":12.5,"memory_pct":71.25,"compute_pct":40.0,"dram_gbps":2100.0,"tflops":12.3,"registers_per_thread":96.0,"shared_mem_per_block":49152.0,"achieved_occupancy_pct":45.5,"theoretical_occupancy_pct":50.0,"block":"(128, 1, 1)","grid":"(64, 64, 1)","stalls":[["long_scoreboard",1.25],["wait",0.5]]},{"name":"reduce","duration_us":null,"memory_pct":null,"compute_pct":null,"dram_gbps":null,"tflops":null,"registers_per_thread":null,"shared_mem_per_block":null,"achieved_occupancy_pct":null,"theoretical_occupancy_pct":null,"block":"","grid":"","stalls":[]}],"config":"bench","gpu":"NVIDIA H100","dram_fraction":0.82,"model_tflops":31.5,"compute_fraction":0.6,"torch_ops":[{"name":"aten::mm","device_us":10.5,"calls":2}],"reference_ops":[],"ncu_skipped":""}',
     'profile_summary_skipped':
@@ -118,6 +132,13 @@ def test_read_back_values_have_their_field_types():
     assert tc.tags == ("robust-kbench", "single", "forward") and tc.cost["forward"] == Cost(2.0e9, 6.5e7)
     req = JudgeRequest.from_json(json.loads(GOLDEN["judge_request"]))
     assert req.baselines == ("eager",) and isinstance(req.timing_params, TimingParams) and req.candidate.so_path
+    assert isinstance(req.session_baselines["bench"].eager, TimingStats)
+    res = JudgeResult.from_json(json.loads(GOLDEN["judge_result"]))
+    assert isinstance(res.progress, Progress) and isinstance(res.jail, JailReport) and res.jail.filesystem
+    assert isinstance(res.correctness["bench"], CorrectnessResult) and math.isinf(res.correctness["bench"].max_abs_err)
+    row = res.timing["bench"]
+    assert isinstance(row.candidate, TimingStats) and row.baselines.recheck == Recheck("eager", 0.61, 0.6)
+    assert res.timing["tiny"].candidate is None and res.integrity["bench@timing"].hack == "timer-forgery"
     ps = ProfileSummary.from_json(json.loads(GOLDEN["profile_summary"]))
     assert ps.kernels[0].stalls == [("long_scoreboard", 1.25), ("wait", 0.5)]
     out = EvalOutcome.from_json(json.loads(GOLDEN["eval_outcome"]))

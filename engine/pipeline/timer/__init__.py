@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.candidates import Candidate
+from engine.harness.build import BuildResult, build_candidate
+from engine.harness.toolchain import Toolchain
 
 HERE = Path(__file__).resolve().parent
 
@@ -17,12 +19,10 @@ def timer_candidate() -> Candidate:
     return Candidate("native", files, name="kbench-timer", meta={"kbench": "timing helper"})
 
 
-def build_timer(cache_root: Path, toolchain: object, timeout_s: float = 900.0):  # -> BuildResult
+def build_timer(cache_root: Path, toolchain: Toolchain, timeout_s: float = 900.0) -> BuildResult:
     """Build (or find in the cache) the helper. Raises RuntimeError with the compiler's message on failure:
     without it nothing can be measured, and the cause is kbench's or the machine's, not a candidate's."""
-    from engine.harness.build import build_candidate
-
-    res = build_candidate(timer_candidate(), cache_root, toolchain, timeout_s=timeout_s)  # type: ignore[arg-type]
+    res = build_candidate(timer_candidate(), cache_root, toolchain, timeout_s=timeout_s)
     if not res.ok:
         raise RuntimeError(f"kbench's timing helper did not build: {res.error}\n{res.log[-3000:]}")
     return res

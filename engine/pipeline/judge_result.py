@@ -1,0 +1,171 @@
+"""The judge's result file, typed: what the judge writes after every step and the parent reads back.
+
+The judge (a trusted process of kbench's own) fills a JudgeResult; the parent reads it back with
+`JudgeResult.from_json` once the judge has ended (`JudgeOutcome.of`), so verdicts, the session's baselines and
+the contention rule read fields, not dict keys. Each config has one entry per kind: its correctness
+(CorrectnessResult), its integrity findings (IntegrityResult, also under `<config>@timing` and
+`@result-channel`) and its timing (TimingRow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine import jsonable
+from engine.errors import DataError
+from engine.harness.timing import TimingStats
+from engine.jail import JailReport
+from engine.pipeline.types import CorrectnessResult, IntegrityResult, SessionBaseline
+
+if TYPE_CHECKING:
+    from engine.procs import ChildOutcome
+
+
+@dataclass
+class Progress:
+    """Where the judge is: the stage and, within one, the config."""
+    stage: str
+    config: str | None = None
+    t: float = 0.0
+
+    def where(self) -> str:
+        """" during timing of config bench" (with a leading space), for error messages."""
+        return f" during {self.stage}" + (f" of config {self.config}" if self.config else "")
+
+
+@dataclass
+class DeviceInfo:
+    """The GPU the judge measured on (engine.harness.device_info.gpu_info); `gpu` is None without one."""
+    torch: str | None = None
+    cuda: str | None = None
+    gpu: str | None = None
+    capability: str | None = None
+    sms: int | None = None
+    memory_gb: float | None = None
+    l2_mb: float | None = None
+    driver: str | None = None
+    uuid: str | None = None     # tells two GPUs of one model apart
+
+    def identity(self) -> tuple[str, ...]:
+        """What must match for one GPU's baselines to serve another request."""
+        return tuple(str(v) for v in (self.gpu, self.driver, self.torch, self.cuda, self.uuid))
+
+    def as_report(self) -> dict[str, Any]:
+        """The form EvalReport.device, the notes and the app keep: only what is known."""
+        return {k: v for k, v in jsonable.dump(self).items() if v is not None or k == "gpu"}
+
+
+@dataclass
+class NullLoop:
+    """The timing protocol's own cost on this GPU: the loop calling nothing, with the candidate's arguments."""
+    median_ms: float
+    gap_ms: float | None = None
+
+
+@dataclass
+class Recheck:
+    """A session baseline re-timed quickly before it is reused (or found to have drifted)."""
+    baseline: str
+    now_ms: float
+    session_ms: float
+
+
+MEASURED, REUSED = "measured", "session"   # BaselineOrigin.source
+
+
+@dataclass
+class BaselineOrigin:
+    """Whether a row's baselines were timed for this request or reused from the session after a re-check."""
+    source: str                        # MEASURED or REUSED
+    recheck: Recheck | None = None
+
+
+@dataclass
+class TimingRow:
+    """One config's timing: the candidate's statistics with what the judge checked, and the baselines. An
+    `error` row has no statistics (the job raised, or its record stream was forged)."""
+    candidate: TimingStats | None = None
+    error: str | None = None
+    hidden_work: bool = False          # the device-wide end lagged the stream's end event
+    witness: dict[str, Any] = field(default_factory=dict)    # the clock check's figures
+    checked: list[int] = field(default_factory=list)         # timed iterations whose outputs were checked
+    null: NullLoop | None = None
+    baselines: BaselineOrigin | None = None
+    eager: TimingStats | None = None
+    compile: TimingStats | None = None
+    compile_error: str | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+
+    def session_baseline(self) -> SessionBaseline:
+        return SessionBaseline(self.eager, self.compile, self.compile_error)
+
+
+@dataclass
+class JudgeResult:
+    """What the judge writes to its result file after every step (so a killed judge still says where it was)."""
+    finished: bool = False
+    progress: Progress | None = None
+    device: DeviceInfo | None = None
+    jail: JailReport | None = None
+    correctness: dict[str, CorrectnessResult] = field(default_factory=dict)
+    timing: dict[str, TimingRow] = field(default_factory=dict)
+    integrity: dict[str, IntegrityResult] = field(default_factory=dict)
+    error: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    traces: dict[str, str] = field(default_factory=dict)   # kbench's own failures, for a bug report
+    warm: bool = False     # a spare judge: started (runner jailed, CUDA up) before this request came
+    baseline_drift: dict[str, Recheck] = field(default_factory=dict)  # session baselines that moved
+    # set when the judge itself could not go on (its own GPU memory ran out on a shared or small GPU): what it
+    # did not finish is not a verdict on the kernel, and an evolution evaluates the candidate again
+    unmeasured: str | None = None
+    # set when a clock check failed while NVML saw other processes run work on this GPU (engine.pipeline.contention)
+    gpu_shared: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable.dump(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | None, what: str = "the judge's result file") -> "JudgeResult":
+        return jsonable.load(cls, obj or {}, what)
+
+    def failed_already(self) -> bool:
+        """A verdict against the candidate is on record (a config wrong, or an integrity check failed)."""
+        return any(not c.ok for c in self.correctness.values()) or any(not i.ok for i in self.integrity.values())
+
+    def clean(self) -> bool:
+        """Finished without an error, every config correct and every integrity check passed: measurements
+        such an evaluation took may serve later candidates."""
+        return self.finished and not self.error and not self.failed_already()
+
+
+@dataclass(frozen=True)
+class JudgeOutcome:
+    """A judge process's end as the parent sees it: its typed result and how the process ended."""
+    result: JudgeResult
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    output_tail: str
+    crash: str            # ChildOutcome.describe_crash, kept: it reads where the judge was from the raw file
+
+    @classmethod
+    def of(cls, child: ChildOutcome) -> "JudgeOutcome":
+        """The typed form of what a judge left. A result file that does not parse is kbench's own failure: it
+        becomes the result's error (with the reason), never an exception in the parent."""
+        try:
+            result = JudgeResult.from_json(child.result)
+        except DataError as exc:
+            result = JudgeResult(finished=bool(child.result.get("finished")),
+                                 error=f"kbench could not read the judge's result ({exc}); a kbench failure, "
+                                       "not a verdict on the kernel")
+        return cls(result, child.returncode, child.timed_out, child.seconds, child.output_tail,
+                   child.describe_crash())
+
+    @property
+    def crashed(self) -> bool:
+        return self.timed_out or self.returncode != 0 or not self.result.finished
+
+    def describe_crash(self) -> str:
+        return self.crash
