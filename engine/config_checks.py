@@ -1,6 +1,10 @@
 """Checking config layers: each known section through pydantic (strict, unknown keys refused, every problem
 named by `[section] key`), the `[keys]` table, and the rules on values that span keys (`validate`), run once
-on the merged config. engine.config calls these; pydantic is imported only when a section is configured.
+on the merged config. engine.config calls these.
+
+Lazy imports: pydantic (~0.2 s), only when a section is configured: `import engine.config` must not load it
+(the task loader imports engine.config, and the jailed runner and profile child, where pydantic is out of reach,
+load tasks).
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def _explained(name: str, cls: type, data: dict[str, Any], exc: Any) -> list[str
 
 @functools.cache
 def _adapter(tp: Any) -> Any:
-    from pydantic import TypeAdapter   # here, not at the top: only loading a config pays for importing pydantic
+    from pydantic import TypeAdapter
     return TypeAdapter(tp)
 
 

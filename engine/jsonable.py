@@ -14,6 +14,9 @@ what was expected and what was found. Nothing is written or dropped: the caller 
 
 Where a format is not a mirror of the fields (renamed keys, computed fields, older formats still read), the type
 keeps its explicit to_json / from_json, which says why.
+
+Lazy imports: pydantic, on first use: importing this module (every layer does) must not load it, as the jailed
+runner and profile child cannot reach it.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ T = TypeVar("T")
 
 @functools.cache
 def _adapter(cls: type) -> Any:
-    from pydantic import ConfigDict, TypeAdapter   # here: importing this module does not import pydantic
+    from pydantic import ConfigDict, TypeAdapter
     # The root is `cls | None` only so that it may carry a config (pydantic refuses one on a dataclass's own
     # adapter), and the root's is what values typed Any (a verdict's `data`) are serialised with: NaN and the
     # infinities must stay floats there too, not become null. load() keeps None out.

@@ -18,6 +18,7 @@ import sys
 
 from engine.config import SECRETS_FD_ENV as SECRETS_FD
 from engine.config import take_secrets_fd
+from engine.jail import privileges
 
 _KEY_LIKE = re.compile(r"(API_KEY|SECRET_KEY|_TOKEN)$")   # ANTHROPIC_API_KEY, OPENAI_API_KEY, HF_TOKEN...
 _store: dict[str, str] = {}
@@ -34,8 +35,6 @@ def get(name: str) -> str | None:
 
 def protect() -> None:
     """Move keys out of the environment, re-exec without them, become non-dumpable. Idempotent."""
-    from engine.jail import privileges
-
     fd = take_secrets_fd()
     if fd is not None:  # the re-executed process: take the keys from the pipe
         with os.fdopen(fd, "r") as fh:

@@ -10,23 +10,36 @@ export through engine.export.
 
 The small dataclasses and formatting the screens display (TaskRow, SessionData, status_text, ...) are in
 kbench_tui.view_models, and the queue of re-evaluations a person asks for in kbench_tui.reevaluations; this
-module is the adapter that builds and owns them. The heavier engine modules (the workspace, the session
-service, the executors, the task loader, export) are imported inside the methods that use them, so that the
-app's first screen is not kept waiting for them.
+module is the adapter that builds and owns them.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.config import Config, ConfigError, env_flag, env_float, load_config
 from engine.errors import KbenchError
+from engine.evolve.factory import make_evaluator
+from engine.evolve.fake import FakeEvaluator
+from engine.evolve.worker_fns import visible_gpus
+from engine.export import plan_from_workspace, write_package
+from engine.export.names import default_name
 from engine.gpu_wait import WAITING_FOR_GPU
+from engine.proposers.base import ProposalRequest
+from engine.proposers.human import HumanProposer
+from engine.service.session_service import SessionService
+from engine.service.spec import SessionSpec
+from engine.task_catalog import catalog
+from engine.tasks.loader import load_task
 from engine.verdict import Verdict
+from engine.workspace import Workspace, default_export_dir, default_path
+from engine.workspace.naming import parse_candidate_id
 from kbench_tui.reevaluations import ReevaluationQueue
+from kbench_tui.session_proposers import choices, offline_proposer
 from kbench_tui.view_models import Reevaluation, SessionData, SessionRow, TaskRow, summarize, waiting_count
 
 if TYPE_CHECKING:
@@ -35,7 +48,6 @@ if TYPE_CHECKING:
     from engine.evolve.outcome import Evaluator
     from engine.llm.target import TargetInfo
     from engine.proposers.base import Proposer
-    from engine.service.spec import SessionSpec
     from engine.tasks.model import Task
     from engine.workspace import CandidateRecord, CandidateView, Override, SessionInfo
 
@@ -45,10 +57,8 @@ EvaluatorFactory = Callable[["Task", str], "Evaluator"]   # (task, direction) ->
 def default_evaluator_factory(task: Task, direction: str, config: Config | None = None) -> Evaluator:
     """The configured executor ([eval] and [executor] in the config files: local by default, or Ray)."""
     if env_flag("KBENCH_TUI_FAKE_EVALUATOR"):
-        from engine.evolve.fake import FakeEvaluator
         return FakeEvaluator(task, delay_s=env_float("KBENCH_TUI_FAKE_DELAY"),
                              profile=getattr(getattr(config, "eval", None), "profile", None) == "all")
-    from engine.evolve.factory import make_evaluator
     return make_evaluator(task, direction, config if config is not None else Config())
 
 
@@ -58,8 +68,6 @@ class Backend:
                  editor_run: Callable[..., Any] | None = None,
                  target: TargetInfo | Callable[[], TargetInfo] | None = None,
                  llm_options: dict[str, Any] | None = None):
-        from engine.workspace import Workspace, default_path
-
         self.ws = Workspace.create(Path(workspace) if workspace else default_path())
         self.env = env
         self._evaluator_factory = evaluator_factory or default_evaluator_factory
@@ -73,7 +81,6 @@ class Backend:
             except ConfigError as exc:
                 config, self.config_error = Config(), str(exc)
         self.config = config
-        from engine.service.session_service import SessionService
         self.service = SessionService(
             self.ws, config, env=env, target=target, llm_options=llm_options,
             evaluator_factory=lambda task, direction, _config: self._make_evaluator(task, direction))
@@ -98,7 +105,6 @@ class Backend:
 
     def gpus(self) -> list[int]:
         if self._gpus is None:
-            from engine.evolve.worker_fns import visible_gpus
             self._gpus = visible_gpus()
         return self._gpus
 
@@ -122,17 +128,12 @@ class Backend:
 
     def proposer_choices(self) -> list[tuple[str, bool, str]]:
         """(name, available, a note: the reason when not available, what it needs when it is)."""
-        from kbench_tui.session_proposers import choices
         return choices(self)
 
     # ------------------------------------------------------------------------------ listings
 
     def tasks(self) -> list[TaskRow]:
         """The built-in tasks, then the user's own from the folders in $KBENCH_TASKS (engine.task_catalog)."""
-        import warnings
-
-        from engine.task_catalog import catalog
-        from engine.tasks.loader import load_task
         rows = []
         for e in catalog():
             folder = "" if e.builtin else str(e.path)
@@ -155,7 +156,6 @@ class Backend:
         return "paused" if r.paused else "running"
 
     def sessions(self, with_generations: bool = True) -> list[SessionRow]:
-        from engine.workspace.naming import parse_candidate_id
         rows = []
         for s in self.ws.sessions():
             best_speedup, gen = None, None
@@ -210,16 +210,12 @@ class Backend:
         """Create a session through engine.service (the CLI's defaults and wiring, LLM verifiers included) and
         start its loop on a background thread. Events go to `on_event` (called on the loop's thread). An API
         outage pauses the loop as "API unavailable" (space resumes it)."""
-        from engine.service.spec import SessionSpec
-        from engine.tasks.loader import load_task
-
         if proposer not in ("anthropic", "openai", "tuner", "replay", "human"):
             raise KbenchError(f"the {proposer} proposer cannot drive a session from the app")
         if proposer in ("anthropic", "openai") and not self.llm_available():
             raise KbenchError(self.llm_notice())
         prebuilt = None
         if proposer in ("replay", "human"):   # built here: the editor runs through the app (it steps aside)
-            from kbench_tui.session_proposers import offline_proposer
             prebuilt = offline_proposer(proposer, self, replay_from)
         if session is None:
             t = load_task(task)
@@ -231,7 +227,6 @@ class Backend:
     def resume_evolution(self, session: str,
                          on_event: Callable[[EvolveEvent], None] | None = None) -> EvolutionSession:
         """Run a session of the workspace again with its stored settings (whoever started it)."""
-        from engine.service.spec import SessionSpec
         info = self.ws.session(session)
         cfg = info.config or {}
         proposer = cfg.get("proposer") or info.proposer
@@ -240,7 +235,6 @@ class Backend:
             proposer = "tuner"          # a session whose proposer cannot go on here is carried on by the tuner
         prebuilt = None
         if proposer == "human":
-            from kbench_tui.session_proposers import offline_proposer
             prebuilt = offline_proposer("human", self, None)
         return self._run(SessionSpec(name=session, proposer=proposer, started_from="tui"), on_event, False, prebuilt)
 
@@ -277,7 +271,6 @@ class Backend:
 
     def live_runner(self, cid: str) -> EvolutionSession | None:
         """The running loop of the candidate's session, if there is one (it must hear of changes)."""
-        from engine.workspace.naming import parse_candidate_id
         parsed = parse_candidate_id(cid)
         r = self.runners.get(parsed[0]) if parsed else None
         return r if r is not None and r.running else None
@@ -309,9 +302,6 @@ class Backend:
         a `human` candidate, child of `cid`. Returns the new CandidateRecord, or raises KbenchError with the
         proposer's reason (unchanged files, editor failed). A running loop of the session adopts and evaluates
         it (see `live_runner`); otherwise the caller evaluates it."""
-        from engine.proposers.base import ProposalRequest
-        from engine.proposers.human import HumanProposer
-
         rec = self.ws.resolve(cid)
         session = rec.session
         task = self.task_of(session)
@@ -337,8 +327,6 @@ class Backend:
     def export(self, cid: str, out: str | Path, *, name: str | None = None, force: bool = False,
                overwrite: bool = False) -> tuple[Path, list[str]]:
         """Write the export package (engine.export) and note an `exported` event on the candidate."""
-        from engine.export import plan_from_workspace, write_package
-
         plan = plan_from_workspace(self.ws, cid, name=name or None, force=force)
         out = Path(out) if str(out) else Path(self.default_export_dir(cid))
         write_package(plan, out, overwrite=overwrite)
@@ -349,9 +337,7 @@ class Backend:
 
     def default_export_dir(self, cid: str) -> str:
         """<workspace>/exports/<package name> (engine.workspace.default_export_dir), as `kbench export`."""
-        from engine.workspace import default_export_dir
         try:
-            from engine.export.names import default_name
             name = default_name(self.task_of(self.ws.resolve(cid).session).name)
         except Exception:  # noqa: BLE001
             name = "kbench_export"

@@ -1,4 +1,7 @@
-"""Console entry point: `kbench` with no command (or `kbench tui`) opens the app, anything else is the CLI."""
+"""Console entry point: `kbench` with no command (or `kbench tui`) opens the app, anything else is the CLI.
+
+Lazy imports: `entry` runs engine.secrets.protect first, which re-executes the process, and then only one of the
+app (textual) and the CLI is imported, for the command given."""
 
 from __future__ import annotations
 

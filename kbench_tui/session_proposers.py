@@ -10,17 +10,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from engine.errors import KbenchError
+from engine.proposers.human import HumanProposer
+from engine.proposers.replay import ReplayProposer
 
 if TYPE_CHECKING:
     from engine.proposers.base import Proposer
-    from engine.proposers.human import HumanProposer
     from kbench_tui.backend import Backend
 
 REPLAY_HINT = "replay: re-plays a folder of candidates, or a session of this workspace (the 'replay from' field)"
 
 
 def human_proposer(backend: Backend) -> HumanProposer:
-    from engine.proposers.human import HumanProposer
     return HumanProposer(env=backend.env, run=editor_runner(backend))
 
 
@@ -32,7 +32,6 @@ def editor_runner(backend: Backend) -> Callable[..., subprocess.CompletedProcess
 def offline_proposer(name: str, backend: Backend, replay_from: str | None) -> Proposer:
     """A replay or human proposer for a new session, or KbenchError saying what is missing."""
     if name == "replay":
-        from engine.proposers.replay import ReplayProposer
         if not replay_from:
             raise KbenchError("replay needs something to re-play: a folder of candidates or a session of this "
                               "workspace, in the 'replay from' field")

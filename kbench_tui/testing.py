@@ -4,22 +4,26 @@ The screens' snapshots (colours and all) are pytest-textual-snapshot's: tests/tu
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from rich.cells import cell_len
 
 from engine.candidates import Candidate, load_candidate
 from engine.evolve.fake import FakeEvaluator
 from engine.tasks.loader import builtin_tasks_dir, load_task
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, VerdictNote, Workspace
+from kbench_tui.app import KbenchApp
+from kbench_tui.backend import Backend
 
 if TYPE_CHECKING:
     from textual.app import App
     from textual.pilot import Pilot
-
-    from kbench_tui.backend import Backend
 
 AT = "2026-01-01T00:00:00.000Z"
 ENV = dict(gpu="FakeGPU 80GB", driver="0.0", torch="fake", cuda="fake")
@@ -37,8 +41,6 @@ def screen_text(app: App[Any]) -> str:
     Read back from Textual's public screenshot (App.export_screenshot, an SVG of the screen), which places each
     run of text at its cell: there is no public plain-text export, and rendering the screen ourselves would mean
     reading the private compositor. ~10 ms for a 120x35 screen."""
-    from rich.cells import cell_len
-
     svg = app.export_screenshot()
     runs: dict[int, list[tuple[int, str]]] = {}
     cell_px = 0.0
@@ -102,7 +104,6 @@ def build_demo_workspace(path: str | Path, session: str = "demo", task_name: str
 
 
 def fake_backend(path: str | Path, delay_s: float = 0.0, **kw: Any) -> Backend:
-    from kbench_tui.backend import Backend
     made: list[FakeEvaluator] = []
 
     def factory(task, direction):
@@ -116,10 +117,6 @@ def fake_backend(path: str | Path, delay_s: float = 0.0, **kw: Any) -> Backend:
 
 def run_app(backend: Backend, scenario, size: tuple[int, int] = (120, 35)) -> Any:
     """Run `scenario(app, pilot)` (async) against a KbenchApp on `backend`, headless; returns its result."""
-    import asyncio
-
-    from kbench_tui.app import KbenchApp
-
     async def main():
         app = KbenchApp(backend=backend)
         app.animation_level = "none"        # deterministic screens (no tab underline mid-slide)
@@ -133,7 +130,6 @@ def run_app(backend: Backend, scenario, size: tuple[int, int] = (120, 35)) -> An
 
 
 async def wait_until(pilot: Pilot[Any], pred, timeout: float = 10.0, step: float = 0.02) -> None:
-    import time
     t0 = time.monotonic()
     while not pred():
         if time.monotonic() - t0 > timeout:

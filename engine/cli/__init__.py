@@ -1,8 +1,9 @@
 """The headless command line. Each `cmd_*` module registers its own subcommands.
 
-The `cmd_*` modules import the engine (the workspace, the service, the pipeline, the harness) inside the
-commands that use it, not at their top: every command, `kbench --help` included, loads all of them at start-up,
-and most commands need a small part of the engine."""
+Lazy imports: every command, `kbench --help` included, loads all the `cmd_*` modules at start-up, and most
+commands need a small part of the engine. So a `cmd_*` module imports at its top what start-up loads anyway, and
+the rest (the session service, the task catalog, the evolve package...) inside the commands that use it, under a
+`Lazy imports:` paragraph of its own. This module imports nothing lazily."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
-from engine.errors import KbenchError
+from engine.errors import KbenchError, TaskWarning
 
 # One module per group of commands; each exposes register(subparsers) and sets `func` on its parsers.
 COMMAND_MODULES = (
@@ -46,10 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _print_task_warnings() -> None:
     """A TaskWarning (a task that loads but breaks a documented rule) as one `kbench: warning:` line on stderr,
     once per task and message; every other warning keeps Python's own format."""
-    import warnings
-
-    from engine.errors import TaskWarning
-
     warnings.simplefilter("default", TaskWarning)
     shown = warnings.showwarning
 

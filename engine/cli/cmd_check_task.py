@@ -1,4 +1,7 @@
-"""`kbench check-task TASK`: flag configs whose reference outputs are degenerate (engine.integrity.check_task)."""
+"""`kbench check-task TASK`: flag configs whose reference outputs are degenerate (engine.integrity.check_task).
+
+Lazy imports: the check (engine.integrity.check_task) is imported by the command: every `kbench` command loads
+this module at start-up."""
 
 from __future__ import annotations
 

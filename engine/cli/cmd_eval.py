@@ -7,6 +7,8 @@ import json
 import sys
 
 from engine.cli.common import check_config_names
+from engine.config import load_config
+from engine.eval_records import record
 from engine.pipeline.evaluate import EvalOptions, evaluate
 from engine.pipeline.report import render
 from engine.tasks.glue import load_for_task
@@ -52,7 +54,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     candidate = load_for_task(args.candidate, task, direction)   # kernel-only: binding.cpp generated here
     policy = args.library_policy
     if policy is None:
-        from engine.config import load_config
         policy = load_config(None).eval.library_policy
     opts = EvalOptions(configs=args.configs, timing_configs=args.timing_configs, trials=args.trials, timing=not args.no_timing,
                        baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
@@ -71,8 +72,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _keep_for_export(report, task, direction: str, candidate, opts: EvalOptions, quiet: bool) -> None:
     """Record what this evaluation found (engine.eval_records), so `kbench export --from-dir` can rely on it."""
-    from engine.eval_records import record
-
     try:
         rec = record(report, task, direction, candidate, opts.cache_root, subset=bool(opts.configs))
     except OSError as exc:

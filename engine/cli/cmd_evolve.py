@@ -1,8 +1,8 @@
 """`kbench evolve TASK ...`: run (or resume) an evolution session headless, one line per event.
 `kbench reevaluate ID|SESSION`: re-measure candidates on this machine's GPU and append the measurements.
 
-The engine modules behind them (the session service, the workspace, the task loader) are imported inside the
-commands: every `kbench` command loads this module at start-up."""
+Lazy imports: the session service, its wiring and the LLM target are imported inside the commands: every
+`kbench` command loads this module at start-up, and only these two commands need them."""
 
 from __future__ import annotations
 
@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from engine.cli.common import check_config_names, workspace_path
 from engine.cli.evolve_summary import exit_code, summary_lines
+from engine.config import env_float, load_config
+from engine.service.spec import DEFAULTS, SESSION_PROPOSERS, SessionSpec
+from engine.tasks.loader import load_task
+from engine.workspace import Workspace
 
 if TYPE_CHECKING:
     from engine.service.session_service import SessionService
-    from engine.workspace import Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from engine.service.spec import DEFAULTS, SESSION_PROPOSERS
-
     p = sub.add_parser("evolve", help="evolve faster kernels for a task (resumable: run the same command again)",
                        description="Evolve a population of candidates for TASK. Every candidate is committed to "
                                    "the workspace before it is evaluated; kill it at any moment and run the same "
@@ -121,8 +122,6 @@ def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _workspace(args: argparse.Namespace):
-    from engine.workspace import Workspace
-
     ws = Workspace.create(workspace_path(args))
     ws.accept_damage = bool(getattr(args, "reevaluate_damaged", False))
     return ws
@@ -133,7 +132,6 @@ EX_TEMPFAIL = 75    # sysexits: a temporary failure (the LLM API was unavailable
 
 def _service(args: argparse.Namespace, ws: Workspace) -> SessionService:
     """The session service over this workspace, its config (files + flags) and the evaluator seam."""
-    from engine.config import env_float, load_config
     from engine.service.session_service import SessionService
     from engine.service.wiring import fake_evaluator_factory
 
@@ -147,9 +145,6 @@ def _service(args: argparse.Namespace, ws: Workspace) -> SessionService:
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
-    from engine.service.spec import SessionSpec
-    from engine.tasks.loader import load_task
-
     check_config_names(load_task(args.task), args.timing_configs, "--time-config", allow_all=True)
     ws = _workspace(args)
     service = _service(args, ws)

@@ -11,6 +11,7 @@ from pathlib import Path
 from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.export import plan_from_dirs, plan_from_workspace, write_package
 from engine.export.errors import ExportError
+from engine.workspace import Workspace, default_export_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +61,6 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise ExportError("nothing to export: give a candidate ID, or --from-dir PATH --task TASK.")
         if args.task or args.backward_dir:
             raise ExportError("--task and --backward-dir go with --from-dir; a workspace candidate knows its task.")
-        from engine.workspace import Workspace
         ws = Workspace.open(workspace_path(args))
         try:
             plan = plan_from_workspace(ws, args.candidate, name=args.name, force=args.force,
@@ -85,8 +85,6 @@ def _default_out(args: argparse.Namespace, name: str) -> Path:
     """<workspace>/exports/<name>, out of the current directory (often the kbench checkout). An export of a
     folder may come before any session: the workspace is created then (as the app does on first run), so its
     folder never holds anything but a workspace."""
-    from engine.workspace import Workspace, default_export_dir
-
     path = workspace_path(args)
     if args.from_dir:
         Workspace.create(path).close()

@@ -1,4 +1,7 @@
-"""`kbench profile TASK CANDIDATE`: Nsight Compute + torch profiler on one config, summarised."""
+"""`kbench profile TASK CANDIDATE`: Nsight Compute + torch profiler on one config, summarised.
+
+Lazy imports: engine.evolve.worker_fns (for the visible GPUs) loads the evolve package, which the other `kbench`
+commands do not need: every command loads this module at start-up."""
 
 from __future__ import annotations
 
@@ -7,8 +10,16 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli.cmd_roofline import _gpu_name
 from engine.cli.common import check_config_names, workspace_path
+from engine.harness.roofline import load_peaks
+from engine.pipeline.evaluate import default_cache_root
+from engine.pipeline.profiling import profile_candidate
+from engine.profile.runner import ProfileOptions
+from engine.tasks.glue import load_for_task
+from engine.tasks.loader import load_task
 from engine.verdict import Stage, Status
+from engine.workspace import Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,14 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from engine.tasks.glue import load_for_task
-    from engine.cli.cmd_roofline import _gpu_name
-    from engine.pipeline.evaluate import default_cache_root
-    from engine.harness.roofline import load_peaks
-    from engine.pipeline.profiling import profile_candidate
-    from engine.profile.runner import ProfileOptions
-    from engine.tasks.loader import load_task
-
     task = load_task(args.task)
     task.spec("backward" if args.backward else "forward")
     check_config_names(task, [args.config] if args.config else None, "--config")
@@ -45,7 +48,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if Path(args.candidate).exists():
         candidate, cid = load_for_task(args.candidate, task, "backward" if args.backward else "forward"), None
     else:
-        from engine.workspace import Workspace
         ws = Workspace.open(workspace_path(args))
         cid = ws.resolve(args.candidate).id
         candidate = ws.files(cid)

@@ -1,4 +1,7 @@
-"""`kbench report SESSION [--out FILE.md]`: the session's results, read from the workspace only."""
+"""`kbench report SESSION [--out FILE.md]`: the session's results, read from the workspace only.
+
+Lazy imports: engine.profile.session_report, only for this command: every `kbench` command loads this module at
+start-up."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import argparse
 import json
 
 from engine.cli.common import workspace_path
+from engine.workspace import Workspace
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from engine.profile.session_report import build_report, to_markdown, write_report
-    from engine.workspace import Workspace
 
     ws = Workspace.open(workspace_path(args))
     try:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.pipeline.evaluate import default_cache_root
+from engine.harness import nvml
 from engine.harness.roofline import get_peaks
+from engine.pipeline.evaluate import default_cache_root
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,5 +38,4 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 def _gpu_name(index: int | None) -> str | None:
     """The GPU's name without initialising CUDA in this process (NVML), so the cache can answer; None
     without NVML or for an index it does not know."""
-    from engine.harness import nvml
     return nvml.gpu_name(index or 0)

@@ -1,4 +1,7 @@
-"""`kbench tasks` and `kbench show TASK`."""
+"""`kbench tasks` and `kbench show TASK`.
+
+Lazy imports: the task catalog (engine.task_catalog) is imported by `kbench tasks`: every `kbench` command loads
+this module at start-up."""
 
 from __future__ import annotations
 

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 from engine.cli.common import WORKSPACE_HELP, workspace_path
+from engine.gpu_wait import HOW_TO_GO_ON, WAITING_FOR_GPU, waiting_for_gpu
 from engine.verdict import STAGES, Stage, Status
 from engine.workspace import CandidateView, Workspace
+from engine.workspace.head import ensure_head
 from engine.workspace.views import CandidateStatus
 
 MARKS = {Status.PASS: "+", Status.FAIL: "x", Status.SKIPPED: "-", Status.SUSPICIOUS: "?"}
@@ -85,8 +87,6 @@ def _fmt_x(v: float | None) -> str:
 
 
 def _marks(status: CandidateStatus) -> list[str]:
-    from engine.gpu_wait import waiting_for_gpu
-
     waiting = waiting_for_gpu(status)
     out = []
     for stage in STAGES:
@@ -104,8 +104,6 @@ def _title(subject: str) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from engine.workspace.head import ensure_head
-
     with Workspace.create(_path(args), adopt=args.adopt) as ws:
         print(f"workspace ready at {ws.path}")
         # a workspace made before kbench gave new ones a HEAD (an adopted repository's HEAD is its owner's)
@@ -180,7 +178,6 @@ def _describe(ws: Workspace, view: CandidateView, show_prompt: bool) -> None:
         print("\nrationale")
         for line in r.rationale.splitlines():
             print(f"  {line}")
-    from engine.gpu_wait import HOW_TO_GO_ON, WAITING_FOR_GPU, waiting_for_gpu
     if waiting_for_gpu(st):
         print(f"state      {WAITING_FOR_GPU}: compiled where no GPU was visible; correctness and timing not "
               f"measured yet ({HOW_TO_GO_ON.replace('them', 'it')})")

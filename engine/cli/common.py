@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, TypeVar
 
 from engine.errors import KbenchError
+from engine.tasks.model import ALL_CONFIGS, check_timing_names
+from engine.workspace import default_path
 
 if TYPE_CHECKING:
     from engine.proposers.base import Proposer
@@ -20,8 +22,6 @@ WORKSPACE_HELP = "the workspace repository (default: $KBENCH_WORKSPACE, else ./w
 
 def workspace_path(args: argparse.Namespace) -> Path:
     """--workspace, else $KBENCH_WORKSPACE, else ./workspace (engine.workspace.default_path)."""
-    from engine.workspace import default_path   # here: the CLI starts without the workspace package
-
     given = getattr(args, "workspace", None)
     return Path(given) if given else default_path()
 
@@ -31,8 +31,6 @@ def check_config_names(task: Task, names: Iterable[str] | None, flag: str = "--c
     """Every NAME given with `flag` must be one of the task's configs: an unknown one is bad input (exit 2),
     never a silently empty selection. With `allow_all` (--time-config), `all` alone means every config
     (engine.tasks.model.check_timing_names: never mixed with names)."""
-    from engine.tasks.model import ALL_CONFIGS, check_timing_names
-
     known = [c.name for c in task.configs]
     if allow_all:
         check_timing_names(names, flag)

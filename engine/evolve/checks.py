@@ -11,7 +11,8 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
-from engine.verdict import Stage, Status, Verdict
+from engine.integrity.static import check_candidate
+from engine.verdict import Verdict
 
 if TYPE_CHECKING:
     from engine.candidates import Candidate
@@ -21,10 +22,6 @@ if TYPE_CHECKING:
 
 def static_integrity_check(task: Task, direction: str, candidate: Candidate, policy: str | None = None) -> Verdict:
     """The static scan under the session's library policy (None: the task's, else the default)."""
-    try:
-        from engine.integrity.static import check_candidate
-    except ImportError:  # an engine without the integrity package
-        return Verdict(Stage.STATIC, Status.SKIPPED, "no static integrity scanner in this engine")
     return check_candidate(candidate, task, policy)
 
 

@@ -217,7 +217,7 @@ class SessionControls(LoopState):
             try:
                 ver = fut.result()
             except Exception as exc:  # noqa: BLE001 - a verifier bug: the candidate goes on unreviewed
-                from engine.llm.verifiers import STAGE, Verification  # here: it loads the LLM SDK
+                from engine.llm.verifiers import STAGE, Verification  # lazy: it loads the LLM SDK (~1 s)
                 ver = Verification(Verdict(STAGE, Status.SKIPPED, f"the LLM review failed: {exc!r}"), ())
             if self._reviewed(m, static, ver) is None and not self._flags.stop.is_set():
                 self._submit(m)

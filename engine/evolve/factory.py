@@ -1,20 +1,22 @@
 """Choose and build the evaluator a session uses, from the config's [eval] and [executor] sections (flags have
-already been merged into them): the local pipelined executor by default, a Ray cluster when asked."""
+already been merged into them): the local pipelined executor by default, a Ray cluster when asked.
+
+Lazy imports: the Ray executor, only when the config asks for it: Ray is optional and takes about half a second
+to import."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import KbenchError
+from engine.evolve.local_executor import LocalPipelineExecutor
+from engine.harness.glue_warm import warm_glue_in_background
+from engine.pipeline.evaluate import EvalOptions
 
 if TYPE_CHECKING:
     from engine.config import Config
     from engine.evolve.outcome import Evaluator
-    from engine.pipeline.evaluate import EvalOptions
     from engine.tasks.model import Task
-
-# The pipeline and the executors are imported where they are used: the CLI and the app import this module at
-# start-up (through engine.service), and the pipeline and executors take about half a second to import.
 
 
 def eval_options(config: Config, **overrides: Any) -> EvalOptions:
@@ -22,8 +24,6 @@ def eval_options(config: Config, **overrides: Any) -> EvalOptions:
 
     Only `[eval] profile = "all"` profiles inside every evaluation; with "best" the evaluations leave it out
     and the session asks the evaluator to profile each new best on its own (`Evaluator.profile`)."""
-    from engine.pipeline.evaluate import EvalOptions
-
     e = config.eval
     kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile == "all",
                           "timing_configs": list(e.timing_configs) if e.timing_configs else None,
@@ -58,8 +58,6 @@ def make_evaluator(task: Task, direction: str, config: Config, options: EvalOpti
         return RayExecutor(task, direction, opts, address=ex.ray_address, retries=ex.retries,
                            compile_on_cluster=ex.compile_on_cluster, build_cpus=ex.build_cpus,
                            ship_code=ex.ship_code if ex.ray_address else False)
-    from engine.evolve.local_executor import LocalPipelineExecutor
-    from engine.harness.glue_warm import warm_glue_in_background
     # the task's generated binding.o, compiled while the first proposals are written, so that the first kernel-only
     # candidate (kernel.cu alone) builds as fast as the later ones; nothing when the PCH is not built yet
     warm_glue_in_background(task, direction, opts.cache_root)

@@ -37,11 +37,12 @@ from engine.evolve.worker_fns import (
     visible_gpus,
 )
 from engine.harness.build_result import BuildSummary
+from engine.pipeline.evaluate import EvalOptions
 from engine.tasks.model import Task
 from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
-    from engine.pipeline.evaluate import EvalOptions, EvalReport
+    from engine.pipeline.evaluate import EvalReport
 
 @dataclass
 class _Job(Submission):
@@ -62,9 +63,6 @@ class LocalPipelineExecutor:
                  gpu_fn: Callable[..., EvalOutcome | EvalReport] | None = None, pipelined: bool = True,
                  processes: bool = True, clock: Callable[[], float] = time.monotonic,
                  profile_fn: Callable[..., Verdict] | None = None):
-        # imported here, not at the top: `import engine.evolve` (the CLI, the app) need not load the pipeline
-        from engine.pipeline.evaluate import EvalOptions
-
         self.task, self.direction = task, direction
         self.options = options or EvalOptions()
         found = visible_gpus() if gpus is None else list(gpus)

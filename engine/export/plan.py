@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate
 from engine.errors import KbenchError
+from engine.eval_records import lookup
 from engine.export import names
 from engine.export.errors import ExportError
 from engine.export.schema import CppEntry, OpSchema, backward_schema, find_entry, forward_schema
+from engine.pipeline.evaluate import default_cache_root
 from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
 from engine.tasks.model import Task
@@ -202,9 +204,6 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
 
 def _folder_verdict(task: Task, direction: str, cand: Candidate, p: Path) -> tuple[bool, str, str]:
     """(passing, origin, why not) for a folder: what `kbench eval` recorded for these exact sources."""
-    from engine.eval_records import lookup
-    from engine.pipeline.evaluate import default_cache_root
-
     rec, why = lookup(task, direction, cand, default_cache_root())
     if rec is None:
         return False, f"folder {p}", (f"{why}; run `kbench eval {task.root} {p}` on a GPU (its verdict is "

@@ -15,6 +15,7 @@ installed (built) package and not the source folder, which has no compiled exten
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -26,6 +27,7 @@ from engine.export.errors import ExportError
 from engine.export.plan import ExportPlan, KernelSource
 from engine.export.render import render
 from engine.harness.toolchain import DEFAULT_ARCHS
+from engine.tasks import inits
 
 VERSION = "0.1.0"
 MODULES = {"forward": "_C", "backward": "_C_backward"}
@@ -68,8 +70,6 @@ def write_package(plan: ExportPlan, out: str | Path, overwrite: bool = False) ->
 
 def package_files(plan: ExportPlan) -> dict[str, str]:
     """Every file of the package, relative path -> text."""
-    from engine.tasks import inits
-
     ns = plan.name
     kernels = [k for k in (plan.forward, plan.backward) if k is not None]
     files: dict[str, str] = {}
@@ -210,8 +210,6 @@ def _model_init(plan: ExportPlan) -> str:
 
 def _model_signature(reference_text: str) -> str:
     """`Model.__init__`'s parameters as the reference writes them (self left out), for the drop-in's docstring."""
-    import ast
-
     try:
         module = ast.parse(reference_text)
     except SyntaxError:

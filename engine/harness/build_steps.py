@@ -14,8 +14,10 @@ from pathlib import Path
 
 from engine.harness.build_result import FailureKind
 from engine.harness.toolchain import Toolchain
+from engine.harness.vendor_libs import library_files, libraries_used, search_dirs
 from engine.jail import JailSpec
 from engine.jail import command as jailed
+from engine.jail.profiles import compiler_spec
 from engine.procs import kill_group
 
 # Variables a compiler may legitimately need. Everything else (API keys, tokens, NVCC_APPEND_FLAGS and other
@@ -58,7 +60,6 @@ def compiler_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def compile_jail(work: Path, readonly: list[Path] = (), toolchain: Toolchain | None = None) -> JailSpec:
     """Compilers see the toolchain and `readonly`, write only `work`: a candidate's `#include "/home/..."`
     reads nothing, and nothing a compiler prints can carry a user's file into a log or a prompt."""
-    from engine.jail.profiles import compiler_spec
     programs = [toolchain.cxx, toolchain.nvcc] if toolchain is not None else []
     return compiler_spec(work, list(readonly), programs)
 
@@ -117,6 +118,5 @@ def _strip_comments(source: str) -> str:
 def _vendor_link(files: dict[str, str], tc: Toolchain) -> list[str]:
     """The vendor libraries the sources include (engine/harness/vendor_libs.py), as files to link; a library
     that cannot be found is left out, and the link then names its unresolved symbols."""
-    from engine.harness.vendor_libs import library_files, libraries_used, search_dirs
     names = libraries_used(files)
     return library_files(names, search_dirs(list(tc.library_dirs)))[0] if names else []

@@ -12,10 +12,14 @@
 
 Rows too small to matter (RMS below 1e-3 of the output's, or only subnormal values) are never judged by the
 row checks: their values are rounding noise, which the element-wise atol exists for.
+
+Lazy imports: torch, inside the functions: the CLI and the app load this module at start-up, and the judge
+imports it before it spawns its runner, so that both import torch at the same time (engine/pipeline/judge_eval.py).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -281,8 +285,6 @@ def _row_faults(slices: list[tuple[int, int, Any, Any]], atol: float, rtol: floa
 
 def _compare_values(g: Any, w: Any, atol: float, rtol: float, name: str, max_mismatch_fraction: float = 0.0,
                     w64: Any = None, margin: float = REF_ERROR_MARGIN) -> Comparison:
-    import math
-
     import torch
 
     n = max(w.numel(), 1)

@@ -8,7 +8,7 @@ from engine.harness import nvml
 
 
 def gpu_info() -> dict[str, Any]:
-    import torch
+    import torch  # lazy: the judge imports this module before it spawns its runner (engine/pipeline/judge_eval.py)
 
     info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": None}
     if not torch.cuda.is_available():

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.harness.build_native import prebuild_binding
-from engine.harness.toolchain import Toolchain
+from engine.harness.toolchain import Toolchain, detect
 from engine.tasks.glue import glue_binding
 from engine.tasks.glue_abi import GlueError
 from engine.tasks.model import Task
@@ -39,8 +39,7 @@ def prebuild_glue(task: Task, direction: str, cache_root: Path, toolchain: Toolc
         return GlueWarm("refused", str(exc), time.monotonic() - t0)
     try:
         if toolchain is None:
-            from engine.harness.toolchain import detect
-            toolchain = detect()
+                toolchain = detect()
         status, detail = prebuild_binding(binding, Path(cache_root), toolchain, timeout_s=timeout_s,
                                           build_pch=build_pch)
     except Exception as exc:  # noqa: BLE001 - no toolchain here, a broken cache: a status, never a failure

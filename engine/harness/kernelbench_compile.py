@@ -15,6 +15,12 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+import torch.utils.cpp_extension as cpp
+
+from engine.harness.kernelbench_prebuilt import recording_versioner
+from engine.harness.runtimes.base import import_file
+
 
 def _recording(original: Callable[..., Any], calls: list[dict[str, Any]], kind: str) -> Callable[..., Any]:
     def build(*args: Any, **kwargs: Any) -> Any:
@@ -32,10 +38,6 @@ def _recording(original: Callable[..., Any], calls: list[dict[str, Any]], kind: 
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
-    import torch.utils.cpp_extension as cpp
-
-    from engine.harness.kernelbench_prebuilt import recording_versioner
-
     calls: list[dict[str, Any]] = []
     versions: list[dict[str, Any]] = []
     recording_versioner(cpp.JIT_EXTENSION_VERSIONER, versions)
@@ -43,14 +45,12 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     cpp.load = _recording(cpp.load, calls, "load")
     out: dict[str, Any] = {"extensions": calls, "versions": versions, "import_error": None, "finished": False}
     try:
-        from engine.harness.runtimes.base import import_file
         module = import_file(Path(request["py_path"]), request.get("module_name") or "kbench_modelnew_compile")
         if not hasattr(module, "ModelNew"):
             out["import_error"] = "the file defines no class ModelNew"
     except BaseException as exc:  # noqa: BLE001 - whatever the file raises is the verdict's reason
         out["import_error"] = f"{type(exc).__name__}: {exc}"
         out["traceback"] = traceback.format_exc(limit=8)[-4000:]
-    import torch
     out["cuda_available"] = bool(torch.cuda.is_available())
     out["finished"] = True
     return out

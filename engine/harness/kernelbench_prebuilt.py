@@ -98,6 +98,7 @@ def seed_versions(ext_root: str, versioner: Versioner | None = None) -> list[str
     except (OSError, ValueError, AttributeError):
         return []
     if versioner is None:
+        # lazy: engine.harness.build imports this module in processes that never load torch
         from torch.utils.cpp_extension import JIT_EXTENSION_VERSIONER as versioner
     seeded = []
     for b in builds:

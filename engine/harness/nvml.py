@@ -5,6 +5,8 @@ Fallback: where pynvml is not installed, or NVML does not initialise (no driver,
 without libnvidia-ml), or a query fails, every function answers as on a machine without a GPU (None, an empty
 list or dict), which is what the callers did when nvidia-smi was missing. Indices are NVML's, the same as
 nvidia-smi's (PCI bus order; CUDA_VISIBLE_DEVICES is not applied here).
+
+Lazy imports: pynvml, in each call: it is optional (the fallback above), and the CLI loads this module at start-up.
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 
 def poison_tensor(t: Any) -> None:
     """Overwrite a tensor's storage with NaN (float) or a sentinel (int) before it is freed."""
-    import torch
-
     if isinstance(t, torch.Tensor) and t.is_cuda and t.numel():
         with torch.no_grad():
             if t.is_floating_point():
@@ -33,8 +33,6 @@ def poison_free_cache(device: Any = None) -> int:
     Returns the number of bytes poisoned. Sizes come from the allocator's own snapshot, so each request
     is served by exactly such a free block.
     """
-    import torch
-
     if not torch.cuda.is_available():
         return 0
     sizes: list[int] = []

@@ -3,12 +3,15 @@
 A `Toolchain` is a frozen description; `key()` hashes everything that affects object code, so build
 caches (and the precompiled torch header) are keyed by it. `detect()` builds one from this machine.
 Flags live here, next to the fields they derive from, so that a change to any of them changes the key.
+
+Lazy imports: torch, only where a toolchain is detected: the CLI and the app load this module at start-up.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.harness import nvml
+from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
+from engine.harness.vendor_libs import wheel_dirs
 
 # Bump when the flag recipes below change: it is part of key(), so old cache entries stop matching.
 RECIPE_VERSION = 1
@@ -203,8 +208,6 @@ def _pybind_abi_defines() -> list[str]:
 
 def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | None = None) -> Toolchain:
     """Describe this machine's toolchain. Arguments override CUDA_HOME, CXX and TORCH_CUDA_ARCH_LIST."""
-    import logging
-
     import torch
     # Importing cpp_extension on a machine without a GPU logs "No CUDA runtime is found" to stderr: kbench says
     # that itself, and from a build worker the line lands on top of the app's screen.
@@ -240,8 +243,6 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
     include_dirs = [*torch_inc, os.path.join(cuda_home, "include")]
     # A minimal toolkit may lack cuBLAS/cuSPARSE headers that ATen/cuda/CUDAContext.h includes; the pip
     # nvidia-* wheels torch depends on carry them. Searched after the toolkit, so the toolkit wins.
-    from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
-    from engine.harness.vendor_libs import wheel_dirs
     wheel_includes = wheel_dirs("include")
     include_dirs += [str(p) for p in wheel_includes if any((p / h).is_file() for h in _CUDA_LIB_HEADERS)]
     # kernel.cu may include any library the engineering policy allows (cuDNN, cuFFT, cuRAND, ...)

@@ -53,7 +53,7 @@ def library_files(names: list[str], search: list[str]) -> tuple[list[str], list[
 def wheel_dirs(sub: str) -> list[Path]:
     """The `sub` folders (include, lib) of the nvidia-* wheels torch depends on, beside torch."""
     try:
-        import torch
+        import torch  # lazy: heavy, and optional here (no wheels without it); the toolchain module imports this one
     except ImportError:
         return []
     site = Path(torch.__file__).resolve().parent.parent / "nvidia"

@@ -26,8 +26,11 @@ the reference would start from).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
+
+import torch
 
 from engine.errors import TaskError
 from engine.harness.compare import Comparison, compare_outputs, reference_error, vacuous_fraction
@@ -72,12 +75,10 @@ class ConfigCheck:
 
 
 def _floats(outs: Any) -> list[Any]:
-    import torch
     return [t.detach() for t in outs if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
 def _rel(a: list[Any], b: list[Any]) -> float:
-    import torch
     num = sum(float(torch.linalg.vector_norm((x.double() - y.double()).nan_to_num())) for x, y in zip(a, b))
     den = sum(float(torch.linalg.vector_norm(y.double().nan_to_num())) for y in b)
     return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
@@ -94,7 +95,6 @@ def _passes(trial: list[Any], ref: list[Any], spec: DirectionSpec) -> bool:
 
 def _param_state(runtime: TaskRuntime) -> list[Any]:
     """The model's floating-point parameters and buffers (empty when it has none)."""
-    import torch
     model = getattr(runtime, "model", None)
     if model is None or not hasattr(model, "state_dict"):
         return []
@@ -103,15 +103,12 @@ def _param_state(runtime: TaskRuntime) -> list[Any]:
 
 
 def _changed(a: list[Any], b: list[Any]) -> bool:
-    import torch
     return len(a) != len(b) or any(x.shape != y.shape or not torch.equal(x, y) for x, y in zip(a, b))
 
 
 def _reference64(runtime: TaskRuntime, config: TaskConfig, seed: int, device: Any) -> list[Any] | None:
     """The reference in float64 on the same seeded setup (model, inputs and grad_out converted), or None
     where the reference cannot run in float64 (it fixes a dtype somewhere, say)."""
-    import torch
-
     def up(t: Any) -> Any:
         return t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
     try:
@@ -129,9 +126,6 @@ def _reference64(runtime: TaskRuntime, config: TaskConfig, seed: int, device: An
 
 
 def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: int = 3) -> ConfigCheck:
-    import torch
-
-
     spec = runtime.spec
     res = ConfigCheck(runtime.direction, config.name, str(device), seeds)
     atol = spec.tolerance.atol
@@ -204,10 +198,6 @@ def footprint_bytes(runtime: TaskRuntime, config: TaskConfig) -> int | None:
     building it on torch's `meta` device, which allocates nothing. None where the reference cannot be built
     there. The size guard for configs without a cost model (imported KernelBench problems): a problem's
     `get_inputs` may draw tens of GB, which a CPU check would try to allocate until the OOM killer came."""
-    import dataclasses
-
-    import torch
-
     def nbytes(ts: Any) -> int:
         return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
 
@@ -248,9 +238,6 @@ def check_task(task: Task, seeds: int = 3, device: str | None = None, directions
                progress: Callable[[str], None] | None = None) -> list[ConfigCheck]:
     """Check every (direction, config) of `task`; small configs only on a CPU unless cpu_all. A reference
     that cannot even be imported is bad input (TaskError naming the file and the cause)."""
-    import torch
-
-
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out: list[ConfigCheck] = []
     for direction in directions or list(task.directions):

@@ -1,5 +1,8 @@
 """The syntax-tree access layer of the C++/CUDA rules: the tree-sitter CUDA grammar and its query, parsing,
-and small node helpers (names, callees, declarators, identifiers, flows, literals). No rule lives here."""
+and small node helpers (names, callees, declarators, identifiers, flows, literals). No rule lives here.
+
+Lazy imports: tree_sitter and its CUDA grammar, on first use: they are optional (without them `parser_available`
+says why and the static stage is skipped), and slow to load."""
 
 from __future__ import annotations
 

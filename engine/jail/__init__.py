@@ -9,7 +9,9 @@ before importing torch or anything a candidate could have touched.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,8 +98,6 @@ def command(cmd: list[str], spec: JailSpec | None) -> list[str]:
     """`cmd` run inside `spec`: engine/jail/exec.py applies it to itself, then execs the program."""
     if spec is None:
         return cmd
-    import json
-    import sys
     return [sys.executable, "-I", "-S", EXEC, json.dumps(spec.to_json()), "--", *cmd]
 
 
@@ -114,6 +114,7 @@ def python_path(folder: str) -> str:
 
 def apply(spec: JailSpec) -> JailReport:
     """Jail the calling process. Call it while the process has a single thread (before importing torch)."""
+    # lazy: the layers load ctypes and libc, needed only in a process that jails itself (the CLI imports engine.jail)
     from engine.jail import landlock, privileges, seccomp
 
     rep = JailReport()

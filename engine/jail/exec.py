@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: exec.py SPEC_JSON -- PROGRAM [ARGS...]\n")
         return 2
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from engine.jail import REFUSED, JailSpec, apply
+    from engine.jail import REFUSED, JailSpec, apply  # lazy: importable once the line above puts kbench on sys.path
 
     spec = JailSpec.from_json(json.loads(argv[0]))
     cmd = argv[2:]

@@ -16,7 +16,9 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import signal
 import stat
+import sys
 from pathlib import Path
 
 NOBODY = 65534
@@ -49,7 +51,6 @@ def set_dumpable(on: bool) -> None:
 
 def die_with_parent() -> None:
     """SIGKILL this process when its parent exits; exit now if the parent is already gone (init adopted us)."""
-    import signal
     parent = os.getppid()
     if _libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
         raise _err("prctl(PR_SET_PDEATHSIG)")
@@ -61,7 +62,6 @@ def exit_without_teardown(code: int) -> None:
     """End a kbench child process (judge, runner) once its work is written: flush Python's and C stdio's buffers
     (a kernel's printf tail belongs in the log too), then exit without tearing down torch and the CUDA context
     in Python (about a second that its parent would wait for; the kernel releases everything at exit)."""
-    import sys
     sys.stdout.flush()
     sys.stderr.flush()
     try:

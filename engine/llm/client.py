@@ -31,6 +31,11 @@ from typing import Any, Callable, Mapping
 
 import anthropic
 
+try:
+    from anthropic._constants import MODEL_NONSTREAMING_TOKENS
+except ImportError:  # pragma: no cover - a future SDK without the table
+    MODEL_NONSTREAMING_TOKENS = {}
+
 from engine.config import LLMConfig
 from engine.llm.accounting import CallRecord, CostLedger, Usage
 from engine.llm.availability import NO_KEY_MESSAGE, api_key_from_env, llm_available, no_key_notice
@@ -95,10 +100,6 @@ def needs_streaming(model: str, max_tokens: int) -> bool:
     """The anthropic SDK's own rule for when a non-streamed call may take longer than 10 minutes (it refuses
     those when it sets the timeout itself; we set ours, so we apply its rule here): an hour per 128k output
     tokens, or a per-model limit from the SDK's table."""
-    try:
-        from anthropic._constants import MODEL_NONSTREAMING_TOKENS
-    except ImportError:  # pragma: no cover - a future SDK without the table
-        MODEL_NONSTREAMING_TOKENS = {}
     limit = MODEL_NONSTREAMING_TOKENS.get(model)
     return 3600 * max_tokens / 128_000 > 600 or bool(limit and max_tokens > limit)
 

@@ -7,6 +7,9 @@ context, then the operator's prompt), the operator's tool as a `function` tool, 
 `arguments` (a JSON string) become the LLMReply's tool input, so proposers and verifiers read answers exactly
 as they do from Claude. Prices: `[llm.prices."<model>"]`, else 0 (a local model costs nothing).
 Retries, outages and the budget guard are engine.llm.retry's, as for Claude.
+
+Lazy imports: openai (about 0.6 s to import), only where this provider is used: engine.llm.factory imports this
+module for every session, and most talk to Claude.
 """
 
 from __future__ import annotations

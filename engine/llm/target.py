@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.harness.toolchain import detect
+
 log = logging.getLogger("kbench.llm")
 
 
@@ -69,7 +71,6 @@ def probe(timeout_s: float = 90.0) -> TargetInfo:
     archs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
     try:
-        from engine.harness.toolchain import detect
         tc = detect()
         archs = tuple(tc.archs)
         flags = tuple(f for f in tc.nvcc_kernel_flags() if not f.startswith("-D") and f not in ("-ccbin", tc.cxx))

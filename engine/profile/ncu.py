@@ -9,7 +9,10 @@ One CSV row per (kernel launch, section, metric): columns "ID", "Process ID", "P
 from __future__ import annotations
 
 import csv
+import glob
 import io
+import os
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,9 +54,6 @@ def ncu_install_dirs(ncu: str = "ncu", standalone_root: str = "/opt/nvidia/nsigh
     `target` folders of: the install holding the resolved ncu binary, the installs a launcher script (the CUDA
     toolkit's bin/ncu) names, and the standalone installs under /opt/nvidia/nsight-compute. Only `target`: the
     folder ncu sits in may be a user's own (~/bin), and nothing else of it is needed."""
-    import glob
-    import os
-    import re
     path = shutil.which(ncu)
     installs: list[str] = []
     if path:
@@ -76,7 +76,6 @@ def ncu_install_dirs(ncu: str = "ncu", standalone_root: str = "/opt/nvidia/nsigh
 
 def kernel_filter_regex(excluded: Sequence[str] = EXCLUDED_KERNELS) -> str:
     """A `--kernel-name regex:` value matching any kernel whose name contains none of `excluded`."""
-    import re
     alternatives = "|".join(re.escape(x) for x in excluded)
     return f"regex:^(?!.*({alternatives})).*$"
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from engine.profile.summarise import ProfileSummary
+from engine.tasks.model import BENCH_CONFIG, default_timing_configs
 from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ def representative_config(task: Task, wanted: str | None = None) -> str:
     """`wanted`, else a config the evaluation times by default (engine.tasks.model.default_timing_configs):
     `bench` where the task has one, else the last of them; the task's last config where none is timed by
     default (every config is timed then)."""
-    from engine.tasks.model import BENCH_CONFIG, default_timing_configs
-
     names = [c.name for c in task.configs]
     if wanted:
         if wanted not in names:

@@ -8,7 +8,7 @@ in place of the plot and is otherwise the same."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -49,7 +49,6 @@ class SessionReport:
     seconds: dict[str, float] = field(default_factory=dict)            # build, gpu, evaluation (summed)
 
     def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
         d = asdict(self)
         d["fast_p"] = {str(k): v for k, v in self.fast_p.items()}
         d["fast_p_compile"] = {str(k): v for k, v in self.fast_p_compile.items()}
@@ -225,7 +224,7 @@ def plot_generations(rep: SessionReport, path: Path) -> Path | None:
     Drawn on a Figure with its own Agg canvas, not through pyplot: no backend is selected, no figure is
     registered in pyplot's global list and no rcParams change, so a report written from inside the app (or
     any other matplotlib user in the process) leaves their state as it was."""
-    try:
+    try:  # lazy: matplotlib is the optional `plot` extra, and slow to import
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:

@@ -6,8 +6,10 @@
     replay     re-plays a directory of candidates or a recorded session
     human      the user edits a candidate in $VISUAL / $EDITOR
 
-`make_proposer` builds one by name; implementations are imported lazily so the offline proposers never
-load the anthropic SDK.
+`make_proposer` builds one by name.
+
+Lazy imports: `make_proposer` imports only the implementation asked for, so that the offline proposers never
+load the LLM SDKs (about a second).
 """
 
 from __future__ import annotations

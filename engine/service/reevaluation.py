@@ -122,7 +122,7 @@ class SessionReevaluation:
                             on_stage: Callable[[Verdict], None] | None = None) -> Reevaluated:
         """The profile stage on its own for a candidate just re-evaluated (where it passed and its evaluation
         did not profile it), its verdict appended to the note as the evaluation's others are."""
-        from engine.evolve.outcome import profile_now   # here: the CLI and the app load the service at start-up
+        from engine.evolve.outcome import profile_now   # lazy: the evolve package (~0.2 s), only for this stage
         verdict = profile_now(evaluator, candidate, r.outcome)
         if verdict is None:
             return r

@@ -4,9 +4,11 @@ session's stored settings, the config and the defaults (describe), then builds a
 session's config written to the workspace, the session claimed for this process.
 
 How the parts are built is engine.service.wiring (SessionWiring); re-evaluation is
-engine.service.reevaluation (SessionReevaluation); the values exchanged are engine.service.spec. The engine
-modules a session is built from (the loop, the task loader, the integrity policy) are imported where they are
-used, as in wiring: the CLI and the app load the service at start-up.
+engine.service.reevaluation (SessionReevaluation); the values exchanged are engine.service.spec.
+
+Lazy imports: the evolve package (the loop, its operators and checks: about 0.2 s to import, multiprocessing
+included), only in the methods that describe or start a session: the service also serves what needs none of it
+(a session's task, re-evaluation through a front end's own evaluator).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.config import Config
 from engine.errors import KbenchError
+from engine.integrity.policy import resolve_policy
+from engine.llm.accounting import CostLedger
 from engine.proposers import LLM_PROPOSERS
 from engine.service.reevaluation import SessionReevaluation
 from engine.service.spec import (
@@ -31,11 +35,12 @@ from engine.service.wiring import (
     SessionWiring,
     default_evaluator_factory,
 )
+from engine.tasks.loader import load_task
+from engine.tasks.model import Task
 
 if TYPE_CHECKING:
     from engine.llm.target import TargetInfo
     from engine.proposers.base import Proposer
-    from engine.tasks.model import Task
     from engine.workspace import Workspace
 
 _COMMANDS = {"cli": "kbench evolve", "tui": "kbench app", "app": "kbench app"}   # how a claim names its holder
@@ -63,7 +68,6 @@ class SessionService(SessionWiring, SessionReevaluation):
         """Resolve a spec against the session's stored settings (on a resume), the config and the defaults.
         Raises KbenchError for anything a person must fix (unknown task, proposer, bad numbers)."""
         from engine.evolve.operators import DEFAULT_WEIGHTS, parse_weights
-        from engine.tasks.loader import load_task
 
         existing = {s.name: s for s in self.ws.sessions()}
         info = existing.get(spec.name) if spec.name is not None else None
@@ -108,7 +112,6 @@ class SessionService(SessionWiring, SessionReevaluation):
         name = spec.name or (info.name if info is not None else self._default_name(task, direction, proposer))
         resumed = info is not None
         model = self.config.llm.model if llm else None
-        from engine.integrity.policy import resolve_policy
         session_config = {"generations": generations, "population": population, "budget_usd": usd,
                           "operators": operators_text, "seed": int(pick(spec.seed, "seed", 0)),
                           "proposer": proposer, "provider": self.config.llm.provider if llm else None,
@@ -132,9 +135,6 @@ class SessionService(SessionWiring, SessionReevaluation):
 
     def task_of(self, session: str) -> Task:
         """The task a session evolves: its recorded copy when its folder still exists, else by name."""
-        from engine.tasks.loader import load_task
-        from engine.tasks.model import Task
-
         raw = self.ws._session_json(session)  # noqa: SLF001 - the session's own record of its task
         tj = raw.get("task_json") or {}
         if tj and Path(str(tj.get("root", ""))).exists():
@@ -153,7 +153,6 @@ class SessionService(SessionWiring, SessionReevaluation):
         from engine.evolve.loop import Budgets, EvolutionSession
         from engine.evolve.operators import OperatorPolicy
         from engine.evolve.preflight import check_can_start
-        from engine.llm.accounting import CostLedger
 
         plan = self.describe(spec)
         ledger = CostLedger(None)   # the loop enforces the session budget, counting what earlier runs spent

@@ -7,9 +7,11 @@ engine.evolve.factory.make_evaluator (the local pipeline or Ray), or the fake ev
 machines without a GPU.
 
 SessionWiring is a base of engine.service.session_service.SessionService and reads the service's settings
-(workspace, config, env, evaluator factory, target, LLM options). The engine modules it builds from are
-imported where they are used: the CLI and the app load the service at start-up, and the anthropic SDK
-under engine.llm.client alone takes about a second to import.
+(workspace, config, env, evaluator factory, target, LLM options).
+
+Lazy imports: the evaluators (the evolve package, about 0.2 s to import) and the LLM client, proposer and
+verifiers (the anthropic SDK alone takes about a second), only when a session is built with them: a session of
+the offline proposers never loads the SDKs, and describing one loads neither.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from engine.config import Config
 from engine.errors import KbenchError
-from engine.proposers import LLM_PROPOSERS
+from engine.llm.availability import llm_available, no_key_message
+from engine.llm.target import probe
+from engine.proposers import LLM_PROPOSERS, make_proposer
+from engine.proposers.replay import ReplayProposer
 
 if TYPE_CHECKING:
     from engine.candidates import Candidate
@@ -61,7 +66,6 @@ def probed_target() -> TargetInfo:
     global _probed
     with _probe_lock:
         if _probed is None:
-            from engine.llm.target import probe
             _probed = probe()
         return _probed
 
@@ -84,11 +88,9 @@ class SessionWiring:
         return next(p for p, prov in LLM_PROPOSERS.items() if prov == self.config.llm.provider)
 
     def llm_available(self) -> bool:
-        from engine.llm.availability import llm_available
         return llm_available(self.env, self.config.llm)
 
     def llm_notice(self) -> str:
-        from engine.llm.availability import no_key_message
         return "" if self.llm_available() else no_key_message(self.config.llm)
 
     # ------------------------------------------------------------------------------ the parts
@@ -107,9 +109,6 @@ class SessionWiring:
         return make_client(self.config.llm, ledger, **kw)
 
     def _proposer(self, plan: SessionPlan, ledger: CostLedger) -> Proposer:
-        from engine.proposers import make_proposer
-        from engine.proposers.replay import ReplayProposer
-
         if plan.proposer in LLM_PROPOSERS:
             from engine.proposers.anthropic import LLMProposer
             client = self._llm_client(ledger)

@@ -5,6 +5,9 @@ always drawn), a CUDA tensor from a generator on its device in its own precision
 so a GiB input is never drawn on the host and copied. The distributions are the same; the values differ
 between the two (each device has its own generator). This file is also copied as is into exported packages:
 it imports nothing but torch.
+
+Lazy imports: torch, in apply_init: the task loader imports this module (engine.tasks.native), and the CLI and the
+app load the task loader at start-up.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.errors import TaskError
+from engine.tasks import kernelbench, native, robust_kbench, user_tasks
 from engine.tasks.model import Task
 
 
@@ -24,8 +25,6 @@ def builtin_task_names() -> list[str]:
 def load_task(ref: str | Path) -> Task:
     """Load `ref`: a built-in task name, a task folder (native or robust-kbench) or a KernelBench .py
     (`problem.py@fp16` / `@bf16` evaluates it in that precision, as KernelBench's `precision` option does)."""
-    from engine.tasks import kernelbench, native, robust_kbench, user_tasks
-
     path = Path(ref)
     if not path.exists() and isinstance(ref, str):
         file, dtype = kernelbench.split_ref(ref)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,6 @@ def unpack_task(packed: dict[str, Any], base: Path) -> Task:
         try:
             os.rename(tmp, folder)
         except OSError:    # another worker won: use its copy
-            import shutil
             shutil.rmtree(tmp, ignore_errors=True)
     tj = json.loads(json.dumps(packed["task"]))
     for d, spec in tj["directions"].items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -220,8 +221,6 @@ class Listing:
 
 def _named_damage(exc: gitio.GitCommandError, labels: dict[str, str], fallback: str = "") -> WorkspaceError:
     """A git command that failed on an object: name the object (and what it is, where `labels` knows)."""
-    import re
-
     shas = re.findall(r"\b[0-9a-f]{40}\b", exc.stderr)
     if not shas and not fallback:
         return exc

@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from engine.workspace import commits, naming, note_entries, note_parsing, records, views
+
 FILENAME = "kbench-listing.pickle"
 MIN_NEW_TO_SAVE = 256        # fewer newly parsed objects than this since the last save: not rewritten
 
@@ -30,7 +32,6 @@ _digest_cache: list[str] = []
 def code_digest() -> str:
     """A digest of the modules whose classes are pickled: a change there invalidates old files."""
     if not _digest_cache:
-        from engine.workspace import commits, naming, note_entries, note_parsing, records, views
         h = hashlib.sha256()
         for mod in (records, naming, note_entries, note_parsing, views, commits):
             h.update(Path(mod.__file__).read_bytes())

@@ -9,6 +9,7 @@ append rewrites two small trees, not one with every note): both are read and bot
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -194,8 +195,6 @@ def note_text(obj: gitread.GitObject | None, blob: str) -> str:
 
 
 def _damage_line(exc: WorkspaceDamagedError) -> str:
-    import json
-
     obj = {"v": 1, "kind": "event", "at": now_iso(), "by": "kbench", "event": "history_unreadable",
            "data": {"object": exc.obj, "reason": str(exc)}}
     return json.dumps(obj, separators=(",", ":")) + "\n"

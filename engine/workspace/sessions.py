@@ -5,25 +5,20 @@ under the workspace writer lock and the session's write guard (`writers.write_gu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from engine.tasks.loader import load_task
+from engine.tasks.model import Task
 from engine.workspace import commits, gitio, gitrefs, writers
 from engine.workspace.errors import WorkspaceError
 from engine.workspace.naming import CANDIDATE_NS, branch_ref, check_session_name, check_token, root_ref
 from engine.workspace.records import now_iso
 from engine.workspace.repo import WorkspaceRepo
 
-if TYPE_CHECKING:
-    from engine.tasks.model import Task
-
 
 def create(wr: WorkspaceRepo, name: str, task: Task | str | Path, direction: str, proposer: str, model: str | None,
            config: dict[str, Any] | None, description: str | None) -> None:
     """Write session `name`'s root commit and refs; WorkspaceError where the name is taken."""
-    # here: opening a workspace (every CLI command) need not import the task loader
-    from engine.tasks.loader import load_task
-    from engine.tasks.model import Task
-
     check_session_name(name)
     check_token("proposer", proposer)
     if not isinstance(task, Task):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from textual.app import SuspendNotSupported
 
+from engine.export.plan import passing_status
 from engine.verdict import STAGES
 from kbench_tui.screens.export import ExportScreen
 from kbench_tui.screens.override import OverrideScreen
@@ -123,7 +124,6 @@ class CandidateActions:
             self.background("exprep", self._export_prep, cid)
 
     def _export_prep(self, cid):
-        from engine.export.plan import passing_status
         view = self.backend.view(cid)
         ok, why = passing_status(view.status)
         return cid, ok, why, self.backend.default_export_dir(cid)

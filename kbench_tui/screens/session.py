@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
+from engine.workspace import UnknownSessionError
 from kbench_tui import keymap
 from kbench_tui.view_models import waiting_count
 from kbench_tui.screens.actions import CandidateActions
@@ -91,7 +92,6 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
             self.reload()
 
     def failed_load(self, error) -> None:
-        from engine.workspace import UnknownSessionError
         self._loading = False
         if isinstance(error, UnknownSessionError) and self.runner is not None:
             self.set_timer(0.3, self.reload)     # the loop's thread has not created the session yet

@@ -7,6 +7,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from engine.verdict import Stage
+from kbench_tui.view_models import WAITING_FOR_GPU, status_text
 
 STYLE = {"pass": "green", "fail": "bold red", "suspicious": "bold yellow", "skipped": "dim"}
 
@@ -72,7 +73,6 @@ class VerdictTable(VerticalScroll):
         summary.append("eligible" if st.eligible else "not eligible", style="green" if st.eligible else "yellow")
         summary.append(f"  speedup {fmt_x(st.speedup)} vs eager, {fmt_x(st.speedup_compile)} vs torch.compile")
         if not st.measurements:
-            from kbench_tui.view_models import WAITING_FOR_GPU, status_text
             if status_text(view) == WAITING_FOR_GPU:
                 summary.append(f"\n{WAITING_FOR_GPU}: compiled; correctness and timing are measured where a GPU "
                                "is visible (e re-evaluates it there, or resume the session there)", style="cyan")

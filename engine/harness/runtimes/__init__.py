@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from engine.harness.runtimes.base import TaskRuntime
+from engine.harness.runtimes.kernelbench import KernelBenchRuntime
+from engine.harness.runtimes.native import NativeRuntime
+from engine.harness.runtimes.robust_kbench import RobustKbenchRuntime
 from engine.tasks.model import Task
 
 
 def runtime_for(task: Task, direction: str) -> TaskRuntime:
     if task.format == "native":
-        from engine.harness.runtimes.native import NativeRuntime
         return NativeRuntime(task, direction)
     if task.format == "robust-kbench":
-        from engine.harness.runtimes.robust_kbench import RobustKbenchRuntime
         return RobustKbenchRuntime(task, direction)
     if task.format == "kernelbench":
-        from engine.harness.runtimes.kernelbench import KernelBenchRuntime
         return KernelBenchRuntime(task, direction)
     raise ValueError(f"unknown task format {task.format!r}")

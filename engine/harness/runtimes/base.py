@@ -5,6 +5,9 @@ builds a config's model and inputs from a seed, computes the reference, says how
 (`call_plan`: the exact arguments the runner passes it) and turns the candidate's outputs back into what is
 compared with the reference (`compose`). `candidate()` and `candidate_callable()` call a candidate module in
 this process: only tests and tools that run trusted code use them.
+
+Lazy imports: torch, inside the methods: the judge imports the runtimes before it spawns its runner, so that both
+processes import torch at the same time (engine/pipeline/judge_eval.py).
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ on the CPU (runner.py, `candidate_model`), so Model and `get_init_inputs()` are 
 ModelNew names differently (no state_dict key to match) gets Model's values from the shared seed only where both
 draw on the same device.
 A config's `input_kwargs` are module constants (kbench's odd-size variant) set while `get_inputs` runs.
+
+Lazy imports: torch, inside the methods: the judge imports the runtimes before it spawns its runner, so that both
+processes import torch at the same time (engine/pipeline/judge_eval.py).
 """
 
 from __future__ import annotations
