@@ -45,6 +45,7 @@ from types import ModuleType
 from typing import Any
 
 from engine.candidates import Candidate
+from engine.errors import DataError
 # What build_candidate is made of, one job to a module; re-exported here, where callers and tests look for them.
 from engine.harness.build_cache import (_CACHEABLE_FAILURES, STALE_TMP_S, _clean_stale_tmp, _publish,  # noqa: F401
                                         _read_entry, builds_dir, entry_dir, entry_path,
@@ -58,6 +59,7 @@ from engine.harness.build_steps import (ENV_ALLOWLIST, StepResult, _declares_ext
                                         _Failed, _module_name, _strip_comments, _vendor_link, compile_jail,
                                         compiler_env, run_tool)
 from engine.harness.kernelbench_prebuilt import write_manifest
+from engine.harness.kernelbench_types import CompileRequest, CompileResult
 from engine.harness.pch import PCH_BASENAME, PCH_TIMEOUT_S, PchInfo, _pch_used, ensure_pch, pch_dir  # noqa: F401
 from engine.harness.toolchain import Toolchain
 from engine.jail import JailSpec  # noqa: F401
@@ -188,42 +190,49 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
         return
     ext_dir = kernelbench_extensions_dir(cache_root, candidate)
     ext_dir.mkdir(parents=True, exist_ok=True)
-    request = {"py_path": str(src / main), "module_name": f"kb_modelnew_{candidate.source_hash}"}
+    request = CompileRequest(py_path=str(src / main), module_name=f"kb_modelnew_{candidate.source_hash}")
     env = {"TORCH_EXTENSIONS_DIR": str(ext_dir), "TORCH_CUDA_ARCH_LIST": ";".join(tc.archs),
            "CUDA_VISIBLE_DEVICES": "", "HOME": str(ext_dir), "TMPDIR": str(ext_dir)}
     timeout = max(deadline - time.monotonic(), 5.0)
     # The import runs the candidate's Python: in the compilers' jail (reads the toolchain and its source,
     # writes only its extensions folder), so what runs at import time reaches nothing of the user's.
-    outcome = run_child("engine.harness.kernelbench_compile", request, timeout_s=timeout, extra_env=env,
-                        jail=compile_jail(ext_dir, [src], tc))
+    try:
+        outcome = run_child("engine.harness.kernelbench_compile", request.to_json(), timeout_s=timeout,
+                            extra_env=env, jail=compile_jail(ext_dir, [src], tc))
+    except UnicodeDecodeError as exc:   # run_child reads the result file as text: the candidate wrote bytes
+        raise _Failed("compile", f"the import of {main} left a result file that is not text ({exc}): "
+                                 "kbench wrote none such, so the candidate's code overwrote it") from None
     timings["import"] = round(outcome.seconds, 3)
-    res = outcome.result
-    calls = res.get("extensions") or []
-    output = "\n".join(f"{c.get('via')} {c.get('name')}: {'ok' if c.get('ok') else c.get('error')}"
-                       for c in calls)
-    broken = outcome.returncode != 0 or res.get("import_error") or any(not c.get("ok") for c in calls)
+    try:   # the child ran the candidate's code, which may have overwritten its result: read it strictly
+        res = CompileResult.from_json(outcome.result or {})
+    except DataError as exc:
+        raise _Failed("compile", f"the import of {main} left a result kbench cannot read ({exc}): "
+                                 "kbench's child writes none such, so the candidate's code overwrote it") from None
+    calls = res.extensions
+    output = "\n".join(f"{c.via} {c.name}: {'ok' if c.ok else c.error}" for c in calls)
+    broken = outcome.returncode != 0 or res.import_error or any(not c.ok for c in calls)
     step = StepResult(f"import {main}", (sys.executable, "-m", "engine.harness.kernelbench_compile"),
                       (outcome.returncode or 1) if broken else 0,
-                      (output + "\n" + (res.get("import_error") or "")).strip() or outcome.output_tail,
+                      (output + "\n" + (res.import_error or "")).strip() or outcome.output_tail,
                       outcome.seconds, outcome.timed_out, timeout)
     steps.append(step)
     if outcome.timed_out:
         raise _Failed(*_diagnose(step, src, {main: text}))
-    failed = [c for c in calls if not c.get("ok")]
+    failed = [c for c in calls if not c.ok]
     if failed:
         c = failed[0]
-        where = ext_dir / str(c.get("name"))
+        where = ext_dir / c.name
         if not inside_without_links(where, ext_dir):
             where = ext_dir   # a name the candidate chose to point elsewhere: no source line is quoted
-        build = StepResult(f"{c.get('via')} {c.get('name')}", (), 1, str(c.get("error") or ""), step.seconds)
+        build = StepResult(f"{c.via} {c.name}", (), 1, c.error or "", step.seconds)
         kind, msg = _diagnose(build, where, {"cuda.cu": "", "main.cpp": ""})
-        raise _Failed(kind, msg + f" (the extension {c.get('name')!r} that {main} builds at import)")
-    if not res.get("finished"):
+        raise _Failed(kind, msg + f" (the extension {c.name!r} that {main} builds at import)")
+    if not res.finished:
         raise _Failed("internal", f"the import of {main} did not finish: {outcome.describe_crash()}")
-    err = res.get("import_error")
-    if err and not (calls and not res.get("cuda_available") and any(w in err for w in _NO_GPU_AT_IMPORT)):
+    err = res.import_error
+    if err and not (calls and not res.cuda_available and any(w in err for w in _NO_GPU_AT_IMPORT)):
         raise _Failed("compile", f"{main} raised on import, so ModelNew cannot be loaded: {err}")
-    write_manifest(ext_dir, [v for v in res.get("versions") or [] if isinstance(v, dict)])
+    write_manifest(ext_dir, res.versions)
 
 
 # ---------------------------------------------------------------------------- loading (sandbox child)

@@ -19,47 +19,46 @@ import torch
 import torch.utils.cpp_extension as cpp
 
 from engine.harness.kernelbench_prebuilt import recording_versioner
+from engine.harness.kernelbench_types import CompileRequest, CompileResult, ExtensionBuild
 from engine.harness.runtimes.base import import_file
 
 
-def _recording(original: Callable[..., Any], calls: list[dict[str, Any]], kind: str) -> Callable[..., Any]:
+def _recording(original: Callable[..., Any], calls: list[ExtensionBuild], kind: str) -> Callable[..., Any]:
     def build(*args: Any, **kwargs: Any) -> Any:
         name = kwargs.get("name", args[0] if args else "?")
-        entry: dict[str, Any] = {"name": str(name), "via": kind, "ok": False, "error": None}
+        entry = ExtensionBuild(name=str(name), via=kind)
         calls.append(entry)
         try:
             module = original(*args, **kwargs)
         except BaseException as exc:
-            entry["error"] = f"{type(exc).__name__}: {exc}"
+            entry.error = f"{type(exc).__name__}: {exc}"
             raise
-        entry["ok"] = True
+        entry.ok = True
         return module
     return build
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    calls: list[dict[str, Any]] = []
-    versions: list[dict[str, Any]] = []
-    recording_versioner(cpp.JIT_EXTENSION_VERSIONER, versions)
-    cpp.load_inline = _recording(cpp.load_inline, calls, "load_inline")
-    cpp.load = _recording(cpp.load, calls, "load")
-    out: dict[str, Any] = {"extensions": calls, "versions": versions, "import_error": None, "finished": False}
+def run(request: CompileRequest) -> CompileResult:
+    out = CompileResult()
+    recording_versioner(cpp.JIT_EXTENSION_VERSIONER, out.versions)
+    cpp.load_inline = _recording(cpp.load_inline, out.extensions, "load_inline")
+    cpp.load = _recording(cpp.load, out.extensions, "load")
     try:
-        module = import_file(Path(request["py_path"]), request.get("module_name") or "kbench_modelnew_compile")
+        module = import_file(Path(request.py_path), request.module_name or "kbench_modelnew_compile")
         if not hasattr(module, "ModelNew"):
-            out["import_error"] = "the file defines no class ModelNew"
+            out.import_error = "the file defines no class ModelNew"
     except BaseException as exc:  # noqa: BLE001 - whatever the file raises is the verdict's reason
-        out["import_error"] = f"{type(exc).__name__}: {exc}"
-        out["traceback"] = traceback.format_exc(limit=8)[-4000:]
-    out["cuda_available"] = bool(torch.cuda.is_available())
-    out["finished"] = True
+        out.import_error = f"{type(exc).__name__}: {exc}"
+        out.traceback = traceback.format_exc(limit=8)[-4000:]
+    out.cuda_available = bool(torch.cuda.is_available())
+    out.finished = True
     return out
 
 
 def main(argv: list[str]) -> int:
-    request = json.loads(Path(argv[0]).read_text())
+    request = CompileRequest.from_json(json.loads(Path(argv[0]).read_text()))
     result = run(request)
-    Path(request["result_path"]).write_text(json.dumps(result, default=str))
+    Path(request.result_path).write_text(json.dumps(result.to_json(), default=str))
     return 0
 
 

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import jsonable
+from engine.errors import DataError
 from engine.procs import run_child
 from engine.tasks.model import Cost
 
@@ -53,6 +55,21 @@ class Peaks:
         return "memory" if mem >= comp else "compute"
 
 
+@dataclass
+class RooflineResult:
+    """What the measuring child writes (`finished` last: without it the child died on the way)."""
+    finished: bool = False
+    peaks: Peaks | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable.dump(self)
+
+    @classmethod
+    def from_json(cls, obj: Any, what: str = "the roofline child's result") -> "RooflineResult":
+        return jsonable.load(cls, obj, what)
+
+
 def _slug(gpu: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_") or "gpu"
 
@@ -76,10 +93,13 @@ def get_peaks(cache_root: Path, gpu: str | None = None, *, remeasure: bool = Fal
     if gpu and not remeasure and (cached := load_peaks(cache_root, gpu)):
         return cached
     outcome = run_child("engine.harness.roofline", {}, timeout_s=timeout_s, gpu=device)
-    res = outcome.result
-    if outcome.crashed or res.get("error"):
-        raise RuntimeError(f"roofline measurement failed: {res.get('error') or outcome.describe_crash()}")
-    peaks = Peaks(**res["peaks"])
+    try:
+        res = RooflineResult.from_json(outcome.result or {})
+    except DataError as exc:   # kbench's own child: a result it cannot read is a bug, said as such
+        raise RuntimeError(f"roofline measurement failed: {exc}") from None
+    if outcome.crashed or res.error or res.peaks is None:
+        raise RuntimeError(f"roofline measurement failed: {res.error or outcome.describe_crash()}")
+    peaks = res.peaks
     path = cache_path(cache_root, peaks.gpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -140,13 +160,13 @@ def main(argv: list[str]) -> int:
     try:
         import torch
         if not torch.cuda.is_available():
-            result: dict[str, Any] = {"error": "no CUDA GPU is visible"}
+            result = RooflineResult(error="no CUDA GPU is visible")
         else:
-            result = {"peaks": asdict(measure())}
+            result = RooflineResult(peaks=measure())
     except Exception as exc:  # report, never hang the parent
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    result["finished"] = True
-    out.write_text(json.dumps(result))
+        result = RooflineResult(error=f"{type(exc).__name__}: {exc}")
+    result.finished = True
+    out.write_text(json.dumps(result.to_json()))
     return 0
 
 

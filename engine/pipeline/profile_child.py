@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,13 @@ from torch.profiler import ProfilerActivity, profile
 
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import messages as msg
+from engine.pipeline.profile_types import OpRow, ProfileRequest, ProfileResult
 from engine.pipeline.runner import load_candidate
 from engine.profile.ncu import NVTX_RANGE
 from engine.tasks.model import Task
 
 
-def top_device_ops(fn: Any, top: int = 8, runs: int = 3) -> list[dict[str, Any]]:
+def top_device_ops(fn: Any, top: int = 8, runs: int = 3) -> list[OpRow]:
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -31,41 +33,39 @@ def top_device_ops(fn: Any, top: int = 8, runs: int = 3) -> list[dict[str, Any]]
         # Kernels (and copies) are the events with their own device time; aten:: ops only aggregate them.
         dev = float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) or 0)
         if dev > 0:
-            rows.append({"name": e.key[:120], "device_us": dev / runs, "calls": max(1, int(e.count) // runs)})
-    rows.sort(key=lambda r: -r["device_us"])
+            rows.append(OpRow(name=e.key[:120], device_us=dev / runs, calls=max(1, int(e.count) // runs)))
+    rows.sort(key=lambda r: -r.device_us)
     return rows[:top]
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    task = Task.from_json(request["task"])
-    direction = request["direction"]
-    cfg = next(c for c in task.configs if c.name == request["config"])
+def run(request: ProfileRequest) -> ProfileResult:
+    task = Task.from_json(request.task)
+    cfg = next(c for c in task.configs if c.name == request.config)
     if not torch.cuda.is_available():
-        return {"error": "no CUDA GPU is visible to the profiler"}
+        return ProfileResult(error="no CUDA GPU is visible to the profiler")
     device = torch.device("cuda")
-    runtime = runtime_for(task, direction)
-    module = load_candidate(msg.parse_as(request["candidate"], msg.Load))   # runner_process.stage_candidate's
+    runtime = runtime_for(task, request.direction)
+    module = load_candidate(msg.parse_as(request.candidate, msg.Load))   # runner_process.stage_candidate's
     runtime.setup(cfg, cfg.seed, device)
     cand = runtime.candidate_callable(module)
-    if request.get("mode") == "ncu":
-        for _ in range(int(request.get("launches", 1))):
+    if request.mode == "ncu":
+        for _ in range(int(request.launches)):
             torch.cuda.nvtx.range_push(NVTX_RANGE)
             cand()
             torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
-        return {"ok": True}
-    return {"ok": True, "candidate_ops": top_device_ops(cand), "reference_ops": top_device_ops(runtime.eager_callable())}
+        return ProfileResult(ok=True)
+    return ProfileResult(ok=True, candidate_ops=top_device_ops(cand),
+                         reference_ops=top_device_ops(runtime.eager_callable()))
 
 
 def main(argv: list[str]) -> int:
-    req_path = Path(argv[1])
-    request = json.loads(req_path.read_text())
-    out = Path(request["result_path"])
+    request = ProfileRequest.from_json(json.loads(Path(argv[1]).read_text()))
     try:
         result = run(request)
     except Exception as exc:  # noqa: BLE001 - the candidate is untrusted; report, don't crash silently
-        result = {"error": f"{type(exc).__name__}: {str(exc)[:800]}"}
-    out.write_text(json.dumps({**result, "finished": True}, default=str))
+        result = ProfileResult(error=f"{type(exc).__name__}: {str(exc)[:800]}")
+    Path(request.result_path).write_text(json.dumps(replace(result, finished=True).to_json(), default=str))
     return 0
 
 

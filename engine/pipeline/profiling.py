@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from engine.jail import command as jailed
 from engine.jail.profiles import profiled_spec
 from engine.pipeline.candidate_spec import candidate_spec
 from engine.pipeline.eval_types import default_cache_root
+from engine.pipeline.profile_types import ProfileRequest, ProfileResult, read_result
 from engine.pipeline.runner_process import make_run_dir, stage_candidate
 from engine.pipeline.types import CandidateSpec
 from engine.procs import kill_group, reap
@@ -45,20 +47,30 @@ if TYPE_CHECKING:
     from engine.tasks.model import Task
 
 
-def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeout_s: float,
-                ncu: str | None = None) -> tuple[str, dict[str, Any], str]:
+@dataclass(frozen=True)
+class ProfileJob:
+    """What both profilers run: the parent's side of a ProfileRequest, before the candidate is staged."""
+    task: dict[str, Any]                  # Task.to_json()
+    direction: str
+    config: str
+    candidate: CandidateSpec | None = None
+
+
+def _jailed_run(job: ProfileJob, opts: ProfileOptions, mode: str, timeout_s: float,
+                ncu: str | None = None) -> tuple[str, ProfileResult, str]:
     """Run the profile child on the candidate, jailed like a runner (under ncu when `ncu` is given).
     Returns (its output, its result, why it failed or "")."""
     # the child imports the task's reference (trusted, but it lives in the user's folder): that folder only
-    directions = (request.get("task") or {}).get("directions") or {}
+    directions = job.task.get("directions") or {}
     ref_dirs = sorted({str(Path(d["reference_path"]).parent) for d in directions.values()})
     run = make_run_dir([Path(d) for d in ref_dirs])
     try:
-        load = stage_candidate(run, CandidateSpec(**request["candidate"])) if request.get("candidate") else None
+        load = stage_candidate(run, job.candidate) if job.candidate else None
         result_path = run.scratch / "result.json"
         req = run.ro / "request.json"
-        req.write_text(json.dumps({**request, "candidate": load, "mode": mode, "launches": opts.launch_count,
-                                   "result_path": str(result_path)}))
+        request = ProfileRequest(task=job.task, direction=job.direction, config=job.config, mode=mode,
+                                 result_path=str(result_path), candidate=load, launches=opts.launch_count)
+        req.write_text(json.dumps(request.to_json()))
         os.chmod(req, 0o644)
         child = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.profile_child",
                  str(req)]
@@ -73,28 +85,37 @@ def _jailed_run(request: dict[str, Any], opts: ProfileOptions, mode: str, timeou
             proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
         except OSError as exc:
-            return "", {}, f"{'ncu' if ncu else 'the profiler'} could not be started: {exc}"
+            return "", ProfileResult(), f"{'ncu' if ncu else 'the profiler'} could not be started: {exc}"
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             reap(proc)
-            return "", {}, f"{'ncu' if ncu else 'the torch profiler'} timed out after {timeout_s:.0f} s"
+            return "", ProfileResult(), f"{'ncu' if ncu else 'the torch profiler'} timed out after {timeout_s:.0f} s"
         finally:
             kill_group(proc)
-        try:
-            result = json.loads(result_path.read_text())
-        except (OSError, ValueError):
-            result = {}
-        if ncu is None and (proc.returncode != 0 or not result.get("finished")):
-            tail = " | ".join(out.strip().splitlines()[-4:])
-            return out, result, str(result.get("error") or f"the profiler exited with code {proc.returncode}: {tail}")
-        return out, result, str(result.get("error") or "") if ncu is None else ""
+        if ncu is not None:   # ncu's part is its output; the child's result only says it ran
+            return out, ProfileResult(), ""
+        return (out, *judge_torch_result(read_result(result_path), proc.returncode, out))
     finally:
         shutil.rmtree(run.root, ignore_errors=True)
 
 
-def run_ncu(request: dict[str, Any], opts: ProfileOptions) -> tuple[list, str]:
+def judge_torch_result(read: tuple[ProfileResult, str], returncode: int | None,
+                       out: str) -> tuple[ProfileResult, str]:
+    """(the torch profiler child's result, why it failed or ""), from read_result's answer and how it exited.
+    A result file the candidate forged or garbled fails like a child that wrote none, with the reason."""
+    result, unreadable = read
+    tail = " | ".join(out.strip().splitlines()[-4:])
+    if unreadable:
+        return ProfileResult(), f"the profiler's result could not be read ({unreadable}); it exited with " \
+                                f"code {returncode}: {tail}"
+    if returncode != 0 or not result.finished:
+        return result, result.error or f"the profiler exited with code {returncode}: {tail}"
+    return result, result.error or ""
+
+
+def run_ncu(job: ProfileJob, opts: ProfileOptions) -> tuple[list, str]:
     """(kernels, skip reason); kernels empty whenever the reason is set."""
     reason = ncu_unavailable_reason(opts.ncu)
     if reason:
@@ -106,11 +127,11 @@ def run_ncu(request: dict[str, Any], opts: ProfileOptions) -> tuple[list, str]:
     try:
         with FileLock(NCU_LOCK, timeout=opts.ncu_timeout_s, mode=0o666):
             left = opts.ncu_timeout_s - (time.monotonic() - t0)
-            out, _, failed = _jailed_run(request, opts, "ncu", max(left, 30.0), ncu=ncu)
+            out, _, failed = _jailed_run(job, opts, "ncu", max(left, 30.0), ncu=ncu)
     except Timeout:
         return [], f"another ncu profile held this machine's lock ({NCU_LOCK}) for {opts.ncu_timeout_s:.0f} s"
     except PermissionError:   # the lock file is another user's and not writable: profile without it
-        out, _, failed = _jailed_run(request, opts, "ncu", opts.ncu_timeout_s, ncu=ncu)
+        out, _, failed = _jailed_run(job, opts, "ncu", opts.ncu_timeout_s, ncu=ncu)
     if failed:
         return [], failed
     if permission_denied(out):
@@ -125,11 +146,12 @@ def run_ncu(request: dict[str, Any], opts: ProfileOptions) -> tuple[list, str]:
     return kernels, ""
 
 
-def run_torch_profiler(request: dict[str, Any], opts: ProfileOptions) -> tuple[list[dict], list[dict], str]:
-    _, res, failed = _jailed_run(request, opts, "torch", opts.torch_timeout_s)
+def run_torch_profiler(job: ProfileJob, opts: ProfileOptions) -> tuple[list[dict], list[dict], str]:
+    _, res, failed = _jailed_run(job, opts, "torch", opts.torch_timeout_s)
     if failed:
         return [], [], failed
-    return list(res.get("candidate_ops") or ()), list(res.get("reference_ops") or ()), ""
+    return ([dataclasses.asdict(r) for r in res.candidate_ops], [dataclasses.asdict(r) for r in res.reference_ops],
+            "")
 
 
 def profile_candidate(task: Task, candidate: Candidate, direction: str = "forward",
@@ -150,10 +172,9 @@ def profile_candidate(task: Task, candidate: Candidate, direction: str = "forwar
         return Verdict(STAGE, Status.SKIPPED, f"the candidate does not build: {build.error or 'compilation failed'}")
     spec = candidate_spec(candidate, build, cache_root, toolchain)
     config = representative_config(task, opts.config)
-    request = {"task": task.to_json(), "direction": direction, "candidate": dataclasses.asdict(spec),
-               "config": config}
-    kernels, skipped = run_ncu(request, opts)
-    cand_ops, ref_ops, torch_error = run_torch_profiler(request, opts)
+    job = ProfileJob(task=task.to_json(), direction=direction, config=config, candidate=spec)
+    kernels, skipped = run_ncu(job, opts)
+    cand_ops, ref_ops, torch_error = run_torch_profiler(job, opts)
     cost = next(c for c in task.configs if c.name == config).cost.get(direction)
     summary = summarise(kernels, peaks, config=config, torch_ops=cand_ops, reference_ops=ref_ops,
                         ncu_skipped=skipped, flops=cost.flops if cost is not None else None)

@@ -29,7 +29,8 @@ def test_a_profile_waits_for_the_machines_ncu_lock_and_gives_up_with_the_reason(
     try:
         assert holder.stdout.readline().strip() == "held"
         t0 = time.monotonic()
-        kernels, reason = profiling.run_ncu({}, ProfileOptions(ncu=str(fake_ncu), ncu_timeout_s=1.5))
+        kernels, reason = profiling.run_ncu(profiling.ProfileJob(task={}, direction="forward", config="small"),
+                                           ProfileOptions(ncu=str(fake_ncu), ncu_timeout_s=1.5))
         waited = time.monotonic() - t0
     finally:
         holder.kill()

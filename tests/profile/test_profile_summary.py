@@ -11,7 +11,7 @@ import pytest
 from engine.harness.roofline import Peaks
 from engine.profile import build_ncu_command, parse_ncu_csv, summarise
 from engine.profile.ncu import SECTIONS, kernel_filter_regex, ncu_unavailable_reason
-from engine.pipeline.profiling import run_ncu
+from engine.pipeline.profiling import ProfileJob, run_ncu
 from engine.profile.runner import (
     ProfileOptions,
     profile_feedback,
@@ -25,6 +25,8 @@ from tests.paths import FIXTURES
 
 FIX = FIXTURES / "ncu"
 PEAKS = Peaks("NVIDIA H100 80GB HBM3", copy_gbps=3000.0, fp32_tflops=51.0, tf32_tflops=120.0, measured_at=0.0)
+
+JOB = ProfileJob(task={}, direction="forward", config="small")   # what run_ncu runs, for a fake ncu
 
 
 def load(name: str):
@@ -130,7 +132,7 @@ def test_preamble_only_output_parses_to_nothing():
 def test_ncu_missing_is_skipped_with_reason(monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
     assert "not found" in ncu_unavailable_reason()
-    kernels, reason = run_ncu({}, ProfileOptions())
+    kernels, reason = run_ncu(JOB, ProfileOptions())
     assert kernels == [] and "not found" in reason
     s = summarise(kernels, PEAKS, torch_ops=[{"name": "layernorm_fwd_kernel", "device_us": 150.0, "calls": 1}],
                   ncu_skipped=reason)
@@ -149,13 +151,13 @@ def _fake_ncu(tmp_path: Path, body: str) -> str:
 def test_ncu_permission_error_is_skipped(tmp_path):
     ncu = _fake_ncu(tmp_path, "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
                               "NVIDIA GPU Performance Counters on the target device 0.\n")
-    kernels, reason = run_ncu({"task": {}}, ProfileOptions(ncu=ncu, ncu_timeout_s=30))
+    kernels, reason = run_ncu(JOB, ProfileOptions(ncu=ncu, ncu_timeout_s=30))
     assert kernels == [] and "ERR_NVGPUCTRPERM" in reason
 
 
 def test_ncu_output_is_parsed_from_the_run(tmp_path):
     ncu = _fake_ncu(tmp_path, (FIX / "layernorm_fwd_memory_bound.csv").read_text())
-    kernels, reason = run_ncu({"task": {}}, ProfileOptions(ncu=ncu, ncu_timeout_s=30))
+    kernels, reason = run_ncu(JOB, ProfileOptions(ncu=ncu, ncu_timeout_s=30))
     assert reason == "" and kernels[0].short_name() == "layernorm_fwd_kernel"
 
 
@@ -235,5 +237,5 @@ def test_profile_stage_is_on_by_default_and_configurable():
 
 
 def test_ncu_that_cannot_start_is_skipped(tmp_path):
-    kernels, reason = run_ncu({"task": {}}, ProfileOptions(ncu=str(tmp_path / "no-such-ncu"), ncu_timeout_s=5))
+    kernels, reason = run_ncu(JOB, ProfileOptions(ncu=str(tmp_path / "no-such-ncu"), ncu_timeout_s=5))
     assert kernels == [] and "could not be started" in reason

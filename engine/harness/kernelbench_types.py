@@ -1,0 +1,69 @@
+"""The KernelBench compile child's request and result, typed (engine/harness/build.py `_build_kernelbench` sends the
+one and reads the other; engine/harness/kernelbench_compile.py the reverse).
+
+The child imports the candidate's Python, jailed where pydantic is out of reach: it reads and writes with plain
+dataclasses and json. What it wrote may be the candidate's forgery, so the parent reads it strictly
+(engine.jsonable): `CompileResult.from_json` raises DataError, which the build turns into a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import jsonable
+from engine.errors import DataError
+
+MAX_EXTENSIONS = 256         # load_inline calls in one import; more is a forgery (or a file not worth building)
+MAX_TEXT_CHARS = 20000       # an error or traceback kept for the log
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """The request file (run_child adds `result_path`)."""
+    py_path: str
+    module_name: str
+    result_path: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "CompileRequest":
+        """Without pydantic (the jail has none): kbench wrote it, so only the keys are checked."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in obj.items() if k in names})
+
+
+@dataclass
+class ExtensionBuild:
+    """One build call the import made (torch.utils.cpp_extension.load_inline or load)."""
+    name: str
+    via: str                     # "load_inline" or "load"
+    ok: bool = False
+    error: str | None = None     # the compiler's message, when it failed
+
+
+@dataclass
+class CompileResult:
+    """The result file. `finished` is set last: without it the child died on the way."""
+    finished: bool = False
+    extensions: list[ExtensionBuild] = field(default_factory=list)
+    versions: list[dict[str, Any]] = field(default_factory=list)   # torch's versioner calls (kernelbench_prebuilt)
+    import_error: str | None = None
+    traceback: str | None = None
+    cuda_available: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)   # not jsonable.dump: the child writes it, jailed without pydantic
+
+    @classmethod
+    def from_json(cls, obj: Any, what: str = "the KernelBench compile child's result") -> "CompileResult":
+        res = jsonable.load(cls, obj, what)
+        if len(res.extensions) > MAX_EXTENSIONS or len(res.versions) > MAX_EXTENSIONS:
+            raise DataError(f"{what}: more than {MAX_EXTENSIONS} extension builds")
+        for ext in res.extensions:
+            ext.error = ext.error[:MAX_TEXT_CHARS] if ext.error is not None else None
+        res.import_error = res.import_error[:MAX_TEXT_CHARS] if res.import_error is not None else None
+        return res
