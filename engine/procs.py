@@ -128,7 +128,9 @@ def await_child(proc: subprocess.Popen, tmpdir: Path, timeout_s: float, t0: floa
     if result_path.exists():
         try:
             result = json.loads(result_path.read_text())
-        except json.JSONDecodeError:
+        except ValueError:           # not JSON, or not UTF-8: a child that ran candidate code may write anything
+            result = {}
+        if not isinstance(result, dict):
             result = {}
     tail = (tmpdir / "output.log").read_bytes()[-4000:].decode(errors="replace")
     return ChildOutcome(result, None if timed_out else proc.returncode, timed_out, seconds, tail)
@@ -154,9 +156,10 @@ class StandbyChild:
     def state(self, name: str) -> dict[str, Any] | None:
         """What the child wrote to `name` in its folder (its own readiness report), if anything yet."""
         try:
-            return json.loads((self.tmpdir / name).read_text())
+            state = json.loads((self.tmpdir / name).read_text())
         except (OSError, ValueError):
             return None
+        return state if isinstance(state, dict) else None
 
     def run(self, request: dict[str, Any], timeout_s: float) -> ChildOutcome:
         t0 = time.monotonic()
