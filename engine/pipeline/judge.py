@@ -32,16 +32,17 @@ import time
 import traceback
 from pathlib import Path
 
+from engine import jsonable
 from engine.jail.privileges import die_with_parent, exit_without_teardown
 from engine.pipeline.contention import contention_sensitive, others_busy_since
 from engine.pipeline.judge_eval import Judge
 from engine.pipeline.judge_memory import judge_out_of_memory, memory_blame, out_of_memory
 from engine.pipeline.judge_runner import OutputsTooLarge
 from engine.pipeline.runner_process import RunnerGone
-from engine.pipeline.judge_result import JudgeResult, Progress
+from engine.pipeline.judge_result import JudgeResult, Progress, StandbyState
 from engine.pipeline.types import NO_GPU, CorrectnessResult, JudgeRequest, TimerSpec
 
-STANDBY_STATE = "standby.json"   # written by a standby judge in its folder once warm: {"ok", "why"}
+STANDBY_STATE = "standby.json"   # written by a standby judge in its folder once warm (a StandbyState)
 
 
 class ResultFile:
@@ -133,7 +134,7 @@ def _standby(timer: TimerSpec) -> Started | None:
     # handed a request, so its trouble cannot become the next candidate's verdict
     not_up = judge.not_up if judge.not_up != NO_GPU else None
     why = f"{type(warm_error).__name__}: {warm_error}" if warm_error else not_up
-    Path(STANDBY_STATE).write_text(json.dumps({"ok": why is None, "why": why}))
+    Path(STANDBY_STATE).write_text(json.dumps(jsonable.dump(StandbyState(why is None, why))))
     line = sys.stdin.readline().strip()   # the request, when one comes; EOF: we were not needed
     if not line:
         judge.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine import procs
@@ -151,15 +152,9 @@ class Judge:
                                                        "flush": True, "probe_inputs": True, "settle_ms": SETTLE_MS},
                                             decode, self.deadline)
             compose = composer(runtime, prep)
-            try:
-                corr, integ = analysis.judge_check(job, [v.ref for v in prep.variants], compose, tol,
-                                                   [v.seed for v in prep.variants])
-            except Exception as exc:  # noqa: BLE001 - kbench's own failure: say so, keep the trace, go on
-                self.out.data.traces[cfg.name] = traceback.format_exc(limit=12)[-6000:]
-                corr = CorrectnessResult(False, f"the judge could not compare config {cfg.name} "
-                                                f"({type(exc).__name__}: {str(exc).strip()[:400]}); a kbench "
-                                                "failure, not a verdict on the kernel")
-                integ = IntegrityResult(True)
+            corr, integ = compared(cfg.name, partial(analysis.judge_check, job, [v.ref for v in prep.variants],
+                                                     compose, tol, [v.seed for v in prep.variants]),
+                                   self.out.data.traces)
             self.spent("check", t)
             corr.seconds = round(time.monotonic() - t0, 3)
             self.out.data.correctness[cfg.name] = corr
@@ -239,3 +234,20 @@ class Judge:
         if arena is not None and self.out is not None:  # copies through the shared arena, within their phases
             self.out.data.seconds.update({f"arena_{k}": round(v, 3) for k, v in arena.seconds.items()})
         self.runner.close()
+
+
+def compared(name: str, check: Callable[[], tuple[CorrectnessResult, IntegrityResult]],
+             traces: dict[str, str]) -> tuple[CorrectnessResult, IntegrityResult]:
+    """A config's comparison. Where it fails it is kbench's own failure, named as such with its trace kept, not
+    a verdict on the kernel; but the judge's own GPU memory running out (seen with five evaluations on one H100)
+    propagates: judge.py decides whose fault that is (engine/pipeline/judge_memory.py)."""
+    import torch
+    try:
+        return check()
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - kbench's own failure: say so, keep the trace, go on
+        traces[name] = traceback.format_exc(limit=12)[-6000:]
+        return CorrectnessResult(False, f"the judge could not compare config {name} ({type(exc).__name__}: "
+                                        f"{str(exc).strip()[:400]}); a kbench failure, not a verdict on the "
+                                        "kernel"), IntegrityResult(True)

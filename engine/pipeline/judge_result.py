@@ -141,6 +141,24 @@ class JudgeResult:
 
 
 @dataclass(frozen=True)
+class StandbyState:
+    """What a spare judge writes to its folder once warm (judge.py --standby): whether it came up, and if not,
+    why. The pool hands a request only to a spare that says ok (engine/pipeline/warm.py)."""
+    ok: bool
+    why: str | None = None
+
+    @classmethod
+    def read(cls, obj: dict[str, Any] | None) -> "StandbyState | None":
+        """None while the spare has written nothing yet; a file that does not parse is a spare that is not up."""
+        if obj is None:
+            return None
+        try:
+            return jsonable.load(cls, obj, "a spare judge's standby state")
+        except DataError as exc:
+            return cls(False, str(exc))
+
+
+@dataclass(frozen=True)
 class JudgeOutcome:
     """A judge process's end as the parent sees it: its typed result and how the process ended."""
     result: JudgeResult

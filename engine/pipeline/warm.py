@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.pipeline.judge import STANDBY_STATE
 from engine.pipeline.types import TimerSpec
-from engine.pipeline.judge_result import JudgeOutcome
+from engine.pipeline.judge_result import JudgeOutcome, StandbyState
 from engine.procs import StandbyChild, run_child
 
 JUDGE = "engine.pipeline.judge"
@@ -51,8 +51,8 @@ class JudgePool:
         with self._lock:
             held = self._spares.get(key)
             if held is not None:
-                state = held[0].state(STANDBY_STATE)
-                if not held[0].alive() or (state is not None and not state.get("ok")):
+                state = StandbyState.read(held[0].state(STANDBY_STATE))
+                if not held[0].alive() or (state is not None and not state.ok):
                     drop = self._spares.pop(key)[0]
                 elif state is not None:
                     spare = self._spares.pop(key)[0]

@@ -238,3 +238,30 @@ def test_the_judge_keeps_every_process_of_the_candidates_side_it_saw_while_timin
     Judge._note_candidate_side(judge)
     os.kill(fork, signal.SIGKILL)
     assert {runner.pid, fork} <= judge.candidate_seen
+
+
+def test_the_judges_own_out_of_memory_while_comparing_is_never_a_correctness_verdict():
+    """Seen on the H100 with five evaluations at once: the judge's comparison of an honest baseline's outputs
+    could not allocate 26 MiB, and the config was failed as "the judge could not compare". The judge's own
+    memory now goes to judge.py's blame (unmeasured when other processes hold the GPU); any other failure of
+    the comparison is still kbench's own, named as such, with its trace kept."""
+    import torch
+
+    from engine.pipeline.judge_eval import compared
+
+    def oom():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 26.00 MiB.")
+
+    traces: dict[str, str] = {}
+    with pytest.raises(torch.OutOfMemoryError):
+        compared("rkb-single-1", oom, traces)
+    assert traces == {}
+
+    def broken():
+        raise ValueError("shapes differ")
+
+    corr, integ = compared("rkb-single-1", broken, traces)
+    assert not corr.ok and integ.ok and "kbench failure, not a verdict on the kernel" in corr.reason
+    assert "ValueError: shapes differ" in corr.reason and "shapes differ" in traces["rkb-single-1"]
+    good = (CorrectnessResult(True), IntegrityResult(True))
+    assert compared("bench", lambda: good, traces) == good

@@ -107,3 +107,13 @@ def test_a_result_file_the_parent_cannot_read_is_kbenchs_failure_not_an_exceptio
     out = JudgeOutcome.of(ChildOutcome(bad, 0, False, 1.0, ""))
     assert out.result.finished and "timing.bench.candidate" in out.result.error and "kbench failure" in out.result.error
     assert not out.result.clean()
+
+
+def test_a_spares_standby_state_reads_typed_and_a_garbled_one_is_not_up():
+    from engine.pipeline.judge_result import StandbyState
+    assert StandbyState.read(None) is None                       # nothing written yet: still warming up
+    assert StandbyState.read({"ok": True, "why": None}) == StandbyState(True)
+    down = StandbyState.read({"ok": False, "why": "FileNotFoundError: timer.so"})
+    assert not down.ok and "FileNotFoundError" in down.why
+    garbled = StandbyState.read({"ok": "yes please"})
+    assert not garbled.ok and "standby state" in garbled.why
