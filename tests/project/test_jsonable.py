@@ -179,3 +179,15 @@ def test_a_value_pydantic_does_not_know_is_written_as_its_str():
     old = {"stage": "static", "status": "pass", "reason": "", "data": {"thing": Odd(), "path": Path("/a/b")}}
     assert json.dumps(v.to_json(), **NOTE) == json.dumps(old, **NOTE)     # as json.dumps(default=str) wrote it
 
+
+
+def test_load_trusted_reads_what_kbench_wrote_without_pydantic():
+    """The jailed children read their requests with it: pydantic cannot be imported in the jail."""
+    import subprocess
+    import sys
+    code = ("import sys; from engine.harness.kernelbench_types import CompileRequest; "
+            "r = CompileRequest.from_json({'py_path': 'a.py', 'module_name': 'kb_m', 'later_key': 1}); "
+            "print(r.py_path, r.module_name, r.result_path == '', 'pydantic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == ["a.py", "kb_m", "True", "False"], out.stderr
