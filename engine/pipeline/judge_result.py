@@ -160,13 +160,9 @@ class StandbyState:
 
 @dataclass(frozen=True)
 class JudgeOutcome:
-    """A judge process's end as the parent sees it: its typed result and how the process ended."""
+    """A judge process's end as the parent sees it: its typed result beside how the process ended."""
     result: JudgeResult
-    returncode: int | None
-    timed_out: bool
-    seconds: float
-    output_tail: str
-    crash: str            # ChildOutcome.describe_crash, kept: it reads where the judge was from the raw file
+    child: ChildOutcome    # the process's end (return code, timeout, output tail) and the raw file it left
 
     @classmethod
     def of(cls, child: ChildOutcome) -> "JudgeOutcome":
@@ -178,12 +174,15 @@ class JudgeOutcome:
             result = JudgeResult(finished=bool(child.result.get("finished")),
                                  error=f"kbench could not read the judge's result ({exc}); a kbench failure, "
                                        "not a verdict on the kernel")
-        return cls(result, child.returncode, child.timed_out, child.seconds, child.output_tail,
-                   child.describe_crash())
+        return cls(result, child)
+
+    @property
+    def seconds(self) -> float:
+        return self.child.seconds
 
     @property
     def crashed(self) -> bool:
-        return self.timed_out or self.returncode != 0 or not self.result.finished
+        return self.child.crashed
 
     def describe_crash(self) -> str:
-        return self.crash
+        return self.child.describe_crash()
