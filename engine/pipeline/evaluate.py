@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
+from engine import jsonable
 from engine.candidates import Candidate
 from engine.harness import build as builds  # a module, not its function: tests substitute build_candidate
 from engine.harness.toolchain import detect as detect_toolchain
@@ -103,7 +104,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
         integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu)
     if opts.reuse_baselines and opts.timing:
-        bkey = key_for(request.task, direction, opts.gpu, request.baselines, request.to_json()["timing_params"])
+        bkey = key_for(request.task, direction, opts.gpu, request.baselines, jsonable.dump(request.timing_params))
         request = replace(request, session_baselines=SESSION.for_request(bkey))
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
     outcome = _run_judge(request, opts)
