@@ -38,7 +38,7 @@ class JudgePool:
         self._wanted: queue.Queue[tuple[tuple[Any, ...], TimerSpec, int | None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.started = self.used = 0           # spares started, spares that served a request
-        atexit.register(self.close)
+        self._exit_hook = False
 
     @staticmethod
     def _key(timer: TimerSpec, gpu: int | None) -> tuple[Any, ...]:
@@ -68,6 +68,10 @@ class JudgePool:
         return JudgeOutcome.of(run_child(JUDGE, request, timeout_s=timeout_s, gpu=gpu))
 
     def _ensure_thread(self) -> None:
+        if not self._exit_hook:
+            # Registered on first use, not at import: every process that imports evaluate builds the pool.
+            atexit.register(self.close)
+            self._exit_hook = True
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._serve, name="kbench-spare-judges", daemon=True)
             self._thread.start()

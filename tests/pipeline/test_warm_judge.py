@@ -15,6 +15,7 @@ import pytest
 
 from engine.candidates import load_candidate
 from engine.pipeline.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec
+from engine.pipeline import warm
 from engine.pipeline.warm import JudgePool
 from engine.procs import process_tree
 from engine.tasks.loader import load_task
@@ -189,3 +190,19 @@ def test_a_judge_dies_with_the_process_that_started_it(tmp_path, no_gpu):
         time.sleep(0.2)
     assert not _alive(judge_pid), "the judge outlived the process that started it"
     assert not any(_alive(k) for k in kids), "the judge's runner outlived it"
+
+
+def test_the_pool_registers_its_exit_hook_on_first_use_not_at_import(tmp_path, no_gpu, monkeypatch):
+    """Every process that imports evaluate builds the pool; only one that asks for a judge owns spares to let
+    go of at exit."""
+    hooks = []
+    monkeypatch.setattr(warm.atexit, "register", hooks.append)
+    request, timer = _request(tmp_path)
+    pool = JudgePool()
+    assert hooks == []
+    try:
+        pool.run(request, timer, None, 200)
+        pool.run(request, timer, None, 200)
+        assert hooks == [pool.close]
+    finally:
+        pool.close()
