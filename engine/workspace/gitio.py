@@ -6,10 +6,11 @@ through a persistent `cat-file --batch` or many at once, and `ls-tree`), `gitref
 --stdin` transactions and ref listings) and `gitwrite` (new loose objects, written in-process through gitdb).
 `gitobjects` holds git's object formats and does no I/O.
 
-Why the git CLI, and not GitPython or pygit2 beside it: one implementation of refs, notes and
-commit-without-index, the very one whose crash safety the workspace tests exercise (a writer killed at any
-point, `KBENCH_CRASHPOINT`), and the one the user's own git and tig read the workspace with. pygit2 would add
-a libgit2 binary; GitPython would be a second, partial path to the same refs, config and lock rules.
+Why the git CLI, and not GitPython or pygit2: one implementation of refs, notes and commit-without-index,
+the very one whose crash safety the workspace tests exercise (a writer killed at any point, `KBENCH_CRASHPOINT`),
+and the one the user's own git and tig read the workspace with. GitPython runs this same CLI but only adds to
+the environment, so a GIT_OBJECT_DIRECTORY left in the user's shell would send objects elsewhere (`git_env`
+removes it). pygit2's libgit2 has no fsck and no gc, so the CLI would stay beside it as a second path.
 gitdb stays for one job, in `gitwrite`: a loose object written in-process (temp file + rename) costs no
 process per blob.
 """

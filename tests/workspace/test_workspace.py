@@ -391,3 +391,35 @@ def test_fast_listing_fold_matches_the_reference_fold():
         text = "".join(entry_line(e) + "\n" for e in entries)
         objs = [json.loads(line) for line in text.splitlines()]
         assert fold_objs(objs) == fold(parse_note(text))
+
+
+def test_git_variables_in_the_environment_cannot_point_the_workspace_elsewhere(tmp_path, task, monkeypatch):
+    """The one git path runs git in a scrubbed environment: a GIT_DIR, GIT_OBJECT_DIRECTORY, GIT_INDEX_FILE,
+    GIT_NAMESPACE or GIT_NOTES_REF left in the user's shell (a hook, a script) neither redirects kbench's objects,
+    refs or notes nor hides the workspace's own from it. (A library that only adds to os.environ, as GitPython's
+    command runner does, writes such a process's objects into GIT_OBJECT_DIRECTORY.)"""
+    other = tmp_path / "other"
+    git(tmp_path, "init", "-q", str(other))
+    stray = tmp_path / "stray-objects"
+    stray.mkdir()
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(stray))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "stray-index"))
+    monkeypatch.setenv("GIT_NAMESPACE", "elsewhere")
+    monkeypatch.setenv("GIT_NOTES_REF", "refs/notes/elsewhere")
+    w = Workspace.create(tmp_path / "ws")
+    try:
+        w.start_session("ln", task)
+        rec = w.commit_candidate("ln", cand("a"))
+        passed(w, rec.id)
+        w.record_measurement(rec.id, measure(2.0))
+        [view] = w.candidates("ln")
+        assert view.record.id == rec.id and view.status.speedup == 2.0
+    finally:
+        w.close()
+    assert list(stray.iterdir()) == [] and not (tmp_path / "stray-index").exists()
+    assert git(other, "for-each-ref") == "" and git(other, "count-objects").startswith("0 objects")
+    path = tmp_path / "ws"     # plain git (no GIT_* of the caller) sees all of it in the workspace
+    assert git(path, "rev-parse", f"refs/kbench/ln/{rec.id}").strip() == rec.commit
+    assert git(path, "notes", "--ref", "refs/notes/kbench", "show", rec.commit).strip()
+    fsck_clean(path)
