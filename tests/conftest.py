@@ -93,7 +93,9 @@ def _gpu_shared_with_other_tests(request):
 
 @pytest.fixture
 def gpu_to_itself():
-    """The GPU with no other test of this session on it (other processes of the machine may still be)."""
+    """The GPU with no other test of this session on it (other processes of the machine may still be). Name it
+    among the test's parameters: through request.getfixturevalue the shared lock is already held, and the test
+    waits on itself."""
     with _flocked(GPU_GATE, fcntl.LOCK_EX), _flocked(GPU_LOCK, fcntl.LOCK_EX):
         yield
 

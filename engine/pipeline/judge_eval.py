@@ -20,6 +20,7 @@ from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
 from engine.pipeline import messages as msg
 from engine.pipeline.judge_configs import Prepared, composer, plan_message, prepare
+from engine.pipeline.judge_memory import memory_blame, runner_memory_excuse
 from engine.pipeline.judge_result import DeviceInfo
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
@@ -142,6 +143,9 @@ class Judge:
             reply = self.runner.configure(header, tensors, self.deadline)
             t = self.spent("send_inputs", t)
             if not isinstance(reply, msg.Configured):   # an error, or a reply forged or garbled (msg.Garbled)
+                if isinstance(reply, msg.Error) and self._left_unmeasured(reply.message or "", cfg.name,
+                                                                          "while the runner took the inputs of"):
+                    return
                 self.out.data.correctness[cfg.name] = CorrectnessResult(
                     False, f"the candidate could not be set up: {msg.explain(reply)}")
                 all_ok = False
@@ -156,6 +160,10 @@ class Judge:
                                                      compose, tol, [v.seed for v in prep.variants]),
                                    self.out.data.traces)
             self.spent("check", t)
+            # an output the harness could not copy (error_where "output" or the helper's) is the candidate's size
+            if not corr.ok and job.error and job.error_where == "call" and \
+                    self._left_unmeasured(job.error, cfg.name, "while the candidate ran"):
+                return
             corr.seconds = round(time.monotonic() - t0, 3)
             self.out.data.correctness[cfg.name] = corr
             if self.req.integrity:
@@ -220,6 +228,16 @@ class Judge:
             self.out.data.timing[name] = timing.verdict(runtime, prepared[name], tol, job)
             self.out.write()
         self.spent("baselines", t)
+
+    def _left_unmeasured(self, error: str, config: str, when: str) -> bool:
+        """Whether a config that failed for want of GPU memory while the GPU's other users held more of it than the
+        candidate's side leaves the candidate unmeasured (evaluate() judges it once more) instead of failed."""
+        blame = runner_memory_excuse(error, self.out.data.failed_already(), memory_blame)
+        if blame is None:
+            return False
+        self.out.data.unmeasured = (f"the GPU's memory ran out {when} config {config}, while other processes held "
+                                    f"more of it than the candidate{blame.figures}; not a verdict on the kernel")
+        return True
 
     def _note_candidate_side(self) -> None:
         # NVML's samples name processes after they end; these are the candidate's, never "another user"

@@ -1,5 +1,6 @@
 """Whose fault is it when the judge's own GPU allocation fails: the GPU's other users (the candidate is left
-unmeasured and judged again later) or the candidate (a failure like any other).
+unmeasured and judged again later) or the candidate (a failure like any other). The same question for the runner:
+a config whose inputs it could not take, or whose call raised, for want of GPU memory (`runner_memory_excuse`).
 
 A candidate must never be able to turn its own failure into "unmeasured", so the excuse is narrow:
 - NVML must list this GPU's processes with pids this process can match (its own among them, figures known);
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from engine import procs
 from engine.harness.nvml import memory_by_process
@@ -36,6 +37,18 @@ def out_of_memory(exc: BaseException) -> bool:
     """The judge's own CUDA allocation failed (torch's OutOfMemoryError, or the same from the helper's kernel,
     which surfaces as a RuntimeError naming it)."""
     return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
+
+def runner_memory_excuse(error: str, failed_already: bool,
+                         blame: Callable[[], MemoryBlame | None]) -> MemoryBlame | None:
+    """A config the runner could not take or run for want of GPU memory (its error names an out-of-memory): the
+    blame when that leaves the candidate unmeasured, else None and the failure stands. The runner's words, which
+    candidate code could forge, only open the question; the answer is NVML's, read by the judge (`blame`): the
+    GPU's other users hold more of it than the candidate's side. Nothing may have failed before."""
+    if failed_already or not ("OutOfMemoryError" in error or "out of memory" in error.lower()):
+        return None
+    found = blame()
+    return found if found is not None and found.contended else None
 
 
 @dataclass(frozen=True)

@@ -265,3 +265,27 @@ def test_the_judges_own_out_of_memory_while_comparing_is_never_a_correctness_ver
     assert "ValueError: shapes differ" in corr.reason and "shapes differ" in traces["rkb-single-1"]
     good = (CorrectnessResult(True), IntegrityResult(True))
     assert compared("bench", lambda: good, traces) == good
+
+
+def test_the_runners_out_of_memory_opens_the_question_and_nvml_answers_it():
+    """A config the runner could not take or run for want of GPU memory: the runner's words (which candidate
+    code can forge) are only asked about when nothing failed before, and only the judge's own NVML reading
+    excuses the failure."""
+    from engine.pipeline.judge_memory import MemoryBlame, runner_memory_excuse
+    asked = []
+
+    def blame(contended: bool | None):
+        def read():
+            asked.append(contended)
+            return None if contended is None else MemoryBlame(contended, " (figures)")
+        return read
+    oom = "raised in the call: OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
+    assert runner_memory_excuse(oom, False, blame(True)) == MemoryBlame(True, " (figures)")
+    assert runner_memory_excuse("RuntimeError: CUDA error: out of memory", False, blame(True)) is not None
+    assert runner_memory_excuse(oom, False, blame(False)) is None        # the candidate's side holds the GPU
+    assert runner_memory_excuse(oom, False, blame(None)) is None         # NVML cannot say: nothing is excused
+    assert asked == [True, True, False, None]
+    assert runner_memory_excuse(oom, True, blame(True)) is None          # a failure on record stands
+    assert runner_memory_excuse("an illegal memory access was encountered", False, blame(True)) is None
+    assert runner_memory_excuse("", False, blame(True)) is None
+    assert asked == [True, True, False, None]                            # and NVML was not even asked
