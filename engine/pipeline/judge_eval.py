@@ -212,6 +212,9 @@ class Judge:
                                                             "flush": p.flush_l2}, decode, self.deadline)
             self.spent("timing", t)
             job, done = jobs[cfg.name]
+            if job.error and job.error_where == "call" and \
+                    self._left_unmeasured(job.error, cfg.name, "while the candidate was timed on"):
+                return   # no timing is kept: judge.py closes the runner
             if job.forged:
                 self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
             elif (fatal := msg.fatal_reason(done)) is not None:

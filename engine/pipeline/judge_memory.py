@@ -1,6 +1,7 @@
 """Whose fault is it when the judge's own GPU allocation fails: the GPU's other users (the candidate is left
 unmeasured and judged again later) or the candidate (a failure like any other). The same question for the runner:
-a config whose inputs it could not take, or whose call raised, for want of GPU memory (`runner_memory_excuse`).
+a config whose inputs it could not take, or whose call raised while checked or timed, for want of GPU memory
+(`runner_memory_excuse`).
 
 A candidate must never be able to turn its own failure into "unmeasured", so the excuse is narrow:
 - NVML must list this GPU's processes with pids this process can match (its own among them, figures known);
