@@ -38,7 +38,7 @@ from engine.verdict import Stage, Status, Verdict
 
 # The parent's grace beyond the judge's own deadline: the judge stops a runner that hangs and still reports.
 JUDGE_GRACE_S = 60.0
-MEMORY_RETRY_S = 10.0   # the pause before judging again when the judge's GPU memory ran out
+MEMORY_RETRY_S = 10.0   # the pause before judging again when the GPU's memory ran out under other users
 
 
 Progress = Callable[[str], None]
@@ -109,8 +109,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
     outcome = _run_judge(request, opts)
     if outcome.result.unmeasured:
-        # the judge's own GPU memory ran out (another process holds the GPU's memory): once more after a pause,
-        # then the candidate stays unmeasured rather than failed
+        # the judge's or the runner's GPU memory ran out while other processes held more of it (judge_memory):
+        # once more after a pause, then the candidate stays unmeasured rather than failed
         say(f"{outcome.result.unmeasured}; judging once more in {MEMORY_RETRY_S:.0f} s")
         time.sleep(MEMORY_RETRY_S)
         outcome = _run_judge(request, opts)
