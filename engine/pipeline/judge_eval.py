@@ -160,9 +160,7 @@ class Judge:
                                                      compose, tol, [v.seed for v in prep.variants]),
                                    self.out.data.traces)
             self.spent("check", t)
-            # an output the harness could not copy (error_where "output" or the helper's) is the candidate's size
-            if not corr.ok and job.error and job.error_where == "call" and \
-                    self._left_unmeasured(job.error, cfg.name, "while the candidate ran"):
+            if self._call_left_unmeasured(job, cfg.name, "while the candidate ran", integ.ok):
                 return
             corr.seconds = round(time.monotonic() - t0, 3)
             self.out.data.correctness[cfg.name] = corr
@@ -212,8 +210,7 @@ class Judge:
                                                             "flush": p.flush_l2}, decode, self.deadline)
             self.spent("timing", t)
             job, done = jobs[cfg.name]
-            if job.error and job.error_where == "call" and \
-                    self._left_unmeasured(job.error, cfg.name, "while the candidate was timed on"):
+            if self._call_left_unmeasured(job, cfg.name, "while the candidate was timed on"):
                 return   # no timing is kept: judge.py closes the runner
             if job.forged:
                 self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
@@ -242,6 +239,12 @@ class Judge:
                                     f"more of it than the candidate{blame.figures}; not a verdict on the kernel")
         return True
 
+    def _call_left_unmeasured(self, job: analysis.Job, config: str, when: str, integrity_ok: bool = True) -> bool:
+        """_left_unmeasured for a job whose candidate call raised, where memory alone could excuse it
+        (`excusable_call_error`)."""
+        error = excusable_call_error(job, integrity_ok)
+        return bool(error) and self._left_unmeasured(error, config, when)
+
     def _note_candidate_side(self) -> None:
         # NVML's samples name processes after they end; these are the candidate's, never "another user"
         self.candidate_seen.update(procs.descendants(os.getpid()))
@@ -255,6 +258,16 @@ class Judge:
         if arena is not None and self.out is not None:  # copies through the shared arena, within their phases
             self.out.data.seconds.update({f"arena_{k}": round(v, 3) for k, v in arena.seconds.items()})
         self.runner.close()
+
+
+def excusable_call_error(job: analysis.Job, integrity_ok: bool) -> str:
+    """The error of a job whose candidate call raised, when nothing else in the job stands against the candidate;
+    else "". A forged record stream, an integrity check this config already failed, or an output the harness
+    could not copy (the error's place "output", or the helper's: its size is the candidate's doing) is never
+    excused, whatever the error says."""
+    if job.forged or not integrity_ok or job.error_where != "call":
+        return ""
+    return job.error
 
 
 def compared(name: str, check: Callable[[], tuple[CorrectnessResult, IntegrityResult]],

@@ -289,3 +289,18 @@ def test_the_runners_out_of_memory_opens_the_question_and_nvml_answers_it():
     assert runner_memory_excuse("an illegal memory access was encountered", False, blame(True)) is None
     assert runner_memory_excuse("", False, blame(True)) is None
     assert asked == [True, True, False, None]                            # and NVML was not even asked
+
+
+def test_only_a_raised_call_with_nothing_else_against_it_can_be_excused_for_memory():
+    """A forged record stream, an integrity failure found on the same config, or an output the harness could
+    not copy stands against the candidate whatever its error says; only the call's own raise may go on to the
+    memory blame."""
+    from engine.pipeline.analysis import Job
+    from engine.pipeline.judge_eval import excusable_call_error
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
+    assert excusable_call_error(Job(error=oom, error_where="call"), True) == oom
+    assert excusable_call_error(Job(error=oom, error_where="call", forged="a record out of order"), True) == ""
+    assert excusable_call_error(Job(error=oom, error_where="call"), False) == ""      # e.g. persistent output
+    assert excusable_call_error(Job(error=oom, error_where="output"), True) == ""
+    assert excusable_call_error(Job(error=oom, error_where=""), True) == ""           # the helper's own copy
+    assert excusable_call_error(Job(), True) == ""
