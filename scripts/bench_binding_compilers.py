@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -88,41 +89,43 @@ def main() -> None:
 
     rows: list[tuple[str, float, list[float]]] = []
 
-    def compiles(label: str, cmd: list[str]) -> None:
-        runs = [timed(label, cmd, work) for _ in range(args.repeats)]
+    def row(label: str, once: Callable[[], float]) -> None:
+        runs = [once() for _ in range(args.repeats)]
         rows.append((label, statistics.median(runs), runs))
         print(f"{label:55s} median {statistics.median(runs):6.2f} s  ({', '.join(f'{r:.2f}' for r in runs)})",
               flush=True)
 
+    def compiles(label: str, cmd: list[str]) -> None:
+        row(label, lambda: timed(label, cmd, work))
+
     pch_s = timed("g++ pch", [tc.cxx, "-x", "c++-header", "kb_torch.h", "-o", "kb_torch.h.gch", *flags], work)
     print(f"{'g++ precompiled header (once per toolchain)':55s} {pch_s:6.2f} s", flush=True)
-    compiles("g++ binding.cpp, precompiled header (kbench today)",
-             [tc.cxx, "-c", "binding.cpp", "-o", "gxx.o", *flags, "-include", "kb_torch.h", "-Winvalid-pch"])
+    gxx_cmd = [tc.cxx, "-c", "binding.cpp", "-o", "gxx.o", *flags, "-include", "kb_torch.h", "-Winvalid-pch"]
+    compiles("g++ binding.cpp, precompiled header (kbench today)", gxx_cmd)
     if clang is None:
         print("no clang++ to compare")
         return
     cflags = [*flags, "-Wno-unused-command-line-argument"]
+
+    def clang_cmd(name: str, *extra: str) -> list[str]:
+        return [clang, "-c", "binding.cpp", "-o", f"clang_{name}.o", *cflags, "-include-pch", f"kb_{name}.pch", *extra]
+
     for name, extra in (("plain", []), ("instantiating", ["-fpch-instantiate-templates"])):
         pch = f"kb_{name}.pch"
         s = timed(f"clang pch {name}", [clang, "-x", "c++-header", "kb_torch.h", "-o", pch, *cflags, *extra], work)
         print(f"{f'clang precompiled header, {name}':55s} {s:6.2f} s", flush=True)
-        compiles(f"clang binding.cpp, {name} precompiled header",
-                 [clang, "-c", "binding.cpp", "-o", f"clang_{name}.o", *cflags, "-include-pch", pch])
-    gxx_cmd = [tc.cxx, "-c", "binding.cpp", "-o", "gxx.o", *flags, "-include", "kb_torch.h", "-Winvalid-pch"]
-    clang_cmd = [clang, "-c", "binding.cpp", "-o", "clang_instantiating.o", *cflags, "-include-pch",
-                 "kb_instantiating.pch"]
-    for label, cmd in (("g++", gxx_cmd), ("clang, instantiating", clang_cmd)):
-        runs = [split_build(cmd, tc, work) for _ in range(args.repeats)]
-        print(f"{f'cold split build (nvcc || {label}, link)':55s} median {statistics.median(runs):6.2f} s  "
-              f"({', '.join(f'{r:.2f}' for r in runs)})", flush=True)
+        compiles(f"clang binding.cpp, {name} precompiled header", clang_cmd(name))
+    split_rows = len(rows)
+    for label, cmd in (("g++", gxx_cmd), ("clang, instantiating", clang_cmd("instantiating"))):
+        row(f"cold split build (nvcc || {label}, link)", lambda cmd=cmd: split_build(cmd, tc, work))
     if args.trace:
-        timed("clang trace", [clang, "-c", "binding.cpp", "-o", "clang_instantiating.o", *cflags, "-include-pch",
-                              "kb_instantiating.pch", "-ftime-trace", "-ftime-trace-granularity=50000"], work)
+        timed("clang trace", clang_cmd("instantiating", "-ftime-trace", "-ftime-trace-granularity=50000"), work)
         for phase, s in trace_totals(work / "clang_instantiating.json"):
             print(f"    {phase:51s} {s:6.2f} s")
     base = rows[0][1]
-    for label, median, _ in rows[1:]:
+    for label, median, _ in rows[1:split_rows]:
         print(f"g++ / {label}: {base / median:.2f}x")
+    print(f"cold split build, g++ / clang: {rows[split_rows][1] / rows[split_rows + 1][1]:.2f}x")
     if args.run:
         check_extension(tc, work)
 
