@@ -324,6 +324,39 @@ def start_paused(session):
     return events
 
 
+class StoppingTuner(TunerProposer):
+    """A tuner whose `at`-th proposal asks its session to stop while it is being made."""
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.at, self.calls, self.session = at, 0, None
+
+    def propose(self, request):
+        self.calls += 1
+        if self.calls == self.at:
+            self.session.stop()
+        return super().propose(request)
+
+
+def test_a_proposal_landing_while_stopping_is_committed_and_evaluated_on_resume(ws, task):
+    tuner = StoppingTuner(at=2)
+    fake = FakeEvaluator(task)
+    s = EvolutionSession(ws, "late", task, tuner, fake, budgets=Budgets(generations=2, population=2))
+    tuner.session = s
+    r = s.run()
+    assert not r.completed and r.reason == "stopped by request"
+    views = {v.record.source_hash: v for v in ws.candidates("late")}
+    late = [h for h, v in views.items() if not v.status.measurement]
+    assert len(views) == 3 and len(late) == 1 and late[0] not in fake.seen    # committed, never sent to a GPU
+    assert views[late[0]].record.generation == 1
+    fake2 = FakeEvaluator(task)
+    s2 = EvolutionSession(ws, "late", task, TunerProposer(), fake2, budgets=Budgets(generations=2, population=2))
+    ev2 = collect(s2)
+    assert s2.run().completed
+    assert (ev2[0].finished, ev2[0].requeued) == (2, 1) and fake2.seen[0] == late[0]
+    assert all(v.status.measurement for v in ws.candidates("late"))
+
+
 def test_pause_step_resume_stop(ws, task):
     fake = FakeEvaluator(task, delay_s=0.02)
     s = EvolutionSession(ws, "ctl", task, TunerProposer(), fake, budgets=Budgets(generations=3, population=3))
@@ -349,14 +382,21 @@ def test_pause_step_resume_stop(ws, task):
     assert r is not None and not r.completed and r.reason == "stopped by request"
     assert kinds(events)[-1] == "Stopped"
     views = ws.candidates("ctl")
-    assert all(v.status.measurement for v in views)   # a graceful stop finishes what is running
-    # resume from the workspace: finishes the budget without re-evaluating anything
+    # A graceful stop finishes every evaluation it found running; a proposal that lands while it stops is
+    # committed and left for a resume (recorder._after_commit: no LLM review or GPU time after a stop).
+    measured = {v.record.source_hash for v in views if v.status.measurement}
+    unmeasured = {v.record.source_hash for v in views} - measured
+    assert measured == set(fake.seen)
+    assert len(unmeasured) <= 1 and all(v.record.generation == 2 for v in views
+                                        if v.record.source_hash in unmeasured)
+    # resume from the workspace: evaluates what was left, finishes the budget, re-evaluates nothing measured
     fake2 = FakeEvaluator(task)
     s2 = EvolutionSession(ws, "ctl", task, TunerProposer(), fake2, budgets=Budgets(generations=3, population=3))
     ev2 = collect(s2)
     r2 = s2.run()
-    assert r2.completed and ev2[0].resumed and ev2[0].finished == len(views)
-    assert not set(fake2.seen) & {v.record.source_hash for v in views}
+    assert r2.completed and ev2[0].resumed
+    assert (ev2[0].finished, ev2[0].requeued) == (len(measured), len(unmeasured))
+    assert unmeasured <= set(fake2.seen) and not set(fake2.seen) & measured
     assert len(ws.candidates("ctl")) == 10
     fake.close(), fake2.close()
 
