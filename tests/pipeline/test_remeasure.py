@@ -304,3 +304,94 @@ def test_only_a_raised_call_with_nothing_else_against_it_can_be_excused_for_memo
     assert excusable_call_error(Job(error=oom, error_where="output"), True) == ""
     assert excusable_call_error(Job(error=oom, error_where=""), True) == ""           # the helper's own copy
     assert excusable_call_error(Job(), True) == ""
+
+
+@pytest.fixture
+def timing_phase(monkeypatch, tmp_path):
+    """Judge._time with its runner and the baselines' timer replaced: returns run(job, contended) -> (result,
+    what was timed, whether the runner was closed). The real wiring of the phase, on CPU; the GPU suite runs
+    it with a real runner (tests/integrity/test_gpu_exploits.py)."""
+    from engine.pipeline import judge_eval
+    from engine.pipeline.judge import ResultFile
+    from engine.pipeline.judge_memory import MemoryBlame
+    from engine.pipeline.judge_result import TimingRow
+    from engine.pipeline.types import TimerSpec, TimingParams
+
+    def run(job, contended):
+        timed, closed = [], []
+
+        class Timing:
+            def __init__(self, req, local, data):
+                pass
+
+            def verdict(self, runtime, prep, tol, job):
+                timed.append(job)
+                return TimingRow(error=job.error or None)
+
+        monkeypatch.setattr(judge_eval, "TimingJudge", Timing)
+        monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(contended, " (figures)"))
+        judge = judge_eval.Judge(TimerSpec("t.so", "t"))
+        judge.req = SimpleNamespace(timing_configs=[], timing_params=TimingParams())
+        judge.out, judge.local = ResultFile(tmp_path / "result.json"), object()
+        judge.runner = SimpleNamespace(process=None, run_job=lambda name, spec, decode, deadline: (job, None),
+                                       close=lambda: closed.append(True))
+        judge._time([SimpleNamespace(name="bench")], {"bench": object()}, None, None, None)
+        return judge.out.data, timed, bool(closed)
+    return run
+
+
+def test_an_out_of_memory_while_timed_is_excused_only_for_a_clean_stream_on_a_gpu_others_hold(timing_phase):
+    """The timing phase's wiring of the runner memory rule: a call that raised for want of memory while other
+    processes held more of the GPU leaves the candidate unmeasured with no timing kept; the same raise beside a
+    forged record stream, or on a GPU the candidate's side holds, is the candidate's failure."""
+    from engine.pipeline.analysis import Job
+    oom = "raised in the call: OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
+    data, timed, closed = timing_phase(Job(error=oom, error_where="call"), contended=True)
+    assert "while the candidate was timed on config bench" in data.unmeasured and "(figures)" in data.unmeasured
+    assert timed == [] and data.timing == {} and not data.error and not closed   # judge.py closes the runner
+    data, timed, closed = timing_phase(Job(error=oom, error_where="call", forged="a record out of order"), True)
+    assert data.unmeasured is None and "forged while timing bench" in data.error and closed
+    data, timed, closed = timing_phase(Job(error=oom, error_where="call"), contended=False)
+    assert data.unmeasured is None and not data.error and data.timing["bench"].error == oom and closed
+
+
+def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integrity_held(monkeypatch, tmp_path):
+    """The checking phase's wiring of the same rule (Judge.run with the runner, the references and the
+    comparison replaced): a config whose call raised for want of memory on a GPU others hold leaves the
+    candidate unmeasured, with nothing recorded against it; the same raise from a candidate that also kept its
+    own output buffer across calls (an integrity failure found on that config) fails it."""
+    import torch
+
+    from engine.pipeline import analysis, judge_eval
+    from engine.pipeline import messages as msg
+    from engine.pipeline.analysis import Job
+    from engine.pipeline.judge import ResultFile
+    from engine.pipeline.judge_memory import MemoryBlame
+    from engine.pipeline.types import TimerSpec
+    oom = "raised in the call: OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
+    task = load_task("gelu_bias")
+    monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(True, " (figures)"))
+    monkeypatch.setattr(judge_eval, "prepare", lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)]))
+    monkeypatch.setattr(judge_eval, "plan_message", lambda prep: ({}, []))
+    monkeypatch.setattr(judge_eval, "composer", lambda runtime, prep: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+    def judged(integrity: IntegrityResult):
+        monkeypatch.setattr(analysis, "judge_check", lambda *a: (CorrectnessResult(False, oom), integrity))
+        judge = judge_eval.Judge(TimerSpec("t.so", "t"))
+        judge.task, judge.has_gpu, judge.local = task, True, object()
+        judge.req = SimpleNamespace(direction="forward", candidate={}, configs=[task.configs[0].name], trials=1,
+                                    integrity=True, timing=False, timing_configs=[])
+        judge.out = ResultFile(tmp_path / "result.json")
+        judge.runner = SimpleNamespace(
+            jail_report=None, load=lambda *a: "", decoder=lambda local: None, drop=lambda *a: None,
+            configure=lambda header, tensors, deadline: msg.Configured(cid="c"),
+            run_job=lambda name, spec, decode, deadline: (Job(error=oom, error_where="call"), None))
+        judge.run()
+        return judge.out.data
+
+    data = judged(IntegrityResult(True))
+    assert "while the candidate ran config" in data.unmeasured and data.correctness == {} and not data.error
+    data = judged(analysis.fail(analysis.PERSISTENT_OUTPUT, "the output shared storage with the last call's"))
+    assert data.unmeasured is None and not data.correctness[task.configs[0].name].ok
+    assert not data.integrity[task.configs[0].name].ok
