@@ -21,6 +21,10 @@ from engine.tasks.loader import load_task
 from engine.verdict import Status
 
 
+# what the runner reports when the candidate's call ran out of GPU memory
+RUNNER_OOM = "raised in the call: OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
+
+
 def _result(task, clock_ok=True, hidden=False, other_hack=None):
     names = [c.name for c in task.configs]
     stats = {"median_ms": 0.098, "iqr_ms": 0.001, "mean_ms": 0.098, "min_ms": 0.097, "n": 200,
@@ -279,13 +283,12 @@ def test_the_runners_out_of_memory_opens_the_question_and_nvml_answers_it():
             asked.append(contended)
             return None if contended is None else MemoryBlame(contended, " (figures)")
         return read
-    oom = "raised in the call: OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
-    assert runner_memory_excuse(oom, False, blame(True)) == MemoryBlame(True, " (figures)")
+    assert runner_memory_excuse(RUNNER_OOM, False, blame(True)) == MemoryBlame(True, " (figures)")
     assert runner_memory_excuse("RuntimeError: CUDA error: out of memory", False, blame(True)) is not None
-    assert runner_memory_excuse(oom, False, blame(False)) is None        # the candidate's side holds the GPU
-    assert runner_memory_excuse(oom, False, blame(None)) is None         # NVML cannot say: nothing is excused
+    assert runner_memory_excuse(RUNNER_OOM, False, blame(False)) is None        # the candidate's side holds the GPU
+    assert runner_memory_excuse(RUNNER_OOM, False, blame(None)) is None         # NVML cannot say: nothing is excused
     assert asked == [True, True, False, None]
-    assert runner_memory_excuse(oom, True, blame(True)) is None          # a failure on record stands
+    assert runner_memory_excuse(RUNNER_OOM, True, blame(True)) is None          # a failure on record stands
     assert runner_memory_excuse("an illegal memory access was encountered", False, blame(True)) is None
     assert runner_memory_excuse("", False, blame(True)) is None
     assert asked == [True, True, False, None]                            # and NVML was not even asked
@@ -297,13 +300,25 @@ def test_only_a_raised_call_with_nothing_else_against_it_can_be_excused_for_memo
     memory blame."""
     from engine.pipeline.analysis import Job
     from engine.pipeline.judge_eval import excusable_call_error
-    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
-    assert excusable_call_error(Job(error=oom, error_where="call"), True) == oom
-    assert excusable_call_error(Job(error=oom, error_where="call", forged="a record out of order"), True) == ""
-    assert excusable_call_error(Job(error=oom, error_where="call"), False) == ""      # e.g. persistent output
-    assert excusable_call_error(Job(error=oom, error_where="output"), True) == ""
-    assert excusable_call_error(Job(error=oom, error_where=""), True) == ""           # the helper's own copy
+    assert excusable_call_error(Job(error=RUNNER_OOM, error_where="call"), True) == RUNNER_OOM
+    assert excusable_call_error(Job(error=RUNNER_OOM, error_where="call", forged="a record out of order"), True) == ""
+    assert excusable_call_error(Job(error=RUNNER_OOM, error_where="call"), False) == ""      # e.g. persistent output
+    assert excusable_call_error(Job(error=RUNNER_OOM, error_where="output"), True) == ""
+    assert excusable_call_error(Job(error=RUNNER_OOM, error_where=""), True) == ""           # the helper's own copy
     assert excusable_call_error(Job(), True) == ""
+
+
+def _judge_with(monkeypatch, tmp_path, req: SimpleNamespace, runner: SimpleNamespace, contended: bool):
+    """A Judge (the real class) with `req`, a result file under tmp_path, the fake `runner`, and NVML's memory
+    blame saying whether the GPU's other users hold more of it than the candidate's side."""
+    from engine.pipeline import judge_eval
+    from engine.pipeline.judge import ResultFile
+    from engine.pipeline.judge_memory import MemoryBlame
+    from engine.pipeline.types import TimerSpec
+    monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(contended, " (figures)"))
+    judge = judge_eval.Judge(TimerSpec("t.so", "t"))
+    judge.req, judge.out, judge.runner, judge.local = req, ResultFile(tmp_path / "result.json"), runner, object()
+    return judge
 
 
 @pytest.fixture
@@ -312,10 +327,8 @@ def timing_phase(monkeypatch, tmp_path):
     what was timed, whether the runner was closed). The real wiring of the phase, on CPU; the GPU suite runs
     it with a real runner (tests/integrity/test_gpu_exploits.py)."""
     from engine.pipeline import judge_eval
-    from engine.pipeline.judge import ResultFile
-    from engine.pipeline.judge_memory import MemoryBlame
     from engine.pipeline.judge_result import TimingRow
-    from engine.pipeline.types import TimerSpec, TimingParams
+    from engine.pipeline.types import TimingParams
 
     def run(job, contended):
         timed, closed = [], []
@@ -329,12 +342,9 @@ def timing_phase(monkeypatch, tmp_path):
                 return TimingRow(error=job.error or None)
 
         monkeypatch.setattr(judge_eval, "TimingJudge", Timing)
-        monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(contended, " (figures)"))
-        judge = judge_eval.Judge(TimerSpec("t.so", "t"))
-        judge.req = SimpleNamespace(timing_configs=[], timing_params=TimingParams())
-        judge.out, judge.local = ResultFile(tmp_path / "result.json"), object()
-        judge.runner = SimpleNamespace(process=None, run_job=lambda name, spec, decode, deadline: (job, None),
-                                       close=lambda: closed.append(True))
+        judge = _judge_with(monkeypatch, tmp_path, SimpleNamespace(timing_configs=[], timing_params=TimingParams()),
+                            SimpleNamespace(process=None, run_job=lambda name, spec, decode, deadline: (job, None),
+                                            close=lambda: closed.append(True)), contended)
         judge._time([SimpleNamespace(name="bench")], {"bench": object()}, None, None, None)
         return judge.out.data, timed, bool(closed)
     return run
@@ -345,14 +355,13 @@ def test_an_out_of_memory_while_timed_is_excused_only_for_a_clean_stream_on_a_gp
     processes held more of the GPU leaves the candidate unmeasured with no timing kept; the same raise beside a
     forged record stream, or on a GPU the candidate's side holds, is the candidate's failure."""
     from engine.pipeline.analysis import Job
-    oom = "raised in the call: OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
-    data, timed, closed = timing_phase(Job(error=oom, error_where="call"), contended=True)
+    data, timed, closed = timing_phase(Job(error=RUNNER_OOM, error_where="call"), contended=True)
     assert "while the candidate was timed on config bench" in data.unmeasured and "(figures)" in data.unmeasured
     assert timed == [] and data.timing == {} and not data.error and not closed   # judge.py closes the runner
-    data, timed, closed = timing_phase(Job(error=oom, error_where="call", forged="a record out of order"), True)
+    data, timed, closed = timing_phase(Job(error=RUNNER_OOM, error_where="call", forged="a record out of order"), True)
     assert data.unmeasured is None and "forged while timing bench" in data.error and closed
-    data, timed, closed = timing_phase(Job(error=oom, error_where="call"), contended=False)
-    assert data.unmeasured is None and not data.error and data.timing["bench"].error == oom and closed
+    data, timed, closed = timing_phase(Job(error=RUNNER_OOM, error_where="call"), contended=False)
+    assert data.unmeasured is None and not data.error and data.timing["bench"].error == RUNNER_OOM and closed
 
 
 def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integrity_held(monkeypatch, tmp_path):
@@ -365,28 +374,22 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     from engine.pipeline import analysis, judge_eval
     from engine.pipeline import messages as msg
     from engine.pipeline.analysis import Job
-    from engine.pipeline.judge import ResultFile
-    from engine.pipeline.judge_memory import MemoryBlame
-    from engine.pipeline.types import TimerSpec
-    oom = "raised in the call: OutOfMemoryError: CUDA out of memory. Tried to allocate 4096.00 GiB"
     task = load_task("gelu_bias")
-    monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(True, " (figures)"))
     monkeypatch.setattr(judge_eval, "prepare", lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)]))
     monkeypatch.setattr(judge_eval, "plan_message", lambda prep: ({}, []))
     monkeypatch.setattr(judge_eval, "composer", lambda runtime, prep: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
 
     def judged(integrity: IntegrityResult):
-        monkeypatch.setattr(analysis, "judge_check", lambda *a: (CorrectnessResult(False, oom), integrity))
-        judge = judge_eval.Judge(TimerSpec("t.so", "t"))
-        judge.task, judge.has_gpu, judge.local = task, True, object()
-        judge.req = SimpleNamespace(direction="forward", candidate={}, configs=[task.configs[0].name], trials=1,
-                                    integrity=True, timing=False, timing_configs=[])
-        judge.out = ResultFile(tmp_path / "result.json")
-        judge.runner = SimpleNamespace(
+        monkeypatch.setattr(analysis, "judge_check", lambda *a: (CorrectnessResult(False, RUNNER_OOM), integrity))
+        req = SimpleNamespace(direction="forward", candidate={}, configs=[task.configs[0].name], trials=1,
+                              integrity=True, timing=False, timing_configs=[])
+        runner = SimpleNamespace(
             jail_report=None, load=lambda *a: "", decoder=lambda local: None, drop=lambda *a: None,
             configure=lambda header, tensors, deadline: msg.Configured(cid="c"),
-            run_job=lambda name, spec, decode, deadline: (Job(error=oom, error_where="call"), None))
+            run_job=lambda name, spec, decode, deadline: (Job(error=RUNNER_OOM, error_where="call"), None))
+        judge = _judge_with(monkeypatch, tmp_path, req, runner, contended=True)
+        judge.task, judge.has_gpu = task, True
         judge.run()
         return judge.out.data
 
