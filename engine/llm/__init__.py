@@ -2,8 +2,7 @@
 with one request and answer shape, the choice between them for `[llm] provider` (factory), what each Claude model
 accepts (models), retries and outages (retry), accounting and budgets (accounting), prompt templates and their
 values (prompts, render, target), the tools answers come through (tools), the pre-GPU LLM verifiers
-(verifiers), and loopback stubs of both APIs for tests (stub, stub_openai; their shared server stub_server,
-the Messages API's rules stub_rules and bodies stub_bodies).
+(verifiers). The loopback stand-ins of both APIs that the tests talk to are in tests/standins/.
 
 Import the submodules directly (engine.llm.client, .verifiers, ...); this package stays cheap to import
 so `engine.llm.availability` can be asked at start-up without loading an SDK.

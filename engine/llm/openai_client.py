@@ -42,7 +42,8 @@ class OpenAICompatClient:
         self.config = config
         self.ledger = ledger if ledger is not None else CostLedger(None)
         self._env = os.environ if env is None else env
-        self._api_key = api_key or api_key_from_env(self._env, config)
+        # No env given: the key comes from where engine.secrets.protect() moved it at start, not os.environ
+        self._api_key = api_key or api_key_from_env(env, config)
         self._http_client = http_client
         self._sdk: Any = None
         self._lock = threading.Lock()

@@ -20,8 +20,8 @@ from llm_testkit import API_KEY, api, harness, recorded  # noqa: E402,F401
 from engine.llm import availability  # noqa: E402
 from engine.llm.client import LLMClient, LLMRequest, _retry_after, needs_streaming  # noqa: E402
 from engine.llm.errors import APIUnavailable, BudgetExhausted, InvalidRequest, LLMError, NoAPIKey  # noqa: E402
-from engine.llm.stub_bodies import error_body  # noqa: E402
-from engine.llm.stub_server import StubResponse  # noqa: E402
+from tests.standins.claude_bodies import error_body  # noqa: E402
+from tests.standins.server import StubResponse  # noqa: E402
 from engine.llm.tools import SUBMIT_KERNEL, SUBMIT_VERDICT  # noqa: E402
 
 REQ = LLMRequest(system="You write CUDA.", context="# Task: layernorm\n(stable context)", prompt="Translate it.",

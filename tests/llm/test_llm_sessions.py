@@ -27,9 +27,9 @@ from llm_testkit import API_KEY, api, kernel_variant, recorded, write_llm_config
 
 from engine.cli import main  # noqa: E402
 from engine.evolve.resume import load_state  # noqa: E402
-from engine.llm.stub import StubMessagesAPI  # noqa: E402
-from engine.llm.stub_rules import STUB_MODELS, StubModel  # noqa: E402
-from engine.llm.stub_openai import StubOpenAIAPI, completion_from_message  # noqa: E402
+from tests.standins.messages_api import StubMessagesAPI  # noqa: E402
+from tests.standins.claude_rules import STUB_MODELS, StubModel  # noqa: E402
+from tests.standins.openai_api import StubOpenAIAPI, completion_from_message  # noqa: E402
 from engine.verdict import Status  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
 

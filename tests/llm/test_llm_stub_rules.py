@@ -13,8 +13,8 @@ from tests.paths import LLM_FIXTURES
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import api, recorded  # noqa: E402,F401
 
-from engine.llm.stub import StubMessagesAPI  # noqa: E402
-from engine.llm.stub_rules import STUB_MODELS  # noqa: E402
+from tests.standins.messages_api import StubMessagesAPI  # noqa: E402
+from tests.standins.claude_rules import STUB_MODELS  # noqa: E402
 from engine.llm.tools import SUBMIT_KERNEL  # noqa: E402
 
 MSG = [{"role": "user", "content": "Translate it."}]

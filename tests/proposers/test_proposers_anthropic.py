@@ -18,8 +18,8 @@ from llm_testkit import BINDING, KERNEL, api, harness, layernorm, parent_candida
 from engine.candidates import Candidate  # noqa: E402
 from engine.llm import availability  # noqa: E402
 from engine.proposers import Proposal, ProposalStatus, guarded, make_proposer  # noqa: E402
-from engine.llm.stub_bodies import error_body  # noqa: E402
-from engine.llm.stub_server import StubResponse  # noqa: E402
+from tests.standins.claude_bodies import error_body  # noqa: E402
+from tests.standins.server import StubResponse  # noqa: E402
 from engine.proposers.anthropic import AnthropicProposer  # noqa: E402
 
 OK, FAILED, STOP = ProposalStatus.OK, ProposalStatus.FAILED, ProposalStatus.STOP

@@ -13,7 +13,7 @@ from tests.paths import LLM_FIXTURES
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import API_KEY, kernel_variant, recorded, write_llm_config  # noqa: E402
 
-from engine.llm.stub import StubMessagesAPI  # noqa: E402
+from tests.standins.messages_api import StubMessagesAPI  # noqa: E402
 from engine.llm.target import TargetInfo  # noqa: E402
 from engine.verdict import Status  # noqa: E402
 from kbench_tui.testing import fake_backend, run_app, screen_text, wait_until  # noqa: E402

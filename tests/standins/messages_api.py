@@ -11,7 +11,7 @@ It is a real HTTP server (threading http.server on 127.0.0.1, an ephemeral port)
 transport are exercised end to end; nothing leaves the machine.
 
 - `POST /v1/messages` is first checked against the rules the API documents for the requested model
-  (engine.llm.stub_rules: the registry, STUB_MODELS, and the check): a request the API would refuse answers
+  (tests.standins.claude_rules: the registry, STUB_MODELS, and the check): a request the API would refuse answers
   400 invalid_request_error (404 for an unknown model) with the API's wording. A valid request takes the
   next queued response whose tool matches one the request offers (a recorded answer calling
   `submit_verdict` only goes to a verifier's request), or any untargeted one; with `"stream": true` it is
@@ -20,8 +20,8 @@ transport are exercised end to end; nothing leaves the machine.
   429 rate_limit_error or 529 overloaded_error and a retry-after header, before any rule is checked.
 - `GET /v1/models/{id}` answers the Models API's ModelInfo with its `capabilities` object.
 
-The queue, outages and the server's start and stop are engine.llm.stub_server's StubServer, shared with
-the OpenAI-compatible stub (engine.llm.stub_openai); the bodies sent are built by engine.llm.stub_bodies.
+The queue, outages and the server's start and stop are tests.standins.server's StubServer, shared with
+the OpenAI-compatible stub (tests.standins.openai_api); the bodies sent are built by tests.standins.claude_bodies.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from engine.llm.stub_bodies import error_body, model_info, sse_events
-from engine.llm.stub_rules import STUB_MODELS, StubModel, check_request
-from engine.llm.stub_server import Outage, RecordedRequest, StubResponse, StubServer
+from tests.standins.claude_bodies import error_body, model_info, sse_events
+from tests.standins.claude_rules import STUB_MODELS, StubModel, check_request
+from tests.standins.server import Outage, RecordedRequest, StubResponse, StubServer
 
 
 class StubMessagesAPI(StubServer):
@@ -150,7 +150,7 @@ class StubMessagesAPI(StubServer):
         return StubResponse(500, error_body("api_error", "stub: no recorded response left for this request")), False
 
     def check(self, body: Any) -> tuple[int, str, str] | None:
-        """(status, error type, message) for a request the API would refuse, else None (engine.llm.stub_rules)."""
+        """(status, error type, message) for a request the API would refuse, else None (tests.standins.claude_rules)."""
         return check_request(self.models, body)
 
     def _models_answer(self, path: str) -> tuple[int, Any]:

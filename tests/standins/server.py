@@ -1,4 +1,4 @@
-"""What both loopback API stubs share (engine.llm.stub for the Messages API, engine.llm.stub_openai for
+"""What both loopback API stubs share (tests.standins.messages_api for the Messages API, tests.standins.openai_api for
 OpenAI-compatible servers): a recorded answer (StubResponse, JSON on disk), a request as it arrived
 (RecordedRequest), simulated outages, and StubServer, the base that holds the queue of answers and the
 outage and starts and stops the HTTP server.

@@ -1,4 +1,4 @@
-"""What the stub Messages API (engine.llm.stub) accepts: each model's request rules as its documentation
+"""What the stub Messages API (tests.standins.messages_api) accepts: each model's request rules as its documentation
 states them, and the check that answers a request the API would refuse with the API's status, error type
 and wording.
 

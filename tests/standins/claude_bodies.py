@@ -1,4 +1,4 @@
-"""The bodies the stub Messages API (engine.llm.stub) answers with, shaped as the real API's: a model's
+"""The bodies the stub Messages API (tests.standins.messages_api) answers with, shaped as the real API's: a model's
 ModelInfo with its capabilities, a message and its tool_use blocks, an error, and a message as the
 server-sent events of a streamed answer. message_body and tool_use_block build an answer in code rather than
 from a recorded file.
@@ -10,7 +10,7 @@ import json
 import uuid
 from typing import Any
 
-from engine.llm.stub_rules import EFFORTS, StubModel
+from tests.standins.claude_rules import EFFORTS, StubModel
 
 
 def model_info(model_id: str, m: StubModel) -> dict[str, Any]:

@@ -6,7 +6,7 @@ serve), for tests of the openai-compatible provider through the real `openai` SD
   them, max_tokens positive and at most `max_model_len`), then answers the next queued response; a queued
   answer that calls a function only goes to a request offering it.
 - `outage(status, count, retry_after)` answers 429 / 503 before anything else, as the Anthropic stub does
-  (the queue, outages and the server's start and stop are engine.llm.stub_server's StubServer).
+  (the queue, outages and the server's start and stop are tests.standins.server's StubServer).
 - `GET /v1/models` lists the served model (vLLM's answer), so a client can check the endpoint.
 
 Build answers with `tool_call_completion(name, arguments)`, or `completion_from_message(body)` to turn a
@@ -21,7 +21,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from engine.llm.stub_server import Outage, RecordedRequest, StubResponse, StubServer
+from tests.standins.server import Outage, RecordedRequest, StubResponse, StubServer
 
 
 def oai_error(message: str, kind: str = "BadRequestError", code: int | str = 400) -> dict[str, Any]:
