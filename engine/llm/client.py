@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - a future SDK without the table
 from engine.config import LLMConfig
 from engine.llm.accounting import CallRecord, CostLedger, Usage
 from engine.llm.availability import NO_KEY_MESSAGE, api_key_from_env, llm_available, no_key_notice
-from engine.llm.errors import LLMError, NoAPIKey
+from engine.llm.errors import InvalidRequest, LLMError, NoAPIKey
 from engine.llm.models import ModelCaps, ModelCatalog, cache_file
 from engine.llm.retry import Failure, Retrier, retry_after, status_failure
 
@@ -82,10 +82,13 @@ class LLMReply:
 
 
 def resolve_thinking(caps: ModelCaps, wanted: str, effort: str | None) -> str:
-    """The thinking type to send: "adaptive", "enabled" (a manual budget) or "disabled"."""
+    """The thinking type to send: "adaptive", "enabled" (a manual budget), "disabled", or "between_tools" (the
+    way to turn thinking off on models that refuse "disabled", at effort high or below)."""
     if wanted == "disabled":
         if caps.can_disable(effort):
             return "disabled"
+        if caps.between_tools and effort not in ("xhigh", "max"):
+            return "between_tools"
         wanted = "auto"
     if wanted == "enabled" and caps.enabled:
         return "enabled"
@@ -185,30 +188,40 @@ class LLMClient:
             "messages": [{"role": "user", "content": content}],
             "tools": [tool],
         }
-        if mode == "disabled":
-            # Forcing the tool is allowed only with thinking off; with thinking on the prompt asks for it.
-            params["thinking"] = {"type": "disabled"}
-            params["tool_choice"] = {"type": "tool", "name": req.tool["name"]}
-            if cfg.temperature is not None:
-                # This SDK has no `temperature` argument; the API field still exists for the models that
-                # take it, so it travels in the body. A model that refuses it answers 400.
-                params["extra_body"] = {"temperature": cfg.temperature}
+        # The tool is forced only with thinking off, on a model that takes a forced tool_choice at all; else
+        # the prompt asks for the call and engine.llm.tools checks the answer.
+        forced = mode in ("disabled", "between_tools") and caps.forced_tool
+        params["tool_choice"] = {"type": "tool", "name": req.tool["name"]} if forced else {"type": "auto"}
+        if mode == "enabled":
+            budget = max(1024, min(cfg.thinking_budget, max_tokens - 1024))
+            # summarized: newer models omit the thinking text unless asked, and prompt.md keeps the reasoning
+            params["thinking"] = {"type": "enabled", "budget_tokens": budget, "display": "summarized"}
+        elif mode == "adaptive":
+            params["thinking"] = {"type": "adaptive", "display": "summarized"}
         else:
-            params["tool_choice"] = {"type": "auto"}
-            if mode == "enabled":
-                budget = max(1024, min(cfg.thinking_budget, max_tokens - 1024))
-                params["thinking"] = {"type": "enabled", "budget_tokens": budget}
-            else:
-                params["thinking"] = {"type": "adaptive"}
+            params["thinking"] = {"type": mode}     # disabled / between_tools take no other field
         if effort:
             params["output_config"] = {"effort": effort}
         return params
 
     # -- the call --------------------------------------------------------------------------------------
     def call(self, req: LLMRequest) -> LLMReply:
-        """One logical call: attempts until an answer, a non-retryable error or the outage window.
+        """One logical call: attempts until an answer, a non-retryable error or the outage window. A refusal
+        that names a capability kbench's table got wrong (a thinking type, a forced tool, an effort level)
+        corrects the table and is sent once more in the corrected shape.
 
         Raises LLMError (InvalidRequest, APIUnavailable, BudgetExhausted, NoAPIKey, ...); never an SDK exception."""
+        model = req.model or self.config.model
+        used = self.caps(model)
+        try:
+            return self._call(req)
+        except InvalidRequest as exc:
+            # corrected now, or by a call refused alongside this one (proposals and reviews run in parallel)
+            if self.catalog.refused(model, str(exc)) is None and self.caps(model) == used:
+                raise
+            return self._call(req)
+
+    def _call(self, req: LLMRequest) -> LLMReply:
         sdk = self._client()
         params = self.build_params(req)
         stream = needs_streaming(params["model"], params["max_tokens"])

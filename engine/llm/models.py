@@ -1,13 +1,20 @@
-"""What a Claude model accepts: thinking types, effort levels, strict tools, its output limit.
+"""What a Claude model accepts: thinking types, effort levels, forced tools, strict tools, its output limit
+and context window, and the shortest prompt prefix it caches.
 
-The Models API (`GET /v1/models/{id}`) answers this for the models a key can use; its `capabilities` object
-is read when the API is reachable and cached (in memory, and for a day on disk under $KBENCH_CACHE). When it
-is not (offline tests, a proxy without the endpoint), a built-in table keyed by family and version answers,
-from the model pages read on 2026-11-23 (docs/formats.md, "LLM: what the API documents").
+The Models API (`GET /v1/models/{id}`) answers most of this for the models a key can use; its
+`capabilities` object is read when the API is reachable and cached (in memory, and for a day on disk under
+$KBENCH_CACHE). When it is not (offline tests, a proxy without the endpoint), a built-in table keyed by family
+and version answers, from the model pages read on 2026-11-29 (docs/formats.md, "LLM: what the API documents").
 
-Two rules the Models API does not expose come from the table either way: which models refuse
-`thinking: {"type": "disabled"}` above some effort (Claude Opus 5 allows it only at effort high or below),
-and that a forced `tool_choice` is refused whenever thinking is on.
+The table fails safe. A model newer than the newest version it knows of a family (or of no known family) gets
+the shape every current model accepts: adaptive thinking, `tool_choice: auto`, low to high effort, no
+`disabled`. And a 400 that names one of these capabilities corrects the entry for the rest of the process
+(`ModelCatalog.refused`), so a stale table costs one refused call, never the session.
+
+Rules the Models API does not expose come from the table either way: which models refuse `disabled` above
+some effort (Opus 5 and Haiku 5.5 take it only at effort high or below), which refuse a forced `tool_choice`
+even with thinking off (Fable 5.1 and later, Opus 5.5, Sonnet 5.5), the thinking display a model uses when
+the request names none, and the prompt-caching minimum.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -32,8 +39,8 @@ _CACHE_TTL_S = 24 * 3600
 
 @dataclass(frozen=True)
 class ModelCaps:
-    """What one model accepts. `source`: "api" (the Models API said so), "table" or "unknown" (an id the
-    table does not know: treated as the newest generation, which is the strictest)."""
+    """What one model accepts. `source`: "api" (the Models API said so), "table", "corrected" (a 400 named a
+    capability the table claimed), or "unknown" (an id the table does not know: the safe shape)."""
 
     model: str
     adaptive: bool
@@ -44,6 +51,10 @@ class ModelCaps:
     max_output: int = 64000
     disabled_max_effort: str | None = None   # "disabled" is refused above this effort
     source: str = "table"
+    forced_tool: bool = True         # tool_choice {"type": "tool"} accepted (with thinking off)
+    between_tools: bool = False      # thinking.type "between_tools": thinking off, updates between tool calls
+    context: int = 200_000           # the context window (max_input_tokens)
+    cache_min: int = 4096            # the shortest prefix prompt caching keeps, tokens
 
     def effort_for(self, wanted: str | None) -> str | None:
         """The highest supported effort level at or below `wanted` (None: leave effort out)."""
@@ -95,44 +106,78 @@ def parse_model_id(model: str) -> tuple[str, tuple[int, int]] | None:
     return m.group("family"), (int(m.group("major")), int(m.group("minor") or 0))
 
 
+# The newest version of each family the table knows: anything newer gets the safe shape.
+_NEWEST = {"fable": (5, 2), "mythos": (5, 2), "opus": (5, 5), "sonnet": (5, 5), "haiku": (5, 5)}
+
+
 def table_caps(model: str) -> ModelCaps:
     """The documented behaviour of `model` by family and version (see the module docstring)."""
     parsed = parse_model_id(model)
     if parsed is None:
         return _newest(model, "unknown")
     family, v = parsed
+    if family not in _NEWEST or v > _NEWEST[family]:
+        return _newest(model, "unknown")
+    big = {"strict_tools": True, "max_output": 128000, "context": 1_000_000}
     if family in ("fable", "mythos"):
-        # Fable/Mythos 5 and later, and Mythos Preview: adaptive only; "enabled" and "disabled" are refused.
-        return ModelCaps(model, True, False, False, _ALL if v >= (5, 0) else _NO_XHIGH, True, 128000)
+        if v >= (5, 0):   # adaptive only, always on; Fable/Mythos 5.1 and later refuse a forced tool_choice
+            return ModelCaps(model, True, False, False, _ALL, forced_tool=v < (5, 1), cache_min=512, **big)
+        return ModelCaps(model, True, False, False, _NO_XHIGH, cache_min=2048, **big)   # Mythos Preview
     if family == "opus":
-        if v >= (5, 5):
-            return ModelCaps(model, True, False, False, _ALL, True, 128000)   # thinking always on
+        if v >= (5, 5):   # thinking always on, `disabled` refused at every effort, no forced tool_choice
+            return ModelCaps(model, True, False, False, _ALL, forced_tool=False, cache_min=512, **big)
         if v >= (5, 0):
-            return ModelCaps(model, True, False, True, _ALL, True, 128000, disabled_max_effort="high")
-        if v >= (4, 7):
-            return ModelCaps(model, True, False, False, _ALL, True, 128000)   # adaptive only
+            return ModelCaps(model, True, False, True, _ALL, disabled_max_effort="high", cache_min=512, **big)
+        if v >= (4, 7):   # adaptive only (thinking off unless asked)
+            return ModelCaps(model, True, False, True, _ALL, cache_min=1024 if v >= (4, 8) else 2048, **big)
         if v == (4, 6):
-            return ModelCaps(model, True, True, True, _NO_XHIGH, True, 128000)
+            return ModelCaps(model, True, True, True, _NO_XHIGH, **big)
         if v == (4, 5):
             return ModelCaps(model, False, True, True, _BASIC, True, 64000)
-        return ModelCaps(model, False, True, True, frozenset(), v >= (4, 1), 32000)
+        return ModelCaps(model, False, True, True, frozenset(), v >= (4, 1), 32000, cache_min=1024)
     if family == "sonnet":
+        if v >= (5, 5):   # `between_tools` instead of `disabled`; no forced tool_choice
+            return ModelCaps(model, True, False, False, _ALL, forced_tool=False, between_tools=True, cache_min=512,
+                             **big)
         if v >= (5, 0):
-            return ModelCaps(model, True, False, True, _ALL, True, 128000)
-        if v == (4, 6):
-            return ModelCaps(model, True, True, True, _NO_XHIGH, True, 64000)
-        return ModelCaps(model, False, True, True, frozenset(), v >= (4, 5), 64000)
-    if family == "haiku":
-        if v >= (5, 0):
-            return ModelCaps(model, True, False, True, _BASIC | {"max"}, True, 128000)
-        return ModelCaps(model, False, True, True, frozenset(), v >= (4, 5), 64000)
-    return _newest(model, "unknown")
+            return ModelCaps(model, True, False, True, _ALL, cache_min=1024, **big)
+        if v == (4, 6):   # 128k output in the docs, 64k in some listings: the smaller one is safe
+            return ModelCaps(model, True, True, True, _NO_XHIGH, True, 64000, context=1_000_000, cache_min=1024)
+        return ModelCaps(model, False, True, True, frozenset(), v >= (4, 5), 64000, cache_min=1024)
+    if v >= (5, 5):       # haiku
+        return ModelCaps(model, True, False, True, _ALL, disabled_max_effort="high", cache_min=512, **big)
+    return ModelCaps(model, False, True, True, frozenset(), v >= (4, 5), 64000)
 
 
 def _newest(model: str, source: str) -> ModelCaps:
-    # An id the table does not know is most likely newer than it: assume the strictest current rules
-    # (adaptive only, no forced tool), which every current model accepts.
-    return ModelCaps(model, True, False, False, _BASIC, False, 64000, source=source)
+    # An id the table does not know is most likely newer than it: the shape every current model accepts
+    # (adaptive thinking, no forced tool, no `disabled`, low to high effort).
+    return ModelCaps(model, True, False, False, _BASIC, False, 64000, source=source, forced_tool=False)
+
+
+def corrected(caps: ModelCaps, message: str) -> ModelCaps | None:
+    """The capabilities a 400's message shows to be wrong, corrected toward the safe shape; None when the
+    message names none of them (the request was refused for something else)."""
+    low = message.lower()
+    fixes: dict[str, Any] = {}
+    if "thinking.type.disabled" in low or '{"type": "disabled"}' in low:
+        fixes["disabled"] = False
+    if "thinking.type.enabled" in low:
+        fixes["enabled"] = False
+    if "adaptive thinking is not supported" in low:
+        fixes["adaptive"] = False
+    if "thinking.type.between_tools" in low:
+        fixes["between_tools"] = False
+    if 'tool_choice: type "tool"' in low or "forces tool use" in low:
+        fixes["forced_tool"] = False
+    if "output_config.effort" in low and caps.efforts:
+        fixes["efforts"] = frozenset()          # no effort sent: the model's default, always accepted
+    if m := re.search(r"max_tokens: \d+ > (\d+)", message):
+        fixes["max_output"] = int(m.group(1))
+    if not fixes:
+        return None
+    fixed = replace(caps, **fixes, source="corrected")
+    return None if fixed == replace(caps, source="corrected") else fixed
 
 
 def caps_from_api(info: Any, model: str) -> ModelCaps | None:
@@ -151,10 +196,13 @@ def caps_from_api(info: Any, model: str) -> ModelCaps | None:
     efforts = frozenset(e for e in EFFORTS if ok(effort.get(e))) if effort.get("supported") else frozenset()
     base = table_caps(model)
     return ModelCaps(model, adaptive=ok(types.get("adaptive")), enabled=ok(types.get("enabled")),
-                     disabled=ok(types.get("disabled")) if "disabled" in types else True, efforts=efforts,
+                     disabled=ok(types.get("disabled")) if "disabled" in types else base.disabled, efforts=efforts,
                      strict_tools=ok(cap.get("structured_outputs")),
                      max_output=int(obj.get("max_tokens") or base.max_output),
-                     disabled_max_effort=base.disabled_max_effort, source="api")
+                     disabled_max_effort=base.disabled_max_effort, source="api",
+                     # not in the Models API: the table's word, or the safe one for a model it does not know
+                     forced_tool=base.forced_tool, between_tools=ok(types.get("between_tools")),
+                     context=int(obj.get("max_input_tokens") or base.context), cache_min=base.cache_min)
 
 
 # -- the catalogue: Models API answers, cached --------------------------------------------------------
@@ -186,6 +234,18 @@ class ModelCatalog:
             caps = self._from_disk(model) or self._ask(model)
             self._mem[model] = caps
             return caps
+
+    def refused(self, model: str, message: str) -> ModelCaps | None:
+        """A 400 said `message` for `model`: the corrected capabilities for the rest of this process, or None
+        when the message names no capability (then nothing changes and the caller gives up)."""
+        with self._lock:
+            caps = self._mem.get(model) or table_caps(model)
+            fixed = corrected(caps, message)
+            if fixed is not None:
+                log.warning("the API refused a request to %s (%s); kbench's capabilities corrected to %s", model,
+                            message, fixed)
+                self._mem[model] = fixed
+            return fixed
 
     def _key(self, model: str) -> str:
         return f"{self.endpoint}|{model}"

@@ -43,7 +43,7 @@ def test_request_shape_and_accounting(harness):
     body = sent.json
     # the default model takes adaptive thinking and effort; a forced tool is refused with thinking on
     assert body["model"] == "claude-opus-5-5" and body["max_tokens"] == 32000 and body["stream"] is True
-    assert body["thinking"] == {"type": "adaptive"} and body["output_config"] == {"effort": "high"}
+    assert body["thinking"] == {"type": "adaptive", "display": "summarized"} and body["output_config"] == {"effort": "high"}
     assert body["tools"] == [{**SUBMIT_KERNEL, "strict": True}]
     assert body["tool_choice"] == {"type": "auto"}
     assert "temperature" not in body
@@ -76,19 +76,29 @@ def test_small_calls_are_not_streamed(harness):
     assert needs_streaming("claude-opus-5-5", 21333) is False and needs_streaming("claude-opus-5-5", 21334)
 
 
+# thinking on: a summary is asked for (newer models omit the thinking text unless asked; prompt.md keeps it)
+ADAPTIVE = {"type": "adaptive", "display": "summarized"}
+BUDGET = {"type": "enabled", "budget_tokens": 16000, "display": "summarized"}
+
+
 @pytest.mark.parametrize("model, thinking, effort, expect_thinking, expect_choice, expect_effort", [
     # adaptive-only, thinking always on: "disabled" and "enabled" become adaptive; never a forced tool
-    ("claude-opus-5-5", "disabled", "low", {"type": "adaptive"}, {"type": "auto"}, "low"),
-    ("claude-opus-5-5", "enabled", "high", {"type": "adaptive"}, {"type": "auto"}, "high"),
+    ("claude-opus-5-5", "disabled", "low", ADAPTIVE, {"type": "auto"}, "low"),
+    ("claude-opus-5-5", "enabled", "high", ADAPTIVE, {"type": "auto"}, "high"),
     # Opus 5 may switch thinking off, but only at effort high or below
     ("claude-opus-5", "disabled", "high", {"type": "disabled"}, {"type": "tool", "name": "submit_kernel"}, "high"),
-    ("claude-opus-5", "disabled", "max", {"type": "adaptive"}, {"type": "auto"}, "max"),
+    ("claude-opus-5", "disabled", "max", ADAPTIVE, {"type": "auto"}, "max"),
+    # Sonnet 5.5 turns thinking off with between_tools (effort high or below), and takes no forced tool
+    ("claude-sonnet-5-5", "disabled", "low", {"type": "between_tools"}, {"type": "auto"}, "low"),
+    ("claude-sonnet-5-5", "disabled", "max", ADAPTIVE, {"type": "auto"}, "max"),
+    # Opus 4.7: adaptive only, but thinking may be off
+    ("claude-opus-4-7", "disabled", "low", {"type": "disabled"}, {"type": "tool", "name": "submit_kernel"}, "low"),
     # a 4.6 model still takes a manual budget (deprecated) and lacks xhigh: lowered to high
-    ("claude-sonnet-4-6", "enabled", "xhigh", {"type": "enabled", "budget_tokens": 16000}, {"type": "auto"}, "high"),
-    ("claude-sonnet-4-6", "auto", "max", {"type": "adaptive"}, {"type": "auto"}, "max"),
+    ("claude-sonnet-4-6", "enabled", "xhigh", BUDGET, {"type": "auto"}, "high"),
+    ("claude-sonnet-4-6", "auto", "max", ADAPTIVE, {"type": "auto"}, "max"),
     # an older model has no adaptive thinking: a manual budget; no effort above high
-    ("claude-opus-4-5", "auto", "max", {"type": "enabled", "budget_tokens": 16000}, {"type": "auto"}, "high"),
-    ("claude-opus-4-5", "adaptive", None, {"type": "enabled", "budget_tokens": 16000}, {"type": "auto"}, None),
+    ("claude-opus-4-5", "auto", "max", BUDGET, {"type": "auto"}, "high"),
+    ("claude-opus-4-5", "adaptive", None, BUDGET, {"type": "auto"}, None),
     # Haiku 4.5 has no effort parameter at all; thinking off forces the tool
     ("claude-haiku-4-5", "disabled", "high", {"type": "disabled"}, {"type": "tool", "name": "submit_kernel"}, None),
 ])
@@ -108,15 +118,17 @@ def test_max_tokens_is_sized_from_the_answer_and_capped_by_the_model(harness):
     client.call(LLMRequest("s", "c", "p", SUBMIT_KERNEL, min_output_tokens=50000))
     client.call(LLMRequest("s", "c", "p", SUBMIT_KERNEL, min_output_tokens=500000))
     first, second = (r.json["max_tokens"] for r in harness.api.messages())
-    assert first == 50000 and second == 64000           # Sonnet 4.6 answers at most 64k tokens
+    assert first == 50000 and second == 128000          # Sonnet 4.6 answers at most 128k (the Models API says)
 
 
-def test_thinking_disabled_sends_temperature(harness):
+def test_thinking_disabled_forces_the_tool_and_sends_no_sampling_parameter(harness):
+    # the SDK speaks anthropic-version 2026-10-21, which removed temperature/top_p/top_k for every model
     harness.api.queue(recorded("ok_translate"))
     harness.client(model="claude-sonnet-4-6", thinking="disabled", temperature=0.2, max_tokens=9000).call(REQ)
     body = harness.api.messages()[0].json
     assert body["tool_choice"] == {"type": "tool", "name": "submit_kernel"}
-    assert body["temperature"] == 0.2 and body["thinking"] == {"type": "disabled"} and body["max_tokens"] == 9000
+    assert "temperature" not in body and body["thinking"] == {"type": "disabled"} and body["max_tokens"] == 9000
+    assert harness.api.messages()[0].headers["anthropic-version"] == "2026-10-21"
 
 
 def test_request_overrides_model_and_thinking(harness):
@@ -151,9 +163,9 @@ def test_models_api_unknown_model_falls_back_to_the_table(harness):
 
     client = harness.client()
     cat = ModelCatalog(lambda m: client._client().models.retrieve(m))
-    caps = cat.caps("claude-opus-4-7")                  # the stub's registry does not list it: 404
-    assert caps.source == "table" and caps.adaptive and not caps.enabled and not caps.disabled
-    assert cat.caps("claude-opus-9").source == "table"
+    caps = cat.caps("claude-sonnet-4-5")                # the stand-in's registry does not list it: 404
+    assert caps.source == "table" and not caps.adaptive and caps.enabled and caps.disabled
+    assert cat.caps("claude-opus-9").source == "unknown"     # newer than the table: the safe shape
     assert cat.caps("some-local-model").source == "unknown"
 
 
@@ -237,22 +249,25 @@ def test_non_retryable_errors(harness, fixture, kind, stop):
     assert "[request-id req_" in str(err.value)  # the request id is kept for support
 
 
-@pytest.mark.parametrize("mutate, words", [
+@pytest.mark.parametrize("mutate, words, sent", [
     (lambda p: {**p, "thinking": {"type": "enabled", "budget_tokens": 8000}},
-     '"thinking.type.enabled" is not supported'),
-    (lambda p: {**p, "tool_choice": {"type": "tool", "name": "submit_kernel"}}, "tool_choice forces tool use"),
-    (lambda p: {**p, "thinking": {"type": "disabled"}}, '"thinking.type.disabled" is not supported'),
-    (lambda p: {**p, "extra_body": {"top_q": 0.5}}, "top_q: Extra inputs are not permitted"),
+     '"thinking.type.enabled" is not supported', 2),
+    (lambda p: {**p, "tool_choice": {"type": "tool", "name": "submit_kernel"}},
+     'tool_choice: type "tool" and "any" are not supported', 1),     # the table already knew: not resent
+    (lambda p: {**p, "thinking": {"type": "disabled"}}, '"thinking.type.disabled" is not supported', 2),
+    (lambda p: {**p, "extra_body": {"top_q": 0.5}}, "top_q: Extra inputs are not permitted", 1),
 ])
-def test_a_refused_request_stops_with_the_apis_message(harness, mutate, words):
-    """What a year-old client sent: the stub refuses it as the API does, and the call stops at once."""
+def test_a_refused_request_stops_with_the_apis_message(harness, mutate, words, sent):
+    """What a year-old client sent: the stand-in refuses it as the API does, and the call stops. A refusal that
+    names a capability (a thinking type, a forced tool) first corrects kbench's table and is sent once more;
+    here the same broken hand rebuilds it, so that one is refused too. Anything else is sent once."""
     client = harness.client()
     client.build_params = lambda req: mutate(LLMClient.build_params(client, req))
     with pytest.raises(InvalidRequest) as err:
         client.call(REQ)
     e = err.value
     assert e.stop and e.kind == "invalid_request" and e.status_code == 400 and words in str(e)
-    assert "invalid_request_error" in str(e) and harness.sleeps == [] and len(harness.api.messages()) == 1
+    assert "invalid_request_error" in str(e) and harness.sleeps == [] and len(harness.api.messages()) == sent
 
 
 def test_401_message_is_plain(harness):

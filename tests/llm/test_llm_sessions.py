@@ -11,6 +11,7 @@ with the fake evaluator (no compiler, no GPU). Each LLM failure class ends with 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import signal
 import subprocess
@@ -75,29 +76,48 @@ def test_a_full_session_succeeds_and_its_candidates_are_reviewed(api, env, capsy
         assert info.config["verify"] is True and info.config["population"] == 2
     assert api.rejected == [] and api.pending == 0
     kernels = [r.json for r in api.messages() if r.json["tools"][0]["name"] == "submit_kernel"]
-    assert all(b["stream"] and b["thinking"] == {"type": "adaptive"} and b["tool_choice"] == {"type": "auto"}
+    assert all(b["stream"] and b["thinking"] == {"type": "adaptive", "display": "summarized"} and b["tool_choice"] == {"type": "auto"}
                for b in kernels)
     assert api.max_active >= 2            # the two proposals were in flight together
 
 
-def test_a_refused_request_stops_the_session_with_the_apis_message(tmp_path, env, capsys):
-    # A model newer than kbench's table, and no Models API to ask: kbench guesses it takes effort; it does not.
-    models = {**STUB_MODELS, "claude-opus-6": StubModel(adaptive=True, enabled=False, disabled=False,
-                                                        thinking_by_default=True, efforts=(), max_tokens=128000)}
+def test_a_model_newer_than_the_table_is_corrected_by_its_first_refusal(tmp_path, env, capsys):
+    # A model newer than kbench's table and no Models API to ask: kbench sends the safe shape with effort; this
+    # model takes no effort. The 400 names it, the table is corrected, the call is sent once more and the
+    # session goes on.
+    models = {**STUB_MODELS, "claude-opus-6": replace(STUB_MODELS["claude-opus-5-5"], efforts=())}
     with StubMessagesAPI(models=models) as stub:
         write_llm_config(env / "ws", stub.url, model="claude-opus-6", models_api=False)
+        stub.queue(*[kernel_variant(i) for i in range(2)], *[recorded("verdict_pass") for _ in range(6)])
+        code = evolve(env)
+        captured = capsys.readouterr()
+        assert code == 0, captured
+        refused = [m for _, m in stub.rejected]
+        assert refused and all("output_config.effort" in m for m in refused) and len(refused) <= 3
+        refused_ids = {id(r) for r, _ in stub.rejected}
+        accepted = [r.json for r in stub.messages() if id(r) not in refused_ids]
+        assert accepted and all("output_config" not in b for b in accepted)
+    with Workspace.open(ws_path(env)) as ws:
+        assert [v.record.operator for v in ws.candidates(SESSION)] == ["baseline", "mutate", "mutate"]
+
+
+def test_a_refused_request_stops_the_session_with_the_apis_message(tmp_path, env, capsys):
+    # The API refuses something that is no capability kbench can correct (strict tools on a model without
+    # structured outputs that kbench's table says has them): the session stops at once with the API's words.
+    models = {**STUB_MODELS, "claude-opus-5-5": replace(STUB_MODELS["claude-opus-5-5"], structured_outputs=False)}
+    with StubMessagesAPI(models=models) as stub:
+        write_llm_config(env / "ws", stub.url, models_api=False)
         stub.queue(*[kernel_variant(i) for i in range(2)])
         code = evolve(env)
         captured = capsys.readouterr()
         assert code == 1, captured
-        assert "output_config.effort: 'high' is not supported for this model" in captured.err
+        assert "strict tool use is not supported for claude-opus-5-5" in captured.err
         assert "the API refused the request (400 invalid_request_error)" in captured.err
         assert "stopped: the proposer stopped" in captured.out and "search space is spent" not in captured.out
         assert len(stub.rejected) == len(stub.messages()) <= 2     # no retries of a refused request
         assert stub.pending == 2
     with Workspace.open(ws_path(env)) as ws:
         assert [v.record.operator for v in ws.candidates(SESSION)] == ["baseline"]
-
 
 def test_a_sustained_outage_pauses_the_session_and_the_same_command_resumes_it(api, env, capsys):
     write_llm_config(env / "ws", api.url)

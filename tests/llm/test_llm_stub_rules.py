@@ -34,9 +34,20 @@ def create(api, **kw):
     ({"thinking": {"type": "enabled", "budget_tokens": 2000}}, '"thinking.type.enabled" is not supported'),
     ({"thinking": {"type": "disabled"}}, '"thinking.type.disabled" is not supported'),
     ({"tools": [SUBMIT_KERNEL], "tool_choice": {"type": "tool", "name": "submit_kernel"}},
-     "Thinking may not be enabled when tool_choice forces tool use"),          # thinking is on by default here
+     'tool_choice: type "tool" and "any" are not supported for this model'),    # Opus 5.5 takes no forced tool
     ({"tools": [SUBMIT_KERNEL], "tool_choice": {"type": "any"}, "thinking": {"type": "adaptive"}},
-     "tool_choice forces tool use"),
+     'tool_choice: type "tool" and "any" are not supported'),
+    ({"model": "claude-opus-4-6", "thinking": {"type": "enabled", "budget_tokens": 2000}, "tools": [SUBMIT_KERNEL],
+      "tool_choice": {"type": "any"}}, "Thinking may not be enabled when tool_choice forces tool use"),
+    ({"model": "claude-sonnet-5-5", "thinking": {"type": "disabled"}}, 'send "thinking": {"type": "between_tools"}'),
+    ({"model": "claude-sonnet-5-5", "thinking": {"type": "between_tools", "display": "summarized"}},
+     "Extra inputs are not permitted"),
+    ({"model": "claude-sonnet-5-5", "thinking": {"type": "between_tools"}, "output_config": {"effort": "max"}},
+     "between_tools"),
+    ({"model": "claude-haiku-4-5", "thinking": {"type": "adaptive"}}, "adaptive thinking is not supported"),
+    ({"model": "claude-opus-5", "thinking": {"type": "disabled", "display": "summarized"}},
+     "display is invalid with thinking.type disabled"),
+    ({"extra_body": {"temperature": 0.2}}, "temperature: Extra inputs are not permitted"),   # API 2026-10-21
     ({"extra_body": {"top_q": 0.9}}, "top_q: Extra inputs are not permitted"),
     ({"max_tokens": 200000}, "maximum allowed number of output tokens"),
     ({"max_tokens": 64000}, "must be streamed"),                               # the SDK's 10-minute rule

@@ -67,7 +67,7 @@ def test_on_an_always_thinking_model_the_tool_is_offered_not_forced(harness, lay
     assert result.verdict.status == Status.PASS and harness.api.rejected == []
     for sent in harness.api.messages():
         body = sent.json
-        assert body["thinking"] == {"type": "adaptive"} and body["tool_choice"] == {"type": "auto"}
+        assert body["thinking"] == {"type": "adaptive", "display": "summarized"} and body["tool_choice"] == {"type": "auto"}
         assert body["output_config"] == {"effort": "low"} and body["tools"][0]["strict"] is True
 
 

@@ -14,13 +14,14 @@ from tests.standins.claude_rules import EFFORTS, StubModel
 
 
 def model_info(model_id: str, m: StubModel) -> dict[str, Any]:
-    """The Models API's ModelInfo for `GET /v1/models/{id}`, its `capabilities` drawn from the registry."""
+    """The Models API's ModelInfo for `GET /v1/models/{id}`, its `capabilities` drawn from the registry (the
+    shape of https://platform.claude.com/docs/en/api/models/retrieve)."""
     def sup(flag: bool) -> dict[str, bool]:
         return {"supported": bool(flag)}
 
     return {
         "type": "model", "id": model_id, "display_name": model_id, "created_at": "2026-09-22T00:00:00Z",
-        "lifecycle": "active", "max_input_tokens": 1_000_000, "max_tokens": m.max_tokens,
+        "lifecycle": "active", "max_input_tokens": m.context, "max_tokens": m.max_tokens,
         "capabilities": {
             "batch": sup(True), "citations": sup(True), "code_execution": sup(False),
             "context_management": {"supported": False, "clear_thinking_20251015": sup(False),
@@ -29,9 +30,9 @@ def model_info(model_id: str, m: StubModel) -> dict[str, Any]:
             "image_input": sup(True), "pdf_input": sup(True),
             "server_tools": {"supported": False},
             "structured_outputs": sup(m.structured_outputs),
-            "thinking": {"supported": m.adaptive or m.enabled,
-                         "types": {"adaptive": sup(m.adaptive), "enabled": sup(m.enabled),
-                                   "disabled": sup(m.disabled), "between_tools": sup(False)}},
+            "thinking": {"supported": bool(m.types - {"disabled"}),
+                         "types": {t: sup(t in m.types) for t in ("adaptive", "enabled", "disabled",
+                                                                   "between_tools")}},
         },
     }
 

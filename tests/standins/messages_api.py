@@ -1,27 +1,31 @@
-"""A stub Messages API on loopback that enforces today's request rules and replays recorded answers: for
-tests and offline demos.
+"""A stand-in of the Claude Messages API on loopback that enforces the API's documented rules (see
+tests.standins.claude_rules for the rules and their sources), for tests and offline demos.
 
-    with StubMessagesAPI() as api:
-        api.queue(StubResponse.from_file("tests/fixtures/llm/ok_translate.json"))
-        client = LLMClient(cfg, api_key="test", ...)   # cfg.base_url = api.url
+    with StubMessagesAPI(key="sk-ant-test") as api:
+        api.respond(ScriptedModel())            # answer each request from what it asks (tests.standins.scripted)
+        api.queue(StubResponse.from_file(...))  # or: these recorded answers first, in order
         ...
         api.requests[0].json["tools"][0]["name"] == "submit_kernel"
 
 It is a real HTTP server (threading http.server on 127.0.0.1, an ephemeral port), so the real SDK and its
 transport are exercised end to end; nothing leaves the machine.
 
-- `POST /v1/messages` is first checked against the rules the API documents for the requested model
-  (tests.standins.claude_rules: the registry, STUB_MODELS, and the check): a request the API would refuse answers
-  400 invalid_request_error (404 for an unknown model) with the API's wording. A valid request takes the
-  next queued response whose tool matches one the request offers (a recorded answer calling
-  `submit_verdict` only goes to a verifier's request), or any untargeted one; with `"stream": true` it is
-  sent as server-sent events. An empty queue answers 500, which a test will notice.
+- A request without the key (`x-api-key`, or `Authorization: Bearer` as the SDK's 2.x releases send it)
+  answers 401 authentication_error, when the stand-in was given a key.
+- A body over `max_request_bytes` (the API's 32 MB) answers 413 request_too_large.
+- `POST /v1/messages` is checked against the rules the documentation states for the requested model and the
+  request's `anthropic-version` (claude_rules.check_request): a request the API would refuse answers 400
+  invalid_request_error (404 for an unknown model) with the API's wording. A prompt longer than the model's
+  context window answers 400 "prompt is too long: N tokens > M maximum".
+- A valid request takes the next queued response whose tool matches one the request offers, or any
+  untargeted one; else the scripted model answers (`respond`), cut at the request's max_tokens the way the
+  API cuts (stop_reason max_tokens), with usage counted from the request: prompt caching as documented (the
+  prefix up to a cache_control breakpoint, in the order tools, system, messages, is written once it reaches
+  the model's minimum and read by later requests once the response that wrote it has begun). With
+  `"stream": true` the answer is sent as server-sent events. With neither, 500, which a test will notice.
 - `outage(status, count, retry_after)` answers the next `count` requests (None: until `end_outage()`) with
   429 rate_limit_error or 529 overloaded_error and a retry-after header, before any rule is checked.
 - `GET /v1/models/{id}` answers the Models API's ModelInfo with its `capabilities` object.
-
-The queue, outages and the server's start and stop are tests.standins.server's StubServer, shared with
-the OpenAI-compatible stub (tests.standins.openai_api); the bodies sent are built by tests.standins.claude_bodies.
 """
 
 from __future__ import annotations
@@ -32,13 +36,24 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.standins.claude_bodies import error_body, model_info, sse_events
+import hashlib
+
+from tests.standins.claude_bodies import error_body, message_body, model_info, sse_events
 from tests.standins.claude_rules import STUB_MODELS, StubModel, check_request
+from tests.standins.scripted import ScriptedModel, cut_to, output_tokens, tokens_of
 from tests.standins.server import Outage, RecordedRequest, StubResponse, StubServer
+
+MAX_REQUEST_BYTES = 32 * 1024 * 1024      # the Messages API's request size limit (413 above it)
 
 
 class StubMessagesAPI(StubServer):
-    def __init__(self, host: str = "127.0.0.1", *, enforce: bool = True, models: dict[str, StubModel] | None = None):
+    def __init__(self, host: str = "127.0.0.1", *, enforce: bool = True, models: dict[str, StubModel] | None = None,
+                 key: str | None = None, max_request_bytes: int = MAX_REQUEST_BYTES):
+        self.key = key
+        self.max_request_bytes = max_request_bytes
+        self.model: ScriptedModel | None = None
+        self.usage: list[dict[str, int]] = []          # the usage of every answer sent, in order
+        self._cache: dict[str, bool] = {}               # prefix digest -> usable (its writer's response began)
         self._queue: list[StubResponse] = []
         self.requests: list[RecordedRequest] = []
         self.rejected: list[tuple[RecordedRequest, str]] = []   # requests the rules refused, with the message
@@ -76,6 +91,8 @@ class StubMessagesAPI(StubServer):
                     resp, stream = stub._answer(rec)
                     if resp.delay_s and stub._closing.wait(resp.delay_s):
                         return
+                    if resp.status == 200:
+                        stub._began()
                     if stream and resp.status == 200 and isinstance(resp.body, dict):
                         self._send_stream(resp)
                     else:
@@ -127,6 +144,12 @@ class StubMessagesAPI(StubServer):
         except ValueError:
             return StubResponse(400, error_body("invalid_request_error", "the request body is not JSON")), False
         stream = bool(isinstance(body, dict) and body.get("stream"))
+        if len(rec.body) > self.max_request_bytes:
+            return StubResponse(413, error_body("request_too_large", "Request exceeds the maximum allowed number "
+                                                f"of bytes ({self.max_request_bytes}).")), False
+        if self.key is not None and self.key not in (rec.headers.get("x-api-key"),
+                                                     rec.headers.get("authorization", "").removeprefix("Bearer ")):
+            return StubResponse(401, error_body("authentication_error", "invalid x-api-key")), False
         with self._lock:
             if (hit := self._take_outage()) is not None:
                 o, headers = hit
@@ -134,7 +157,7 @@ class StubMessagesAPI(StubServer):
                 msg = "Number of requests has exceeded your rate limit" if o.status == 429 else "Overloaded"
                 return StubResponse(o.status, error_body(kind, msg), headers), False
         if self.enforce and rec.path.rstrip("/").endswith("/v1/messages"):
-            problem = self.check(body)
+            problem = self.check(body, rec.headers)
             if problem is not None:
                 status, kind, message = problem
                 with self._lock:
@@ -147,11 +170,73 @@ class StubMessagesAPI(StubServer):
                 target = resp.target()
                 if target is None or not offered or target in offered:
                     return self._queue.pop(i), stream
+        if self.model is not None and isinstance(body, dict):
+            return self._scripted(body), stream
         return StubResponse(500, error_body("api_error", "stub: no recorded response left for this request")), False
 
-    def check(self, body: Any) -> tuple[int, str, str] | None:
-        """(status, error type, message) for a request the API would refuse, else None (tests.standins.claude_rules)."""
-        return check_request(self.models, body)
+    def check(self, body: Any, headers: dict[str, str] | None = None) -> tuple[int, str, str] | None:
+        """(status, error type, message) for a request the API would refuse, else None (claude_rules), with the
+        context window: a prompt longer than the model's answers "prompt is too long"."""
+        problem = check_request(self.models, body, headers)
+        if problem is None:
+            model = self.models[body["model"]]
+            prompt = sum(tokens_of(t) for _, t in _prompt_parts(body))
+            if prompt > model.context:
+                return 400, "invalid_request_error", f"prompt is too long: {prompt} tokens > {model.context} maximum"
+        return problem
+
+    # -- the scripted model ------------------------------------------------------------------------------
+    def respond(self, model: ScriptedModel | None) -> None:
+        """Answer requests that no queued response matches with `model` (None: stop)."""
+        self.model = model
+
+    def _scripted(self, body: dict[str, Any]) -> StubResponse:
+        answer = self.model.answer(body)
+        content = [dict(b, id=f"toolu_stub_{uuid.uuid4().hex[:16]}") if b["type"] == "tool_use" else b
+                   for b in answer.content]
+        model = self.models[body["model"]]
+        thinking = body.get("thinking") or {}
+        kind = thinking.get("type")
+        if not (kind in ("adaptive", "enabled") or (kind is None and model.default_on)):
+            content = [b for b in content if b["type"] != "thinking"]
+        elif (thinking.get("display") or model.display_default) == "omitted":    # a signature, no text
+            content = [dict(b, thinking="") if b["type"] == "thinking" else b for b in content]
+        content, cut = cut_to(content, body["max_tokens"])
+        written, read, fresh = self._cache_use(body)
+        usage = {"input_tokens": fresh, "output_tokens": output_tokens(content), "cache_write": written,
+                 "cache_read": read}
+        with self._lock:
+            self.usage.append(usage)
+        return StubResponse(200, message_body(content, model=body["model"],
+                                              stop_reason="max_tokens" if cut else answer.stop_reason,
+                                              input_tokens=fresh, output_tokens=usage["output_tokens"],
+                                              cache_write=written, cache_read=read))
+
+    def _cache_use(self, body: dict[str, Any]) -> tuple[int, int, int]:
+        """(cache write, cache read, uncached input) tokens of a request, as prompt caching counts them."""
+        parts = _prompt_parts(body)
+        total = sum(tokens_of(t) for _, t in parts)
+        marks = [i for i, (marked, _) in enumerate(parts) if marked]
+        if not marks:
+            return 0, 0, total
+        end = marks[-1] + 1
+        prefix = sum(tokens_of(t) for _, t in parts[:end])
+        if prefix < self.models[body["model"]].cache_min:
+            return 0, 0, total      # below the minimum: processed without caching, no error
+        digest = hashlib.sha256(json.dumps([body["model"], [t for _, t in parts[:end]]]).encode()).hexdigest()
+        with self._lock:
+            hit = self._cache.get(digest, False)
+            if not hit:
+                self._cache[digest] = False          # being written: usable once this response begins
+        if hit:
+            return 0, prefix, total - prefix
+        return prefix, 0, total - prefix
+
+    def _began(self) -> None:
+        """A response has begun: every prefix written so far may be read."""
+        with self._lock:
+            for digest in self._cache:
+                self._cache[digest] = True
 
     def _models_answer(self, path: str) -> tuple[int, Any]:
         prefix = "/v1/models/"
@@ -177,3 +262,25 @@ class StubMessagesAPI(StubServer):
     def close(self) -> None:
         self._closing.set()
         super().close()
+
+
+def _prompt_parts(body: dict[str, Any]) -> list[tuple[bool, str]]:
+    """The prompt as prompt caching orders it (tools, system, messages), each part with whether it carries a
+    cache_control breakpoint."""
+    parts: list[tuple[bool, str]] = []
+    for tool in body.get("tools") or ():
+        parts.append(("cache_control" in tool, json.dumps({k: v for k, v in tool.items() if k != "cache_control"})))
+    system = body.get("system")
+    if isinstance(system, str):
+        parts.append((False, system))
+    for block in system if isinstance(system, list) else ():
+        parts.append(("cache_control" in block, str(block.get("text", ""))))
+    for message in body.get("messages") or ():
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append((False, content))
+            continue
+        for block in content or ():
+            parts.append(("cache_control" in block, str(block.get("text", "")) if block.get("type") == "text"
+                          else json.dumps(block)))
+    return parts
