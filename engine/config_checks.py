@@ -139,9 +139,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"[llm] thinking: expected auto, adaptive, enabled or disabled, got {llm.thinking!r}.")
     if llm.max_tokens < 1:
         raise ConfigError("[llm] max_tokens must be positive.")
-    if llm.thinking in ("auto", "enabled") and not 1024 <= llm.thinking_budget < llm.max_tokens:
-        raise ConfigError(f"[llm] thinking_budget must be at least 1024 and below max_tokens ({llm.max_tokens}); "
-                          f"got {llm.thinking_budget}. It is used only by models without adaptive thinking.")
+    # Only the API's floor: each call clamps the budget below its own max_tokens (engine.llm.client), so a small
+    # max_tokens needs no matching thinking_budget.
+    if llm.thinking in ("auto", "enabled") and llm.thinking_budget < 1024:
+        raise ConfigError(f"[llm] thinking_budget must be at least 1024; got {llm.thinking_budget}. It is used only "
+                          "by models without adaptive thinking.")
     for where, effort in (("[llm]", llm.effort), ("[verify]", cfg.verify.effort)):
         if effort is not None and effort not in efforts:
             raise ConfigError(f"{where} effort: expected low, medium, high, xhigh or max, got {effort!r}.")

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from engine.proposers.base import Proposer
     from engine.tasks.model import Task
     from engine.workspace import CandidateRecord, CandidateView, Override, SessionInfo
+    from engine.workspace.failed import FailedProposal
 
 EvaluatorFactory = Callable[["Task", str], "Evaluator"]   # (task, direction) -> an evaluator
 
@@ -178,6 +179,7 @@ class Backend:
 
     def session_data(self, name: str) -> SessionData:
         data = summarize(name, self.ws.candidates(name, strict=False))
+        data.failed = len(self.ws.failed.list(name))
         # tens of thousands of long-lived, acyclic objects: keep the cyclic GC from walking them on every
         # full collection (a full pass over a 10,000-candidate listing stalls the UI for most of a second)
         gc.freeze()
@@ -197,6 +199,12 @@ class Backend:
 
     def diff(self, a: str, b: str) -> str:
         return self.ws.diff(a, b)
+
+    def failed_proposals(self, session: str) -> list[FailedProposal]:
+        return self.ws.failed.list(session)
+
+    def failed_prompt(self, fid: str) -> str:
+        return self.ws.failed.prompt(fid)
 
     def task_of(self, session: str) -> Task:
         return self.service.task_of(session)

@@ -61,6 +61,10 @@ SPECS: dict[str, tuple[KeySpec, ...]] = {
         KeySpec("session.edit", "E", "edit", "Edit ($EDITOR)"),
         KeySpec("session.export", "X", "export", "Export"),
         KeySpec("session.log", "l", "toggle_log", "Log", show=False),
+        KeySpec("session.failed", "F", "failed", "Failed proposals", show=False),
+    ),
+    "failed": (
+        KeySpec("failed.back", "escape", "back", "Back"),
     ),
     "candidate": (
         KeySpec("candidate.back", "escape", "back", "Back"),

@@ -65,6 +65,7 @@ class SessionData:
     index: dict[str, int] = field(default_factory=dict)   # id -> row
     gen_first: dict[int, int] = field(default_factory=dict)  # generation -> first row
     stats: list[GenerationStat] = field(default_factory=list)
+    failed: int = 0                                   # failed proposals: LLM answers that gave no candidate
 
 
 def summarize(name: str, views: list[CandidateView]) -> SessionData:

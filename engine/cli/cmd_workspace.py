@@ -12,6 +12,7 @@ from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.gpu_wait import HOW_TO_GO_ON, WAITING_FOR_GPU, waiting_for_gpu
 from engine.verdict import STAGES, Stage, Status
 from engine.workspace import CandidateView, Workspace
+from engine.workspace.failed import is_failed_id
 from engine.workspace.head import ensure_head
 from engine.workspace.views import CandidateStatus
 
@@ -40,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--generation", "-g", type=int, default=None, help="only this generation")
     p.set_defaults(func=cmd_log)
 
-    p = add("show-candidate", "one candidate: provenance, lineage, verdicts, measurements, overrides")
-    p.add_argument("candidate", help="candidate id, unique id prefix, ref or revision")
+    p = add("show-candidate", "one candidate: provenance, lineage, verdicts, measurements, overrides; or one "
+                              "failed proposal (<session>-g<N>-f<M>): why, and the whole prompt and answer")
+    p.add_argument("candidate", help="candidate id, unique id prefix, ref or revision; or a failed proposal's id")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--prompt", action="store_true", help="also print .kbench/prompt.md")
     p.set_defaults(func=cmd_show_candidate)
@@ -53,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stat", action="store_true", help="a diffstat instead of the patch")
     p.set_defaults(func=cmd_diff)
 
-    p = add("checkout", "write a candidate's files into a folder")
+    p = add("checkout", "write a candidate's files (or a failed proposal's, as far as its answer got) into a folder")
     p.add_argument("candidate")
     p.add_argument("directory")
     p.add_argument("--with-task", action="store_true", help="also write the task's files and .kbench/")
@@ -138,8 +140,12 @@ def cmd_log(args: argparse.Namespace) -> int:
         views = ws.candidates(args.session)
         if args.generation is not None:
             views = [v for v in views if v.generation == args.generation]
+        failed = ws.failed.list(args.session)
+        if args.generation is not None:
+            failed = [f for f in failed if f.generation == args.generation]
         if args.json:
-            print(json.dumps({"session": info.to_json(), "candidates": [v.to_json() for v in views]}, indent=2))
+            print(json.dumps({"session": info.to_json(), "candidates": [v.to_json() for v in views],
+                              "failed_proposals": [f.to_json() for f in failed]}, indent=2))
             return 0
         best = info.best
         print(f"session {info.name} · {info.task} · {info.direction} · proposer {info.proposer}"
@@ -147,6 +153,7 @@ def cmd_log(args: argparse.Namespace) -> int:
               f"{best or 'none yet'}")
         if not views:
             print("no candidates yet")
+            _print_failed(failed)
             return 0
         w = max(max(len(v.id) for v in views), 9)
         stage_cols = " ".join(f"{STAGE_ABBR.get(s, s[:3]):<3}" for s in STAGES)
@@ -159,7 +166,19 @@ def cmd_log(args: argparse.Namespace) -> int:
                       f"{_fmt_x(v.status.speedup):>8} {_fmt_x(v.status.speedup_compile):>10}  "
                       f"{_title(v.record.subject)}\n")
         print(LEGEND)
+        _print_failed(failed)
     return 0
+
+
+def _print_failed(failed: list) -> None:
+    """The answers that gave no candidate: paid for and kept, each readable with show-candidate."""
+    if not failed:
+        return
+    print(f"\nfailed proposals: {len(failed)} answer(s) gave no candidate (kept whole: `kbench show-candidate ID`; "
+          "their files, as far as they got: `kbench checkout ID DIR`)")
+    w = max(len(f.id) for f in failed)
+    for f in failed:
+        print(f"  {f.generation:>3}  {f.id:<{w}}  {f.operator:<10} {_title(f.reason)}")
 
 
 def _describe(ws: Workspace, view: CandidateView, show_prompt: bool) -> None:
@@ -222,8 +241,28 @@ def _describe(ws: Workspace, view: CandidateView, show_prompt: bool) -> None:
         print(ws.prompt(r.id).rstrip())
 
 
+def _describe_failed(ws: Workspace, fid: str, as_json: bool) -> None:
+    f = ws.failed.get(fid)
+    prompt = ws.failed.prompt(fid)
+    if as_json:
+        print(json.dumps({"failed_proposal": f.to_json(), "prompt": prompt}, indent=2))
+        return
+    print(f"failed proposal  {f.id}   commit {f.commit}")
+    print(f"session    {f.session} · generation {f.generation} · {f.operator} · proposer {f.proposer}"
+          f"{' · model ' + f.model if f.model else ''}")
+    print(f"parents    {', '.join(f.parents) or '(session root: a translation)'}")
+    print(f"why        {f.reason}")
+    print(f"cost       ${f.cost_usd:.4f}" + (f" ({sum((f.usage or {}).values())} tokens)" if f.usage else ""))
+    print(f"files      {', '.join(f.files) + ' (as far as the answer got: kbench checkout ' + f.id + ' DIR)' if f.files else 'none'}")
+    print("\nprompt and answer (.kbench/prompt.md)")
+    print(prompt.rstrip())
+
+
 def cmd_show_candidate(args: argparse.Namespace) -> int:
     with _open(args) as ws:
+        if is_failed_id(args.candidate):
+            _describe_failed(ws, args.candidate, args.json)
+            return 0
         view = ws.view(args.candidate)
         if args.json:
             cand = ws.files(view.id)
@@ -246,7 +285,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_checkout(args: argparse.Namespace) -> int:
     with _open(args) as ws:
-        written = ws.checkout(args.candidate, args.directory, with_task=args.with_task, force=args.force)
+        if is_failed_id(args.candidate):
+            written = ws.failed.checkout(args.candidate, args.directory, force=args.force)
+        else:
+            written = ws.checkout(args.candidate, args.directory, with_task=args.with_task, force=args.force)
         print(f"wrote {len(written)} file(s) to {args.directory}: "
               f"{', '.join(str(p.relative_to(args.directory)) for p in written)}")
     return 0

@@ -121,6 +121,7 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
         self._files = {}
         self._evaluated = 0
         self._infra_streak = 0
+        self._failed_in_generation = {}
         self._stepping = False
         self._stop_reason = ""
         self.on_unavailable = on_unavailable
@@ -172,8 +173,8 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
     def _discard_if_empty(self) -> None:
         """A session this run created that holds no candidate (its start failed: the proposer stopped, an
         error) is removed, so a failed start leaves no empty session behind."""
-        if not self._created or len(self.population):
-            return
+        if not self._created or len(self.population) or self.ws.failed.list(self.session):
+            return      # candidates, or paid-for answers kept under the session (engine.workspace.failed)
         try:
             if self.ws.discard_empty_session(self.session):
                 self._emit(ev.Log(self.session, level="warning", message=(
@@ -270,6 +271,8 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
             waiting = self._waiting_stop(gen, produced=bool(done))
             if waiting is not None:
                 return waiting
+            if not members and self._failed_in_generation.get(gen):
+                return self._stopping(self._no_usable_answer(gen), completed=False)
             if not done and gen > 0 and not self.population.eligible():
                 last = next((m for m in reversed(list(self.population)) if m.failed_stage), None)
                 why = f" ({last.id} failed at {last.failed_stage}: {last.reason})" if last else ""
@@ -282,6 +285,19 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
                 return self._stopping("generation 0 produced no candidate (no baseline, no translation)",
                                       completed=False)
             self.generation = gen + 1
+
+    def _no_usable_answer(self, gen: int) -> str:
+        """Why a generation got no candidate at all: every proposal failed. One line: who, how many tries, the
+        reasons (most frequent first), and where the answers are kept."""
+        reasons = self._failed_in_generation[gen]
+        counts: dict[str, int] = {}
+        for r in reasons:
+            key = " ".join(r.split())[:160]
+            counts[key] = counts.get(key, 0) + 1
+        why = "; ".join(f"{n}x {r}" if n > 1 else r for r, n in sorted(counts.items(), key=lambda kv: -kv[1])[:3])
+        who = "the LLM" if getattr(self.proposer, "client", None) is not None else f"the {self.proposer.name} proposer"
+        return (f"{who} gave no usable answer in {len(reasons)} tr{'y' if len(reasons) == 1 else 'ies'} "
+                f"(generation {gen}): {why}; the answers are kept: kbench log {self.session}")
 
     def _waiting_stop(self, gen: int, produced: bool) -> ev.Stopped | None:
         """After generation `gen`: stop where nothing is measured and nothing more may be queued (engine.gpu_wait:

@@ -73,6 +73,7 @@ class LoopState:
     spent_before: float                        # LLM dollars spent by earlier runs of the session
     _evaluated: int
     _infra_streak: int                         # evaluations lost by the executor in a row
+    _failed_in_generation: dict[int, list[str]]  # why each failed proposal of a generation gave no candidate
 
     # threads and the inbox
     _flags: Flags

@@ -194,19 +194,31 @@ class SessionRecorder(LoopState):
 
 
     def _record_failed(self, proposal: Proposal, gen: int, reason: str | None = None) -> None:
-        """A proposal that produced no candidate: its tokens and dollars go to the session's note, so a resumed
-        session counts what it cost (nothing is written for one that cost nothing and used no model)."""
+        """A proposal that produced no candidate. Its tokens and dollars go to the session's note, so a resumed
+        session counts what it cost; an answer the LLM gave is kept whole with its prompt and drafts
+        (engine.workspace.failed), so a person can read and salvage it. A proposal that cost nothing and used
+        no model leaves nothing behind."""
+        why = reason or proposal.reason
+        self._failed_in_generation.setdefault(gen, []).append(why)
         if not (proposal.cost_usd or proposal.usage.total_tokens or proposal.model):
             return
         data = {"proposal": proposal.id, "operator": proposal.operator, "proposer": proposal.proposer,
-                "generation": gen, "parents": list(proposal.parents), "reason": (reason or proposal.reason)[:500],
+                "generation": gen, "parents": list(proposal.parents), "reason": why[:500],
                 "error": proposal.data.get("error"), "model": proposal.model, "usage": proposal.usage.to_json(),
                 "cost_usd": proposal.cost_usd}
         try:
+            if proposal.answer:
+                kept = self.ws.record_failed_proposal(
+                    self.session, gen, operator=proposal.operator, proposer=proposal.proposer, reason=why,
+                    prompt_md=proposal.prompt_md(), drafts=proposal.drafts,
+                    parents=[p for p in proposal.parents if p in self.population.members], model=proposal.model,
+                    error=proposal.data.get("error"), cost_usd=proposal.cost_usd, usage=proposal.usage.to_json())
+                data["id"] = kept.id
+                self._emit(ev.Log(self.session, level="warning", message=(
+                    f"{kept.id}: no candidate ({why[:200]}); the answer is kept: kbench show-candidate {kept.id}")))
             self.ws.record_session_event(self.session, PROPOSAL_FAILED, data)
         except Exception as exc:  # noqa: BLE001 - a note that cannot be written must not end the session
             self._emit(ev.Log(self.session, level="warning", message=f"could not record a failed proposal: {exc}"))
-
 
     def _set_directives(self, proposal: Proposal) -> None:
         self.directives = proposal.directives or ""

@@ -21,6 +21,7 @@ streamed. Retries, outages and the budget guard: engine.llm.retry.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -41,6 +42,7 @@ from engine.llm.accounting import CallRecord, CostLedger, Usage
 from engine.llm.availability import NO_KEY_MESSAGE, api_key_from_env, llm_available, no_key_notice
 from engine.llm.errors import InvalidRequest, LLMError, NoAPIKey
 from engine.llm.models import ModelCaps, ModelCatalog, cache_file
+from engine.llm.render import estimate_tokens
 from engine.llm.retry import Failure, Retrier, retry_after, status_failure
 
 log = logging.getLogger("kbench.llm")
@@ -179,7 +181,12 @@ class LLMClient:
             tool["strict"] = True   # the tool's input is then held to its schema by the API
         content: list[dict[str, Any]] = []
         if req.context:
-            content.append({"type": "text", "text": req.context, "cache_control": {"type": "ephemeral"}})
+            block: dict[str, Any] = {"type": "text", "text": req.context}
+            # The prefix (tools, system, task context) is cached where it reaches the model's minimum; below it
+            # the API would not cache it anyway.
+            if estimate_tokens(json.dumps(tool) + req.system + req.context) >= caps.cache_min:
+                block["cache_control"] = {"type": "ephemeral"}
+            content.append(block)
         content.append({"type": "text", "text": req.prompt})
         params: dict[str, Any] = {
             "model": model,

@@ -9,7 +9,9 @@ reasons. The votes are aggregated into one pre-GPU verdict by this rule:
 
 A verifier that cannot answer never fails a candidate: the GPU stages are the ground truth, the
 verifiers only save GPU time. Votes and the aggregate are all written as notes and can be overridden.
-When the API is unavailable (the outage window ran out) nothing is decided: `Verification.unavailable` says
+The task context and the candidate form the cached prefix the three reviews share; the first review is sent
+alone and writes the cache, the other two follow in parallel and read it. When the API is unavailable (the
+outage window ran out) nothing is decided: `Verification.unavailable` says
 so, the loop writes no verdict, keeps the candidate off the GPU and pauses; a resume reviews it again.
 
 The verdict tool is forced only where the model lets thinking be switched off ([verify] thinking =
@@ -55,7 +57,9 @@ def verify(client: LLMClient, config: Config, task: Task, direction: str, candid
     values = {**render.context_values(task, direction), "candidate": render.render_candidate(candidate)}
     try:
         system = load_template("verify_system", prompts_dir).render()
-        context = load_template("context", prompts_dir).render(values)
+        # the task and the candidate are what the three reviews share: one cached prefix
+        context = "\n\n".join((load_template("context", prompts_dir).render(values).rstrip(),
+                                load_template("verify_candidate", prompts_dir).render(values).rstrip()))
         prompts = {n: load_template(f"verify_{n}", prompts_dir).render(values) for n in verifiers}
     except PromptError as exc:
         # A broken template breaks every later review too: skip, and ask the loop to stop.
@@ -69,7 +73,9 @@ def verify(client: LLMClient, config: Config, task: Task, direction: str, candid
         return _vote(client, name, req)
 
     if parallel and len(verifiers) > 1:
-        results = _in_parallel(one, verifiers)
+        # The first review writes the prompt cache; the others are sent once it has answered, so they read it
+        # (a cache entry is usable only once the response that writes it has begun).
+        results = [one(verifiers[0]), *_in_parallel(one, verifiers[1:])]
     else:
         results = [one(n) for n in verifiers]
     votes = tuple(v for v, _ in results)

@@ -11,6 +11,7 @@ parent, so max_tokens is sized from the parent's length.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,10 +19,11 @@ from engine.candidates import Candidate
 from engine.config import Config
 from engine.llm import render
 from engine.llm.availability import no_key_message, no_key_notice
+from engine.llm.accounting import Usage
 from engine.llm.client import LLMReply, LLMRequest
 from engine.llm.errors import LLMError
 from engine.llm.prompts import PromptError, load_template
-from engine.llm.tools import SUBMIT_DIRECTIVES, SUBMIT_KERNEL, directives_answer, kernel_answer
+from engine.llm.tools import KERNEL_FIELDS, SUBMIT_DIRECTIVES, SUBMIT_KERNEL, directives_answer, kernel_answer
 from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed,
                                    new_proposal_id, parent_id, with_provenance)
 from engine.tasks.glue import materialise
@@ -111,22 +113,27 @@ class LLMProposer:
                         parents=tuple(parent_id(p) for p in request.parents),
                         model=llm_req.model or self.config.llm.model)
         try:
-            reply = self.client.call(llm_req)
+            replies = self._ask(llm_req)
         except LLMError as exc:
             status = (ProposalStatus.UNAVAILABLE if exc.unavailable else
                       ProposalStatus.STOP if exc.stop else ProposalStatus.FAILED)
             return replace(base, status=status, reason=str(exc),
                            data={"error": exc.kind, "attempts": exc.attempts, "status_code": exc.status_code})
-        base = replace(base, answer=answer_markdown(reply), usage=reply.usage, cost_usd=reply.cost_usd,
-                       model=reply.model, data={"attempts": reply.attempts, "request_id": reply.request_id,
-                                                "stop_reason": reply.stop_reason})
+        reply = replies[-1]
+        base = replace(base, answer=answers_markdown(replies), usage=sum((r.usage for r in replies), Usage()),
+                       cost_usd=sum(r.cost_usd for r in replies), model=reply.model,
+                       data={"attempts": sum(r.attempts for r in replies), "request_id": reply.request_id,
+                             "stop_reason": reply.stop_reason, "calls": len(replies)})
         try:
             if op == "meta":
                 d = directives_answer(reply)
                 return replace(base, directives=d.directives, rationale=d.rationale)
             ans = kernel_answer(reply, request.direction)
         except LLMError as exc:
-            return replace(base, status=ProposalStatus.FAILED, reason=str(exc), data={**base.data, "error": exc.kind})
+            why = str(exc) + (" (cut again when asked once more with twice the room)"
+                              if len(replies) > 1 and reply.stop_reason == "max_tokens" else "")
+            return replace(base, status=ProposalStatus.FAILED, reason=why, data={**base.data, "error": exc.kind},
+                           drafts=drafts_of(reply))
         cand = Candidate("native" if "binding.cpp" in ans.files else "kernel-only", ans.files, ans.name)
         try:
             cand = materialise(cand, request.task, request.direction)   # kernel-only: the generated binding
@@ -143,6 +150,22 @@ class LLMProposer:
         return replace(proposal, candidate=with_provenance(cand, proposal))
 
 
+    def _ask(self, llm_req: LLMRequest) -> list[LLMReply]:
+        """The call, and once more with twice the room when the answer was cut at max_tokens (a truncated kernel
+        is no kernel; both answers are paid for and kept). A second call that fails keeps the first answer."""
+        first = self.client.call(llm_req)
+        if first.stop_reason != "max_tokens":
+            return [first]
+        room = self.client.build_params(llm_req)["max_tokens"]
+        again = replace(llm_req, max_tokens=2 * room)
+        if self.client.build_params(again)["max_tokens"] <= room:      # already at the model's limit
+            return [first]
+        try:
+            return [first, self.client.call(again)]
+        except LLMError:
+            return [first]
+
+
 # The older name: the proposer is provider-neutral now.
 AnthropicProposer = LLMProposer
 
@@ -157,6 +180,24 @@ def prompt_markdown(req: LLMRequest, params: dict[str, Any]) -> str:
         "### Task context (cached)\n\n" + req.context.strip(),
         "### Request\n\n" + req.prompt.strip(),
     ])
+
+
+def answers_markdown(replies: list[LLMReply]) -> str:
+    """Every answer a proposal paid for: one, or a first one cut at max_tokens and the one asked again."""
+    if len(replies) == 1:
+        return answer_markdown(replies[0])
+    return "\n\n".join(f"### Answer {i} of {len(replies)}\n\n{answer_markdown(r)}" for i, r in enumerate(replies, 1))
+
+
+def drafts_of(reply: LLMReply) -> dict[str, str]:
+    """The files an unusable answer carried, as far as they got (tool fields, else fenced code in its text)."""
+    data = reply.tool_input if isinstance(reply.tool_input, dict) else {}
+    drafts = {rel: data[f] for f, rel in KERNEL_FIELDS.items() if isinstance(data.get(f), str) and data[f].strip()}
+    if drafts:
+        return drafts
+    blocks = re.findall(r"```(\w*)[^\n]*\n(.*?)(?:```|\Z)", reply.text, re.DOTALL)
+    ext = {"cuda": "cu", "cu": "cu", "cpp": "cpp", "c++": "cpp", "python": "py", "py": "py"}
+    return {f"draft-{i}.{ext.get(lang.lower(), 'txt')}": code for i, (lang, code) in enumerate(blocks, 1) if code.strip()}
 
 
 def answer_markdown(reply: LLMReply) -> str:

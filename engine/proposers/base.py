@@ -79,6 +79,8 @@ class Proposal:
     model: str | None = None
     id: str = field(default_factory=new_proposal_id)
     data: dict[str, Any] = field(default_factory=dict)  # proposer-specific: error kind, knobs, replay source
+    # a failed proposal: the files its answer carried, as far as they got (kept for a person to salvage)
+    drafts: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -116,7 +118,7 @@ class Proposal:
                 "candidate": self.candidate.to_json() if self.candidate else None, "directives": self.directives,
                 "reason": self.reason, "parents": list(self.parents), "rationale": self.rationale,
                 "prompt": self.prompt, "answer": self.answer, "usage": self.usage.to_json(),
-                "cost_usd": self.cost_usd, "model": self.model, "data": self.data}
+                "cost_usd": self.cost_usd, "model": self.model, "data": self.data, "drafts": self.drafts}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> "Proposal":
@@ -126,7 +128,8 @@ class Proposal:
                    reason=obj.get("reason", ""), parents=tuple(obj.get("parents") or ()),
                    rationale=obj.get("rationale", ""), prompt=obj.get("prompt", ""), answer=obj.get("answer", ""),
                    usage=Usage.from_json(obj.get("usage") or {}), cost_usd=float(obj.get("cost_usd", 0.0)),
-                   model=obj.get("model"), id=obj.get("id") or new_proposal_id(), data=dict(obj.get("data") or {}))
+                   model=obj.get("model"), id=obj.get("id") or new_proposal_id(), data=dict(obj.get("data") or {}),
+                   drafts=dict(obj.get("drafts") or {}))
 
 
 @runtime_checkable

@@ -51,14 +51,21 @@ def checkout(reader: CandidateReader, rec: CandidateRecord, directory: str | Pat
              force: bool = False) -> list[Path]:
     """Write the candidate's files (with `with_task`, the whole commit tree) into `directory`. Refuses
     to overwrite existing files unless `force`; nothing is written when it refuses."""
-    repo = reader.repo
-    tree = {e.path: (e.mode, e.sha) for e in gitread.ls_tree(repo.git_dir, rec.commit) if e.type == "blob"}
-    wanted = sorted(tree) if with_task else reader.candidate_file_names(rec)[0]
+    names = None if with_task else reader.candidate_file_names(rec)[0]
+    return write_out(reader.repo, rec.commit, names, directory, force=force, label=f"candidate {rec.id}")
+
+
+def write_out(repo: WorkspaceRepo, commit: str, names: list[str] | None, directory: str | Path, *,
+              force: bool = False, label: str = "") -> list[Path]:
+    """Write the files `names` of `commit` (None: its whole tree) into `directory`; nothing is written when a
+    file exists (unless `force`) or a path is unsafe."""
+    tree = {e.path: (e.mode, e.sha) for e in gitread.ls_tree(repo.git_dir, commit) if e.type == "blob"}
+    wanted = sorted(tree) if names is None else names
     for p in wanted:
         if p not in tree:
-            raise WorkspaceError(f"candidate {rec.id}: file {p} is listed but missing from its commit")
+            raise WorkspaceError(f"{label}: file {p} is listed but missing from its commit")
         if p.startswith("/") or any(part in ("", ".", "..", ".git") for part in p.split("/")):
-            raise WorkspaceError(f"candidate {rec.id}: refusing to write the unsafe path {p!r}")
+            raise WorkspaceError(f"{label}: refusing to write the unsafe path {p!r}")
     target = Path(directory)
     if target.exists() and not target.is_dir():
         raise WorkspaceError(f"{target}: exists and is not a folder")
@@ -70,7 +77,7 @@ def checkout(reader: CandidateReader, rec: CandidateRecord, directory: str | Pat
     written = []
     for p, obj in zip(wanted, objs):
         if obj is None:
-            raise WorkspaceError(f"candidate {rec.id}: object of {p} is missing")
+            raise WorkspaceError(f"{label}: object of {p} is missing")
         dest = target / p
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.is_symlink():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from engine.candidates import Candidate
 from engine.verdict import STAGES, Status, Verdict
 from engine.workspace import commits, files, gitobjects, gitrefs, sessions, writers
+from engine.workspace.failed import FailedProposal, FailedProposals
 from engine.workspace.errors import CorruptNoteError, UnknownSessionError, WorkspaceError
 from engine.workspace.listing import Listing
 from engine.workspace.notes import NotesStore
@@ -185,6 +186,16 @@ class Workspace:
                 raise WorkspaceError(f"could not allocate a candidate id in session {session!r}")
         raw = wr.read_commit(sha)
         return commits.record_from_commit(raw, self._reader.id_of_commit)
+
+    @property
+    def failed(self) -> FailedProposals:
+        """The LLM answers that gave no candidate (engine.workspace.failed): list, get, prompt, drafts, checkout."""
+        return FailedProposals(self._repo, self._reader)
+
+    def record_failed_proposal(self, session: str, generation: int, **kw: Any) -> FailedProposal:
+        """Keep a paid-for answer that gave no candidate, its prompt, raw answer and drafts (FailedProposals.record)."""
+        with self._repo.writing(), writers.write_guard(self.git_dir, session):
+            return self.failed.record(session, generation, **kw)
 
     def resolve(self, query: str) -> CandidateRecord:
         """A candidate from its full id, a unique id prefix, its ref, or any revision naming its commit."""

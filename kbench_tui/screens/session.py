@@ -12,6 +12,7 @@ from engine.workspace import UnknownSessionError
 from kbench_tui import keymap
 from kbench_tui.view_models import waiting_count
 from kbench_tui.screens.actions import CandidateActions
+from kbench_tui.screens.failed import FailedProposalsScreen
 from kbench_tui.widgets.fitness_plot import FitnessPlot
 from kbench_tui.widgets.line import Line
 from kbench_tui.widgets.lineage_table import LineageTable, short
@@ -162,6 +163,9 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
             t.append(f"gen {min(r.generation, r.budgets.generations)}/{r.budgets.generations}  population {r.budgets.population}  "
                      f"committed {self.counts['committed']}  evaluated {self.counts['evaluated']}  ")
         t.append(f"{n} candidates")
+        failed = self.data.failed if self.data else 0
+        if failed:
+            t.append(f"  {failed} failed proposal(s): F reads them", style="yellow")
         q = self.app.backend.queued
         if q:
             t.append(f"  re-evaluations queued/running: {q}", style="cyan")
@@ -273,6 +277,9 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
             self.app.notify(f"no candidate matches {q!r}", severity="warning")
         event.input.display = False
         self.query_one(LineageTable).focus()
+
+    def action_failed(self) -> None:
+        self.app.push_screen(FailedProposalsScreen(self.session))
 
     def action_toggle_log(self) -> None:
         log = self.query_one(LogView)

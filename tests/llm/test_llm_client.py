@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import logging
 import socket
 import sys
@@ -24,8 +26,9 @@ from tests.standins.claude_bodies import error_body  # noqa: E402
 from tests.standins.server import StubResponse  # noqa: E402
 from engine.llm.tools import SUBMIT_KERNEL, SUBMIT_VERDICT  # noqa: E402
 
-REQ = LLMRequest(system="You write CUDA.", context="# Task: layernorm\n(stable context)", prompt="Translate it.",
-                 tool=SUBMIT_KERNEL, key="p1", purpose="translate")
+# a task context of about 2,000 tokens: above Opus 5.5's caching minimum (512), below Opus 4.6's (4,096)
+REQ = LLMRequest(system="You write CUDA.", context="# Task: layernorm\n" + "(stable context)\n" * 400,
+                 prompt="Translate it.", tool=SUBMIT_KERNEL, key="p1", purpose="translate")
 
 
 def test_request_shape_and_accounting(harness):
@@ -65,6 +68,12 @@ def test_request_shape_and_accounting(harness):
     assert ledger.spent_usd == pytest.approx(reply.cost_usd)
     assert ledger.for_key("p1").calls == 1 and ledger.calls[0].purpose == "translate"
     assert harness.sleeps == []
+    # the API caches nothing below a model's minimum: no breakpoint is sent for a prefix that short
+    api.queue(recorded("ok_translate"), recorded("ok_translate"))
+    harness.client(model="claude-opus-4-6").call(REQ)
+    client.call(replace(REQ, context="# Task: tiny"))
+    short = [r.json["messages"][0]["content"][0] for r in api.messages()[1:]]
+    assert ["cache_control" in b for b in short] == [False, False]
 
 
 def test_small_calls_are_not_streamed(harness):

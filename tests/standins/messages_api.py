@@ -52,7 +52,7 @@ class StubMessagesAPI(StubServer):
         self.key = key
         self.max_request_bytes = max_request_bytes
         self.model: ScriptedModel | None = None
-        self.usage: list[dict[str, int]] = []          # the usage of every answer sent, in order
+        self.usage: list[dict[str, Any]] = []          # every scripted answer's usage (with its tool and model)
         self._cache: dict[str, bool] = {}               # prefix digest -> usable (its writer's response began)
         self._queue: list[StubResponse] = []
         self.requests: list[RecordedRequest] = []
@@ -204,12 +204,12 @@ class StubMessagesAPI(StubServer):
         content, cut = cut_to(content, body["max_tokens"])
         written, read, fresh = self._cache_use(body)
         usage = {"input_tokens": fresh, "output_tokens": output_tokens(content), "cache_write": written,
-                 "cache_read": read}
+                 "cache_read": read, "tool": (body.get("tools") or [{}])[0].get("name"), "model": body["model"]}
         with self._lock:
             self.usage.append(usage)
         return StubResponse(200, message_body(content, model=body["model"],
                                               stop_reason="max_tokens" if cut else answer.stop_reason,
-                                              input_tokens=fresh, output_tokens=usage["output_tokens"],
+                                              input_tokens=fresh, output_tokens=output_tokens(content),
                                               cache_write=written, cache_read=read))
 
     def _cache_use(self, body: dict[str, Any]) -> tuple[int, int, int]:

@@ -56,7 +56,7 @@ class ScriptedModel:
     kernels: Iterator[dict[str, str]] | None = None
     behaviour: str = "kernel"
     thinking: str = "Looked at the memory traffic: one read of x and bias, one write of y."
-    padding_tokens: int = 0          # extra length on each kernel answer (to outgrow a small max_tokens)
+    padding_tokens: int = 0          # extra length of each kernel.cu (to outgrow a small max_tokens)
     verdict: str = "pass"
     calls: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -88,9 +88,12 @@ class ScriptedModel:
         if self.behaviour == "malformed":
             kernel = {"name": kernel["name"], "rationale": kernel["rationale"], "cuda_source": kernel["kernel_cu"]}
         elif self.behaviour == "elided":
-            kernel = {**kernel, "kernel_cu": kernel["kernel_cu"][:400] + "\n// ... rest of the kernel unchanged\n"}
-        if self.padding_tokens:
-            kernel = {**kernel, "rationale": kernel["rationale"] + " " + "Measured. " * self.padding_tokens}
+            cu = kernel["kernel_cu"]
+            head = cu[: cu.index("\n", cu.index("__global__")) + 1]        # the kernel's signature, then "..."
+            kernel = {**kernel, "kernel_cu": head + "    // ... rest of the kernel unchanged\n}\n"}
+        if self.padding_tokens:      # a longer kernel: a table of constants after the code (4 chars a token)
+            table = "".join(f"// lut {i:06d}\n" for i in range(self.padding_tokens // 4 + 1))
+            kernel = {**kernel, "kernel_cu": kernel["kernel_cu"] + table}
         return Answer(thinking + [{"type": "tool_use", "name": tool or "submit_kernel", "input": kernel}])
 
     def _next_kernel(self) -> dict[str, str]:
