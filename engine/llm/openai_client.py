@@ -5,7 +5,8 @@ The same LLMRequest becomes one chat completion: a system message (the role text
 context, then the operator's prompt), the operator's tool as a `function` tool, and `tool_choice` naming it
 (`[llm] force_tool = false` sends "auto" for servers that cannot constrain a named call). The function call's
 `arguments` (a JSON string) become the LLMReply's tool input, so proposers and verifiers read answers exactly
-as they do from Claude. Prices: `[llm.prices."<model>"]`, else 0 (a local model costs nothing).
+as they do from Claude; an answer that writes the call as text instead (a server without a tool parser, a
+model that answers in fenced code) is read back by engine.llm.fenced and marked so. Prices: `[llm.prices."<model>"]`, else 0 (a local model costs nothing).
 Retries, outages and the budget guard are engine.llm.retry's, as for Claude.
 
 Lazy imports: openai (about 0.6 s to import), only where this provider is used: engine.llm.factory imports this
@@ -26,6 +27,7 @@ from engine.llm.accounting import CallRecord, CostLedger, Usage
 from engine.llm.availability import api_key_from_env, no_key_message
 from engine.llm.client import LLMReply, LLMRequest
 from engine.llm.errors import LLMError, NoAPIKey
+from engine.llm.fenced import input_from_text
 from engine.llm.retry import Failure, Retrier, status_failure
 
 _STOP = {"tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens", "stop": "end_turn",
@@ -147,10 +149,15 @@ class OpenAICompatClient:
             except ValueError:
                 tool_input = None            # tools.tool_input() reports it as "no readable input"
             break
+        text = msg.content or ""
+        form = "tool_call"
+        if tool_name is None and (found := input_from_text(text, req.tool)) is not None:
+            tool_name, tool_input, form = req.tool["name"], found.input, found.form
         extra = getattr(msg, "model_extra", None) or {}
         thinking = extra.get("reasoning_content") or extra.get("reasoning") or ""
         return LLMReply(model=billed_model, stop_reason=_STOP.get(choice.finish_reason or "", choice.finish_reason),
-                        tool_name=tool_name, tool_input=tool_input, text=msg.content or "",
+                        tool_name=tool_name, tool_input=tool_input, text=text,
                         thinking=thinking if isinstance(thinking, str) else "", usage=usage, cost_usd=cost,
                         attempts=attempts, request_id=getattr(completion, "id", None),
-                        content=[msg.model_dump(mode="json")] if hasattr(msg, "model_dump") else [])
+                        content=[msg.model_dump(mode="json")] if hasattr(msg, "model_dump") else [],
+                        answer_form=form)
