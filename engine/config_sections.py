@@ -51,6 +51,7 @@ class LLMConfig:
     # openai-compatible: the model's context length in tokens, where the server's /v1/models does not say it
     # (Ollama) or says more than it serves; max_tokens is fitted to it. None: ask the server.
     context_tokens: int | None = None
+    stream: bool | None = None             # openai-compatible: stream every call (or none); None: long ones
     prompts_dir: str | None = None         # templates here override the built-in ones, file by file
     prices: dict[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
 

@@ -13,6 +13,9 @@ Servers as people run them (engine.llm.openai_server keeps what each one told kb
   above. A refusal as too long for the context is sent once more with what the server's own numbers leave.
 - A server that refuses a named tool_choice gets "auto", and one that refuses tools gets none (the answer
   is then asked for as text), each from the first refusal on (`[llm] force_tool = false` starts at "auto").
+- A call that could outlast `timeout_s` at a slow local model's 20 tokens/s is streamed (`[llm] stream`
+  decides instead where set), its tool-call deltas accumulated by the SDK's ChatCompletionStreamState, so
+  `timeout_s` bounds the wait between chunks rather than the whole answer.
 Prices: `[llm.prices."<model>"]`, else 0 (a local model costs nothing). Retries, outages and the budget
 guard are engine.llm.retry's, as for Claude.
 
@@ -44,6 +47,7 @@ log = logging.getLogger("kbench.llm")
 
 _STOP = {"tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens", "stop": "end_turn",
          "content_filter": "refusal"}
+SLOW_TOKENS_PER_S = 20      # a local model on a small GPU: what decides whether a call may outlast timeout_s
 
 
 class OpenAICompatClient:
@@ -135,6 +139,11 @@ class OpenAICompatClient:
             params["temperature"] = cfg.temperature
         return params
 
+    def streams(self, params: dict[str, Any]) -> bool:
+        if self.config.stream is not None:
+            return self.config.stream
+        return params["max_tokens"] / SLOW_TOKENS_PER_S > self.config.timeout_s
+
     def call(self, req: LLMRequest) -> LLMReply:
         """One logical call. A refusal of the tools steps down (named, auto, none) and sends again; a refusal as
         too long for the context is sent once more with what fits.
@@ -163,14 +172,31 @@ class OpenAICompatClient:
                 refit = room
 
     def _send(self, sdk: Any, params: dict[str, Any], req: LLMRequest, mode: str) -> LLMReply:
+        stream = self.streams(params)
+
         def attempt(n: int) -> LLMReply:
-            completion = sdk.chat.completions.create(**params)
+            completion = self._streamed(sdk, params) if stream else sdk.chat.completions.create(**params)
             if not getattr(completion, "choices", None):
                 raise LLMError(f"the endpoint answered without choices: {str(completion)[:200]!r}",
                                kind="bad_response")
             return self._reply(completion, req, params["model"], n + 1)
 
         return self.retrier.run(attempt, lambda exc: self._classify(exc, mode))
+
+    def _streamed(self, sdk: Any, params: dict[str, Any]) -> Any:
+        """The completion, accumulated from a stream: the SDK merges tool-call deltas by index and
+        concatenates their argument pieces; the last chunk carries the usage."""
+        from openai.lib.streaming.chat import ChatCompletionStreamState
+
+        state = ChatCompletionStreamState()
+        chunks = 0
+        with sdk.chat.completions.create(**params, stream=True, stream_options={"include_usage": True}) as events:
+            for chunk in events:
+                state.handle_chunk(chunk)
+                chunks += 1
+        if not chunks:
+            raise LLMError(f"the stream from {self.base_url} held no chunk", kind="bad_response")
+        return state.current_completion_snapshot
 
     # -- refusals --------------------------------------------------------------------------------------
     def _room(self, exc: ContextOverflow, params: dict[str, Any]) -> int | None:
@@ -229,6 +255,12 @@ class OpenAICompatClient:
         if isinstance(exc, openai.APIConnectionError) or type(exc).__module__.split(".")[0] in ("httpx", "httpx2"):
             return Failure(LLMError(f"cannot reach the endpoint at {self.base_url} ({exc.__cause__ or exc})",
                                     kind="connection"), True)
+        if isinstance(exc, openai.APIError) and isinstance(exc.body, dict):
+            # an error event in the middle of a stream (llama.cpp, vLLM): the status is in its body, if at all
+            code = exc.body.get("code")
+            status = int(code) if str(code).isdigit() else 500
+            return status_failure(status, str(exc.body.get("type") or ""), str(exc.body.get("message") or exc),
+                                  "", None, key_env=self.config.key_env() or "the endpoint's key")
         if isinstance(exc, openai.OpenAIError):
             return Failure(LLMError(f"the openai SDK failed: {exc}", kind="client"), False)
         if isinstance(exc, (TypeError, ValueError)):

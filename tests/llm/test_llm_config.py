@@ -83,6 +83,7 @@ def test_flag_beats_env_base_url(tmp_path):
     ('[llm]\nconcurrency = 0\n', ["concurrency"]),
     ('[llm]\ncontext_tokens = 512\n', ["[llm] context_tokens", "at least 1024", "512"]),
     ('[llm]\ncontext_tokens = "32k"\n', ["context_tokens", "expected int"]),
+    ('[llm]\nstream = "yes"\n', ["stream", "expected bool"]),
     ('[llm]\noutage_minutes = -1\n', ["outage_minutes"]),
     ('[budget]\nusd = -1\n', ["usd"]),
     ('[verify]\nmin_confidence = 2\n', ["min_confidence"]),

@@ -1,10 +1,11 @@
 """OpenAI-compatible servers as people run them (engine.llm.openai_server, engine.llm.openai_client): the context
 length from where each server says it, max_tokens fitted to it, the servers' context-length refusals read and
-retried once, and tool_choice stepped down on a refusal; against the rule-enforcing
+retried once, tool_choice stepped down on a refusal, and long calls streamed; against the rule-enforcing
 stand-ins (tests.standins.openai_rules) through the real openai SDK."""
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 
@@ -20,7 +21,7 @@ from engine.llm.errors import LLMError  # noqa: E402
 from engine.llm.factory import make_client  # noqa: E402
 from engine.llm.openai_server import context_from_models, fit_max_tokens, overflow, tool_refusal  # noqa: E402
 from engine.llm.tools import SUBMIT_KERNEL, SUBMIT_VERDICT, kernel_answer, verdict_answer  # noqa: E402
-from tests.standins.openai_api import StubOpenAIAPI, oai_error, tool_call_completion  # noqa: E402
+from tests.standins.openai_api import StubOpenAIAPI, oai_error, text_completion, tool_call_completion  # noqa: E402
 from tests.standins.openai_rules import VLLM, LlamaCpp, prompt_tokens  # noqa: E402
 from tests.standins.scripted import ScriptedModel  # noqa: E402
 from tests.standins.server import StubResponse  # noqa: E402
@@ -152,6 +153,46 @@ def test_a_gateway_that_refuses_a_named_tool_choice_gets_auto_from_then_on(tmp_p
         assert verdict_answer(c.call(VERDICT_REQ)).verdict == "fail"
         assert [r.json["tool_choice"] for r in api.completions()] == [
             {"type": "function", "function": {"name": "submit_verdict"}}, "auto", "auto"]
+
+
+def test_llama_cpp_ignores_a_named_tool_choice_and_streams_reasoning_and_tool_deltas(tmp_path):
+    with StubOpenAIAPI(model=MODEL, flavour=LlamaCpp(n_ctx=32768)) as api:
+        api.respond(ScriptedModel())
+        reply = client(api, tmp_path).call(KERNEL_REQ)
+        sent = api.completions()[0].json
+        assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+        answered = api.answered[0]["choices"][0]["message"]
+        assert reply.tool_input == json.loads(answered["tool_calls"][0]["function"]["arguments"])
+        assert reply.thinking == answered["reasoning_content"] and reply.stop_reason == "tool_use"
+        assert reply.usage.output_tokens == api.answered[0]["usage"]["completion_tokens"] > 0
+        assert kernel_answer(reply).name == "variant-1"
+
+
+def test_a_streamed_answer_cut_at_max_tokens_is_a_truncated_call(tmp_path):
+    with StubOpenAIAPI(model=MODEL) as api:
+        api.respond(ScriptedModel())
+        reply = client(api, tmp_path, stream=True).call(
+            LLMRequest("s", "c", "p", SUBMIT_KERNEL, max_tokens=300))
+        assert api.answered[0]["choices"][0]["finish_reason"] == "length" and reply.stop_reason == "max_tokens"
+        with pytest.raises(LLMError, match="truncated|no readable input"):
+            kernel_answer(reply)
+
+
+def test_short_calls_are_sent_whole_unless_the_config_says_stream(tmp_path):
+    with StubOpenAIAPI(model=MODEL) as api:
+        api.respond(ScriptedModel())
+        client(api, tmp_path).call(VERDICT_REQ)                 # 8000 tokens at 20/s: under timeout_s = 600
+        client(api, tmp_path, stream=False).call(KERNEL_REQ)
+        assert [r.json.get("stream", False) for r in api.completions()] == [False, False]
+
+
+def test_an_error_event_in_the_middle_of_a_stream_is_retried(tmp_path):
+    with StubOpenAIAPI(model=MODEL, flavour=LlamaCpp()) as api:
+        api.respond(ScriptedModel())
+        api.queue(StubResponse(200, text_completion("Let me think").body, tool="*",
+                               midstream_error={"code": 500, "message": "slot unavailable", "type": "server_error"}))
+        reply = client(api, tmp_path, stream=True).call(KERNEL_REQ)
+        assert kernel_answer(reply) and len(api.completions()) == 2
 
 
 def test_answers_written_as_text_are_read_back_and_marked(tmp_path):
