@@ -155,6 +155,9 @@ def validate(cfg: Config) -> None:
                           "non-negative.")
     if llm.concurrency < 1:
         raise ConfigError(f"[llm] concurrency must be at least 1, got {llm.concurrency}.")
+    if llm.context_tokens is not None and llm.context_tokens < 1024:
+        raise ConfigError(f"[llm] context_tokens: the model's context length in tokens (e.g. 32768), at least "
+                          f"1024; got {llm.context_tokens}.")
     if cfg.budget.usd is not None and cfg.budget.usd < 0:
         raise ConfigError(f"[budget] usd must be non-negative, got {cfg.budget.usd}.")
     if cfg.verify.thinking not in thinking:

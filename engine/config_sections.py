@@ -48,6 +48,10 @@ class LLMConfig:
     concurrency: int = 2                   # proposals in flight at once (so the GPU has the next one ready)
     models_api: bool = True                # ask the Models API for the model's capabilities (cached a day)
     force_tool: bool = True                # openai-compatible: name the tool in tool_choice
+    # openai-compatible: the model's context length in tokens, where the server's /v1/models does not say it
+    # (Ollama) or says more than it serves; max_tokens is fitted to it. None: ask the server.
+    context_tokens: int | None = None
+    stream: bool | None = None             # openai-compatible: stream every call (or none); None: long ones
     prompts_dir: str | None = None         # templates here override the built-in ones, file by file
     prices: dict[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
 

@@ -81,6 +81,8 @@ class LLMReply:
     attempts: int
     request_id: str | None = None
     content: list[dict[str, Any]] = field(default_factory=list)  # the raw blocks, as JSON
+    # where the tool input came from: "tool_call", or the text ("json", "fenced": engine.llm.fenced)
+    answer_form: str = "tool_call"
 
 
 def resolve_thinking(caps: ModelCaps, wanted: str, effort: str | None) -> str:

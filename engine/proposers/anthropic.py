@@ -147,7 +147,9 @@ class LLMProposer:
                            data={**base.data, "error": "duplicate", "source_hash": cand.source_hash})
         self.client.ledger.rekey(pid, cand.source_hash)
         proposal = replace(base, rationale=ans.rationale)
-        return replace(proposal, candidate=with_provenance(cand, proposal))
+        # an answer that wrote the call as text (engine.llm.fenced) says so in the candidate's meta
+        form = {} if reply.answer_form == "tool_call" else {"answer_form": reply.answer_form}
+        return replace(proposal, candidate=with_provenance(cand, proposal, **form))
 
 
     def _ask(self, llm_req: LLMRequest) -> list[LLMReply]:
@@ -207,7 +209,9 @@ def answer_markdown(reply: LLMReply) -> str:
     if reply.text.strip():
         parts.append("### Text\n\n" + reply.text.strip())
     if reply.tool_name:
-        parts.append(f"### Tool call: {reply.tool_name}")
+        read = {"json": " (read from a JSON object in the text: no tool call)",
+                "fenced": " (read from fenced code blocks in the text: no tool call)"}.get(reply.answer_form, "")
+        parts.append(f"### Tool call: {reply.tool_name}{read}")
         data = dict(reply.tool_input or {})
         for key, lang in (("kernel_cu", "cuda"), ("binding_cpp", "cpp")):
             if isinstance(data.get(key), str):

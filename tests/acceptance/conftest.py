@@ -92,7 +92,7 @@ def claude(user) -> StubMessagesAPI:
 
 @pytest.fixture
 def vllm(user) -> StubOpenAIAPI:
-    """An OpenAI-compatible stand-in (vLLM's behaviour), holding the user's key."""
-    with StubOpenAIAPI() as api:
+    """An OpenAI-compatible stand-in (vLLM's behaviour, started with `--api-key`), holding the user's key."""
+    with StubOpenAIAPI(key=OPENAI_KEY) as api:
         user.env.update(OPENAI_API_KEY=OPENAI_KEY)
         yield api

@@ -215,7 +215,7 @@ def test_an_openai_compatible_endpoint_runs_the_same_session(tmp_path, monkeypat
         for _ in range(6):
             stub.queue(completion_from_message(recorded("verdict_pass").body, model="qwen3-coder-30b"))
         assert main(["--workspace", str(tmp_path / "ws"), *EVOLVE]) == 0, capsys.readouterr()
-        bodies = [r.json for r in stub.requests]
+        bodies = [r.json for r in stub.completions()]
         assert stub.rejected == [] and len(bodies) == 8
         tools = sorted(b["tool_choice"]["function"]["name"] for b in bodies)
         assert tools == ["submit_kernel"] * 2 + ["submit_verdict"] * 6

@@ -9,14 +9,20 @@ truncation.
 
 Behaviours for submit_kernel requests: "kernel" (a complete candidate), "prose" (text, no tool call),
 "refusal" (stop_reason refusal), "malformed" (a tool call whose input has the wrong fields),
-"elided" (a file with "... rest unchanged"). Verifier (submit_verdict) and directive (submit_directives)
-requests always get a well-formed answer.
+"elided" (a file with "... rest unchanged"), "fenced" (the candidate's files in fenced code blocks of the
+text, no tool call, as models that ignore the tools write). Verifier (submit_verdict) and directive
+(submit_directives) requests always get a well-formed answer.
+
+A request that offers no tool (an OpenAI-compatible server that refuses them) is answered in text, for the
+tool the request's last message names: a kernel as fenced files after a `name:` line, anything else as a
+```json block, as the request asks (engine.llm.fenced.text_answer_instruction).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +31,8 @@ from typing import Any
 
 from tests.paths import REPO
 
-KERNEL_BEHAVIOURS = ("kernel", "prose", "refusal", "malformed", "elided")
+KERNEL_BEHAVIOURS = ("kernel", "prose", "refusal", "malformed", "elided", "fenced")
+_TOOL_NAMED = re.compile(r"\bsubmit_(?:kernel|verdict|directives)\b")
 
 
 def tokens_of(text: str) -> int:
@@ -66,8 +73,14 @@ class ScriptedModel:
             raise ValueError(f"unknown behaviour {self.behaviour!r}")
 
     def answer(self, body: dict[str, Any]) -> Answer:
-        tools = [t.get("name") for t in body.get("tools") or () if isinstance(t, dict)]
-        tool = tools[0] if tools else None
+        tool = _offered(body)
+        if tool is None:
+            answer = self._answer(body, _named_in_text(body))
+            return _as_text(answer)
+        answer = self._answer(body, tool)
+        return _as_text(answer) if self.behaviour == "fenced" and tool == "submit_kernel" else answer
+
+    def _answer(self, body: dict[str, Any], tool: str | None) -> Answer:
         with self._lock:
             self.calls[tool or "-"] = self.calls.get(tool or "-", 0) + 1
         thinking = [{"type": "thinking", "thinking": self.thinking, "signature": "sig-stand-in"}]
@@ -101,6 +114,40 @@ class ScriptedModel:
             if self.kernels is None:
                 self.kernels = baseline_variants("gelu_bias")
             return dict(next(self.kernels))
+
+
+def _offered(body: dict[str, Any]) -> str | None:
+    """The first tool a request offers (a Messages API tool, or an OpenAI `function` tool)."""
+    for t in body.get("tools") or ():
+        if isinstance(t, dict):
+            return t.get("name") or (t.get("function") or {}).get("name")
+    return None
+
+
+def _named_in_text(body: dict[str, Any]) -> str | None:
+    """The tool a request without tools asks to be answered for: the last one its last message names."""
+    messages = body.get("messages") or [{}]
+    content = messages[-1].get("content")
+    text = content if isinstance(content, str) else json.dumps(content)
+    names = _TOOL_NAMED.findall(text or "")
+    return names[-1] if names else None
+
+
+def _as_text(answer: Answer) -> Answer:
+    """The answer with its tool call written as text instead: a kernel's files in fenced blocks, anything
+    else as a ```json block."""
+    call = next((b for b in answer.content if b["type"] == "tool_use"), None)
+    if call is None:
+        return answer
+    data = call["input"]
+    if call["name"] == "submit_kernel" and isinstance(data.get("kernel_cu"), str):
+        text = f"name: {data.get('name', '')}\n\n{data.get('rationale', '')}\n\n```cuda\n{data['kernel_cu'].rstrip()}\n```\n"
+        if isinstance(data.get("binding_cpp"), str):
+            text += f"\n```cpp\n{data['binding_cpp'].rstrip()}\n```\n"
+    else:
+        text = f"```json\n{json.dumps(data, indent=1)}\n```\n"
+    blocks = [b for b in answer.content if b["type"] != "tool_use"] + [{"type": "text", "text": text}]
+    return Answer(blocks, "end_turn")
 
 
 def cut_to(content: list[dict[str, Any]], max_tokens: int) -> tuple[list[dict[str, Any]], bool]:
