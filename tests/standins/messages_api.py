@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import hashlib
@@ -131,11 +131,7 @@ class StubMessagesAPI(StubServer):
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self._server = ThreadingHTTPServer((host, 0), Handler)
-        self._server.daemon_threads = True
-        # A short poll interval keeps shutdown (once per test) from costing half a second.
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name="kbench-stub-api", daemon=True)
+        self._listen(host, Handler, "kbench-stub-api")
 
     # -- the rules ---------------------------------------------------------------------------------------
     def _answer(self, rec: RecordedRequest) -> tuple[StubResponse, bool]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from tests.standins.openai_bodies import chunk_tokens, chunks, completion, scripted, tool_call
@@ -134,10 +134,7 @@ class StubOpenAIAPI(StubServer):
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self._server = ThreadingHTTPServer((host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name="kbench-stub-openai", daemon=True)
+        self._listen(host, Handler, "kbench-stub-openai")
 
     # -- the rules ---------------------------------------------------------------------------------------
     def _auth(self, rec: RecordedRequest) -> StubResponse | None:

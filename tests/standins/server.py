@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from http.server import ThreadingHTTPServer
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,14 @@ class StubServer:
             if o.left <= 0:
                 self._outage = None
         return o, ({"retry-after": o.retry_after} if o.retry_after is not None else {})
+
+    def _listen(self, host: str, handler: type, name: str) -> None:
+        """The HTTP server on an ephemeral loopback port, served from a daemon thread once started."""
+        self._server = ThreadingHTTPServer((host, 0), handler)
+        self._server.daemon_threads = True
+        # A short poll interval keeps shutdown (once per test) from costing half a second.
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name=name, daemon=True)
 
     def start(self) -> "StubServer":
         self._thread.start()  # type: ignore[attr-defined]
