@@ -57,3 +57,63 @@ def test_reevaluate_without_a_gpu_exits_3_like_eval_and_evolve(tmp_path):
     assert f"s-g0-1: not re-measured: {NO_GPU}; its notes are unchanged" in out.stdout
     assert "still waiting" not in out.stdout          # it had a measurement: nothing about it is "still" waiting
     assert kbench(home, "--workspace", str(ws), "log", "s", "--json").stdout == before
+
+
+def test_report_evaluation_time_is_never_less_than_its_builds(tmp_path):
+    """A session compiled where no GPU is visible: 28.6 s of builds and no `evaluated` event. The report's
+    "evaluation in all (build, GPU and profile)" said 0.0 s beside "build: 28.6 s"."""
+    home, ws_path = tmp_path / "home", tmp_path / "ws"
+    with Workspace.create(ws_path) as ws:
+        ws.start_session("s", load_task("gelu_bias"), proposer="tuner")
+        base = load_candidate(REPO / "tasks" / "gelu_bias" / "baselines" / "forward")
+        rec = ws.commit_candidate("s", base, operator="baseline", proposer="baseline", generation=0, title="base")
+        ws.record(rec.id, [VerdictNote(Verdict(Stage.STATIC, Status.PASS, "clean"), "2026-01-01T00:00:00Z"),
+                           VerdictNote(Verdict(Stage.COMPILE, Status.PASS, "compiled", {"seconds": 28.6}),
+                                       "2026-01-01T00:00:29Z"),
+                           Event(WAITING_EVENT, {"reason": NO_GPU, "attempts": 1}, "2026-01-01T00:00:29Z")])
+    out = kbench(home, "--workspace", str(ws_path), "report", "s", "--out", str(tmp_path / "r.md"))
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "r.md").read_text()
+    build = float(re.search(r"^- build: ([\d.]+) s$", text, re.M).group(1))
+    total = float(re.search(r"^- evaluation in all \(build, GPU and profile\): ([\d.]+) s$", text, re.M).group(1))
+    assert build == 28.6 and total >= build, text
+
+
+def test_show_prints_costs_in_gflop_and_gb(tmp_path):
+    out = kbench(tmp_path / "home", "show", "llama_ffw")
+    assert out.returncode == 0, out.stderr
+    assert "e+" not in out.stdout, out.stdout
+    bench = next(line for line in out.stdout.splitlines() if line.strip().startswith("bench "))
+    assert bench.endswith("forward: 35.5 GFLOP, 147 MB"), bench
+    assert "forward: 1.44 TFLOP, 839 MB" in out.stdout
+    assert "odd-small" in out.stdout and "forward: 35 MFLOP, 2.18 MB" in out.stdout
+
+
+def test_a_modelnew_syntax_error_is_not_called_a_reward_hack(tmp_path):
+    bad = tmp_path / "model_new.py"
+    bad.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x\n        return x\n")
+    out = kbench(tmp_path / "home", "eval", str(FIXTURES / "kernelbench" / "matmul_relu.py"), str(bad))
+    assert out.returncode == 1, out.stdout + out.stderr
+    static = next(line for line in out.stdout.splitlines() if line.strip().startswith("static"))
+    assert "FAIL" in static and "the candidate does not parse: model_new.py:3: not valid Python" in static, static
+    assert "reward hack" not in out.stdout, out.stdout
+
+
+def test_a_mistyped_task_name_gets_a_did_you_mean(tmp_path):
+    for typo, meant in (("sofmax", "'softmax'"), ("gelubias", "'gelu_bias'")):
+        out = kbench(tmp_path / "home", "show", typo)
+        assert out.returncode == 2 and f"no task named '{typo}' (did you mean {meant}?)" in out.stderr, out.stderr
+
+
+def test_export_from_a_folder_says_a_gpu_verdict_is_what_counts(tmp_path):
+    mine = tmp_path / "mine"
+    shutil.copytree(REPO / "tasks" / "gelu_bias" / "baselines" / "forward", mine)
+    (mine / "kernel.cu").write_text((mine / "kernel.cu").read_text() + "\n// my change\n")
+    out = kbench(tmp_path / "home", "export", "--from-dir", str(mine), "--task", "gelu_bias",
+                 "--out", str(tmp_path / "pkg"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    err = out.stderr
+    assert "no GPU verdict is recorded for these exact sources: a `kbench eval` that checked their correctness " \
+           "on a GPU is what counts" in err, err
+    assert "no `kbench eval` of these exact sources was recorded" not in err
+    assert not (tmp_path / "pkg").exists()
