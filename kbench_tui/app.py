@@ -37,7 +37,7 @@ class KbenchApp(ThreadedMixin, App):
         super().__init__(**kw)
         self.backend = backend or Backend(workspace)
         self.keymap_overrides, self.keymap_problems = keymap.keymap_from_config(self.backend.config.keys)
-        self._logs: dict[str, list[str]] = {}
+        self._logs: dict[str, list[tuple[float, str]]] = {}   # session -> (when, line) of its events
         self.prefetch_generations = True
         self._counts: dict[str, dict[str, int]] = {}
 
@@ -110,7 +110,8 @@ class KbenchApp(ThreadedMixin, App):
         """Candidates committed and evaluated by this app's runs of `session` (from the events)."""
         return self._counts.setdefault(session, {"committed": 0, "evaluated": 0})
 
-    def session_log(self, session: str) -> list[str]:
+    def session_log(self, session: str) -> list[tuple[float, str]]:
+        """(when it happened, line) of every event of `session` this app has seen."""
         return list(self._logs.get(session, []))
 
     def log_event_line(self, line: str) -> None:
@@ -123,7 +124,7 @@ class KbenchApp(ThreadedMixin, App):
     def on_engine_event(self, message: EngineEvent) -> None:
         e = message.event
         session = e.session
-        self._logs.setdefault(session, []).append(e.line())
+        self._logs.setdefault(session, []).append((e.t, e.line()))
         counts = self.counts(session)
         if e.kind == "CandidateCommitted":
             counts["committed"] += 1

@@ -9,6 +9,7 @@ from engine.export.plan import passing_status
 from engine.verdict import STAGES
 from kbench_tui.screens.export import ExportScreen
 from kbench_tui.screens.override import OverrideScreen
+from kbench_tui.wording import for_the_app
 from kbench_tui.workers import StageProgress
 
 
@@ -83,8 +84,8 @@ class CandidateActions:
         self.after_change(cid)
 
     def failed_reeval(self, error) -> None:
-        self.app.notify(f"re-evaluation failed: {error}", severity="error", timeout=12)
-        self.log_line(f"re-evaluation failed: {type(error).__name__}: {error}")
+        self.app.notify(f"re-evaluation failed: {for_the_app(str(error))}", severity="error", timeout=12, markup=False)
+        self.log_line(f"re-evaluation failed: {for_the_app(str(error))}")
 
     # -- hand edit
     def action_edit(self) -> None:
@@ -107,7 +108,7 @@ class CandidateActions:
             edit()
         rec = outcome[0] if outcome else None
         if not hasattr(rec, "id"):
-            self.app.notify(str(rec), severity="warning", timeout=8)
+            self.app.notify(for_the_app(str(rec)), severity="warning", timeout=8, markup=False)
             return
         self.app.notify(f"committed {rec.id} (human) from {cid}")
         self.log_line(f"hand edit: committed {rec.id} from {cid}")
@@ -152,7 +153,7 @@ class CandidateActions:
         self.app.notify(f"export refused: {error}", severity="error", timeout=10)
 
     def failed_override(self, error) -> None:
-        self.app.notify(f"override refused: {error}", severity="error", timeout=10)
+        self.app.notify(f"override refused: {for_the_app(str(error))}", severity="error", timeout=10, markup=False)
 
     def log_line(self, line: str) -> None:
         self.app.log_event_line(line)

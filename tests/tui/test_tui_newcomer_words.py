@@ -1,0 +1,62 @@
+"""The app says what the app can do: no command-line advice (`--force`, `--take-over`, "the same command") where
+the app has a checkbox or a key instead, an export refusal that keeps its form open, an override that does not
+start an evaluation nobody asked for, a damaged session that does not hide the others, a help grouped by
+screen, a title that reads as a path. Headless Textual pilots on the fake evaluator; no GPU, no network."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from engine.tasks.loader import load_task
+from engine.workspace import Workspace
+from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
+from tests.installed import start
+from tests.tui.test_tui_newcomer import open_session, run_new_session
+
+CLI_ADVICE = ("--force", "--take-over", "same command")
+
+
+def messages(app) -> str:
+    return "\n".join(n.message for n in app._notifications)
+
+
+def test_a_busy_session_is_explained_without_cli_flags(demo, tmp_path):
+    """Another process (`kbench evolve` in a shell) writes the session: an override and a run from the app are
+    refused with what to do in the app, never `--take-over`."""
+    writer = start(tmp_path / "home", "--workspace", str(demo), "evolve", "gelu_bias", "--proposer", "tuner",
+                   "--fake-evaluator", "--session", "demo", "--generations", "4",
+                   env={"KBENCH_FAKE_EVAL_HOLD_AFTER": "1"})       # its second evaluation waits: it stays the writer
+    holder = demo / ".git" / "kbench-sessions" / "demo.holder.json"
+
+    async def scenario(app, pilot):
+        await wait_until(pilot, lambda: holder.exists(), timeout=60)
+        s = await open_session(app, pilot, row=3)               # demo-g1-3
+        await pilot.press("o")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "OverrideScreen")
+        await type_text(pilot, "checked by hand")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "override refused" in messages(app), timeout=20)
+        await pilot.press("R")                                    # run it here: the other process has it
+        await wait_until(pilot, lambda: "resume:" in messages(app), timeout=20)
+        said = messages(app)
+        assert "is being written by kbench evolve" in said and "try again" in said, said
+        assert not any(a in said for a in CLI_ADVICE), said
+        assert s.runner is None or not s.runner.running
+    try:
+        run_app(fake_backend(demo), scenario)
+    finally:
+        writer.send_signal(signal.SIGINT)
+        writer.communicate(timeout=120)
+
+
+def test_no_gpu_session_says_how_to_go_on_in_the_app(tmp_path, monkeypatch):
+    monkeypatch.setenv("KBENCH_FAKE_NO_GPU", "1")
+
+    async def scenario(app, pilot):
+        s = await run_new_session(app, pilot, "nogpu")
+        log = "\n".join(s.query_one("#log").lines_written)
+        assert "compiled, waiting for a GPU" in log and "resume the session there (R)" in log, log
+        assert "same command" not in log and "[nogpu]" not in log, log
+    run_app(fake_backend(tmp_path / "ws"), scenario)
