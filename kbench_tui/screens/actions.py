@@ -56,9 +56,8 @@ class CandidateActions:
         self.after_change(cid)
         if step == "session":
             self.log_line(f"{cid}: the running session re-reads it (and evaluates it if it may now go on)")
-        elif step == "evaluate":
-            self.log_line(f"{cid}: nothing blocks it and it has no measurement: queued for evaluation")
-            self.start_reevaluate(cid)
+        elif step == "evaluate":      # said, not done: an evaluation takes GPU time the user did not ask for
+            self.log_line(f"{cid}: nothing blocks it now and it has no measurement: e evaluates it")
 
     # -- re-evaluate
     def action_reevaluate(self) -> None:
@@ -132,25 +131,20 @@ class CandidateActions:
     def done_exprep(self, result) -> None:
         cid, ok, why, out = result
 
-        def done(answer) -> None:
-            if answer:
-                self.background("export", self._do_export, cid, answer)
+        def export(answer):        # in the modal's worker: a refusal keeps the modal open and says why
+            return self.backend.export(cid, answer["out"], name=answer["name"], force=answer["force"],
+                                       overwrite=answer["overwrite"])
 
-        self.app.push_screen(ExportScreen(cid, out, ok, why), done)
+        def done(written) -> None:
+            if written:
+                self.exported(cid, *written)
 
-    def _do_export(self, cid, answer):
-        out, notes = self.backend.export(cid, answer["out"], name=answer["name"], force=answer["force"],
-                                         overwrite=answer["overwrite"])
-        return cid, out, notes
+        self.app.push_screen(ExportScreen(cid, out, ok, why, export=export), done)
 
-    def done_export(self, result) -> None:
-        cid, out, notes = result
+    def exported(self, cid: str, out, notes) -> None:
         self.app.notify(f"exported {cid} to {out}" + ("".join(f"\n{n}" for n in notes)), timeout=10)
         self.log_line(f"exported {cid} -> {out}")
         self.after_change(cid)
-
-    def failed_export(self, error) -> None:
-        self.app.notify(f"export refused: {error}", severity="error", timeout=10)
 
     def failed_override(self, error) -> None:
         self.app.notify(f"override refused: {for_the_app(str(error))}", severity="error", timeout=10, markup=False)

@@ -22,6 +22,30 @@ def messages(app) -> str:
     return "\n".join(n.message for n in app._notifications)
 
 
+def test_export_refusal_keeps_the_form_open_in_the_apps_words(demo, tmp_path):
+    out = tmp_path / "pkg"
+
+    async def scenario(app, pilot):
+        await open_session(app, pilot, row=2)                 # demo-g1-2 fails correctness
+        await pilot.press("X")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "ExportScreen")
+        form = app.screen
+        form.query_one("#ex-out").value = str(out)
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: "Export refused" in screen_text(app))
+        assert app.screen is form                              # still open: fix a field and try again
+        text = screen_text(app)
+        assert "tick 'force' to export it anyway" in "".join(text.split("\n")).replace("  ", " ") or \
+            "tick 'force'" in str(form.query_one("#ex-error").render()), text
+        assert not any(a in str(form.query_one("#ex-error").render()) for a in CLI_ADVICE)
+        assert not (out / "pyproject.toml").exists()
+        form.query_one("#ex-force").value = True
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "SessionScreen")
+        await wait_until(pilot, lambda: (out / "pyproject.toml").is_file())
+    run_app(fake_backend(demo), scenario)
+
+
 def test_a_busy_session_is_explained_without_cli_flags(demo, tmp_path):
     """Another process (`kbench evolve` in a shell) writes the session: an override and a run from the app are
     refused with what to do in the app, never `--take-over`."""
@@ -60,3 +84,25 @@ def test_no_gpu_session_says_how_to_go_on_in_the_app(tmp_path, monkeypatch):
         assert "compiled, waiting for a GPU" in log and "resume the session there (R)" in log, log
         assert "same command" not in log and "[nogpu]" not in log, log
     run_app(fake_backend(tmp_path / "ws"), scenario)
+
+
+def test_an_override_does_not_start_an_evaluation(demo):
+    backend = fake_backend(demo)
+
+    async def scenario(app, pilot):
+        s = await open_session(app, pilot, row=3)               # demo-g1-3: a static fail, never compiled
+        await pilot.press("o")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "OverrideScreen")
+        await type_text(pilot, "false positive")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "override demo-g1-3 static" in "\n".join(s.query_one("#log").lines_written))
+        await pilot.pause(0.5)
+        log = "\n".join(s.query_one("#log").lines_written)
+        assert "nothing blocks it now and it has no measurement: e evaluates it" in log, log
+        assert "queued" not in log and app.backend.queued == 0
+        assert not any(ev.seen for ev in backend.fake_evaluators)      # no evaluation ran
+        await pilot.press("e")                                           # asked for: it runs
+        await wait_until(pilot, lambda: "re-evaluated demo-g1-3" in "\n".join(s.query_one("#log").lines_written))
+    run_app(backend, scenario)
+    with Workspace.open(demo) as ws:
+        assert ws.status("demo-g1-3").measurement is not None
