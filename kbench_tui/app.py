@@ -64,11 +64,16 @@ class KbenchApp(ThreadedMixin, App):
         return self.call_from_thread(run)
 
     def workspace_label(self) -> str:
+        """The workspace as a path a person can type: `./workspace` under the current folder, `~/...` under the
+        home folder, else absolute (the title once read "workspace workspace")."""
         p = self.backend.ws.path
-        try:
-            return f"workspace {p.relative_to(Path.cwd())}"
-        except ValueError:
-            return f"workspace {p.name}"
+        for base, shown in ((Path.cwd(), "."), (Path.home(), "~")):
+            try:
+                rel = p.relative_to(base)
+            except ValueError:
+                continue
+            return shown if rel == Path(".") else f"{shown}/{rel}"
+        return str(p)
 
     # ------------------------------------------------------------------------------ navigation
 

@@ -21,7 +21,7 @@ from kbench_tui.view_models import status_text
 COLUMNS = (("gen", 5), ("candidate", 12), ("op", 10), ("parents", 18), ("status", 18), ("speedup", 9),
            ("title", 60))
 STYLES = {"ok": Style(color="green"), "fail": Style(color="red", bold=True), "suspicious": Style(color="yellow"),
-          "corrupt": Style(color="red"), "waiting": Style(color="cyan"), "other": Style(dim=True)}
+          "damaged": Style(color="red", bold=True), "waiting": Style(color="cyan"), "other": Style(dim=True)}
 
 
 def short(cid: str, session: str) -> str:

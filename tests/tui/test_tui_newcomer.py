@@ -102,3 +102,26 @@ def test_a_waiting_candidates_history_reads_in_words(demo):
         assert f"waiting for a GPU: {NO_GPU} (local executor, 1 attempt)" in text, text
         assert "LocalPipelineExecutor" not in text and "executor=" not in text
     run_app(fake_backend(demo), scenario, size=(140, 40))
+
+
+def test_slash_on_home_finds_a_task_and_a_session(demo):
+    async def scenario(app, pilot):
+        await pilot.press("slash")
+        await type_text(pilot, "softmax")
+        assert type(app.screen).__name__ == "HomeScreen"             # not the command palette
+        await pilot.press("enter")
+        tasks = app.screen.query_one("#tasks")
+        assert app.focused is tasks and tasks.get_row_at(tasks.cursor_row)[0] == "softmax"
+        await pilot.press("enter")                                    # enter on it: a session of it
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "NewSessionScreen")
+        assert app.screen.query_one("#ns-task").value == "softmax"
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "HomeScreen")
+        await pilot.press("slash")
+        await type_text(pilot, "dem")
+        await pilot.press("enter")
+        assert app.focused is app.screen.query_one("#sessions")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "SessionScreen")
+        assert app.screen.session == "demo"
+    run_app(fake_backend(demo), scenario)

@@ -106,3 +106,32 @@ def test_an_override_does_not_start_an_evaluation(demo):
     run_app(backend, scenario)
     with Workspace.open(demo) as ws:
         assert ws.status("demo-g1-3").measurement is not None
+
+
+def test_one_damaged_session_does_not_hide_the_others(demo):
+    with Workspace.open(demo) as ws:
+        ws.start_session("other", load_task("gelu_bias"))
+        commit = ws.resolve("demo-g1-2").commit
+    obj = demo / ".git" / "objects" / commit[:2] / commit[2:]
+    obj.chmod(0o644)
+    obj.write_bytes(obj.read_bytes()[:20])                       # one commit truncated on disk
+    (demo / ".git" / "kbench-listing.pickle").unlink(missing_ok=True)
+
+    async def scenario(app, pilot):
+        t = app.screen.query_one("#sessions")
+        await wait_until(pilot, lambda: t.row_count == 2)
+        rows = {str(t.get_row_at(i)[0]): str(t.get_row_at(i)[8]) for i in range(t.row_count)}
+        assert rows == {"demo": "damaged (kbench fsck)", "other": "idle"}, rows
+        assert "demo: workspace damaged: candidate demo-g1-2" in screen_text(app)
+    run_app(fake_backend(demo), scenario)
+
+
+def test_the_title_reads_as_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    async def scenario(app, pilot):
+        return screen_text(app).splitlines()[0]
+
+    first = run_app(fake_backend(Path("workspace")), scenario)
+    assert "kbench — ./workspace" in first and "workspace workspace" not in first, first
+    assert os.path.isdir(tmp_path / "workspace")
