@@ -95,7 +95,7 @@ class KbenchApp(ThreadedMixin, App):
     def action_help(self) -> None:
         from kbench_tui.screens.help import HelpScreen
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(type(self.screen).__name__))
 
     # ------------------------------------------------------------------------------ evolution
 

@@ -39,7 +39,7 @@ class HomeScreen(ThreadedMixin, Screen):
         yield DataTable(id="tasks", cursor_type="row")
         yield Input(placeholder="find a session or task: name, task, tag (enter: go there, esc: close)",
                     id="home-search")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.app.sub_title = self.app.workspace_label()

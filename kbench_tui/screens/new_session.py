@@ -80,7 +80,7 @@ class NewSessionScreen(ThreadedMixin, Screen):
             with Horizontal(classes="buttons"):
                 yield Button("Start", variant="primary", id="ns-start")
                 yield Button("Cancel", id="ns-cancel")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#ns-task", Select).focus()        # the form opens on its first field

@@ -45,7 +45,7 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         yield Line(id="selection")
         yield Line(id="progress")
         yield LogView(id="log")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.app.sub_title = f"session {self.session}"

@@ -104,6 +104,19 @@ def test_a_waiting_candidates_history_reads_in_words(demo):
     run_app(fake_backend(demo), scenario, size=(140, 40))
 
 
+def test_j_and_k_scroll_every_tab_of_the_candidate_screen(demo):
+    """j on the Verdicts tab looked for a widget by the wrong id: the app ended with a traceback."""
+    async def scenario(app, pilot):
+        await open_session(app, pilot, row=2)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "CandidateScreen" and app.screen.loaded)
+        for tab in ("c", "d", "v", "f", "t"):
+            await pilot.press(tab, "j", "j", "k")
+            await pilot.pause(0.05)
+            assert type(app.screen).__name__ == "CandidateScreen" and app.is_running, tab
+    run_app(fake_backend(demo), scenario)
+
+
 def test_slash_on_home_finds_a_task_and_a_session(demo):
     async def scenario(app, pilot):
         await pilot.press("slash")
@@ -125,3 +138,31 @@ def test_slash_on_home_finds_a_task_and_a_session(demo):
         await wait_until(pilot, lambda: type(app.screen).__name__ == "SessionScreen")
         assert app.screen.session == "demo"
     run_app(fake_backend(demo), scenario)
+
+
+def test_at_100_columns_the_footer_and_the_titles_show_what_matters(demo):
+    title = "gelu_bias-forward-baseline-vec2-block_size512-rows_per_block2"
+    with Workspace.open(demo) as ws:
+        base = ws.files("demo-g0-1")
+        files = dict(base.files, **{"kernel.cu": base.files["kernel.cu"] + "\n// tuned\n"})
+        ws.commit_candidate("demo", type(base)(base.format, files, "tuned"), parents=["demo-g1-1"], operator="tune",
+                            proposer="tuner", generation=2, title=title, rationale="knobs: ROWS_PER_BLOCK 4 -> 2")
+
+    async def scenario(app, pilot):
+        s = await open_session(app, pilot)
+        footer = screen_text(app).splitlines()[-1]
+        for word in ("Back", "Diff", "Override", "Re-eval", "Export", "Help", "Quit"):
+            assert word in footer, footer
+        row = next(line for line in screen_text(app).splitlines() if " g2-2 " in line)
+        assert row.rstrip().endswith("size512-rows_per_block2") and "…" in row, row   # its change, not its prefix
+        await pilot.press("end")
+        await wait_until(pilot, lambda: s.current_candidate() == "demo-g2-2")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "CandidateScreen" and app.screen.loaded)
+        text = screen_text(app)
+        head = "".join("".join(text.splitlines()[1:5]).split())     # the title, however it wraps
+        assert f"{title}—knobs:ROWS_PER_BLOCK4->2" in head, text
+        footer = text.splitlines()[-1]
+        for word in ("Back", "Diff", "Override", "Re-eval", "Export", "Help"):
+            assert word in footer, footer
+    run_app(fake_backend(demo), scenario, size=(100, 35))

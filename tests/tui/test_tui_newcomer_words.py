@@ -126,6 +126,24 @@ def test_one_damaged_session_does_not_hide_the_others(demo):
     run_app(fake_backend(demo), scenario)
 
 
+def test_help_is_grouped_by_screen_and_says_what_each_key_does(demo):
+    async def scenario(app, pilot):
+        await open_session(app, pilot)
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+        t = app.screen.query_one("#help-table")
+        rows = [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
+        sections = [r[1] for r in rows if not r[0] and not r[2]]
+        assert sections[0] == "Session: candidates by generation"     # the screen it was opened on, first
+        assert {"Everywhere", "Home: sessions and tasks", "Candidate: code, diff, verdicts, profile, prompt"} <= \
+            set(sections)
+        keys = {r[2]: r for r in rows if r[2]}
+        assert keys["session.mark"][1] == "mark the candidate: d then diffs against it"
+        assert keys["session.log"][0] == "l" and "larger" in keys["session.log"][1]
+        assert all(r[1] and r[1] != r[2] for r in keys.values())      # a line on what it does, not an id
+    run_app(fake_backend(demo), scenario)
+
+
 def test_the_title_reads_as_a_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
