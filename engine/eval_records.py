@@ -97,7 +97,9 @@ def lookup(task: Task, direction: str, candidate: Candidate, root: Path) -> tupl
         obj.pop("v", None)
         rec = RecordedEval(**obj)
     except FileNotFoundError:
-        return None, "no `kbench eval` of these exact sources was recorded"
+        return None, ("no GPU verdict is recorded for these exact sources: a `kbench eval` that checked their "
+                      "correctness on a GPU is what counts (one without a GPU only compiled them, which says "
+                      "nothing about their results, and records nothing)")
     except (OSError, ValueError, TypeError) as exc:
         return None, f"its recorded evaluation {path} cannot be read ({exc})"
     if rec.task_fingerprint != task_fingerprint(task):

@@ -37,7 +37,7 @@ class KbenchApp(ThreadedMixin, App):
         super().__init__(**kw)
         self.backend = backend or Backend(workspace)
         self.keymap_overrides, self.keymap_problems = keymap.keymap_from_config(self.backend.config.keys)
-        self._logs: dict[str, list[str]] = {}
+        self._logs: dict[str, list[tuple[float, str]]] = {}   # session -> (when, line) of its events
         self.prefetch_generations = True
         self._counts: dict[str, dict[str, int]] = {}
 
@@ -64,11 +64,16 @@ class KbenchApp(ThreadedMixin, App):
         return self.call_from_thread(run)
 
     def workspace_label(self) -> str:
+        """The workspace as a path a person can type: `./workspace` under the current folder, `~/...` under the
+        home folder, else absolute (the title once read "workspace workspace")."""
         p = self.backend.ws.path
-        try:
-            return f"workspace {p.relative_to(Path.cwd())}"
-        except ValueError:
-            return f"workspace {p.name}"
+        for base, shown in ((Path.cwd(), "."), (Path.home(), "~")):
+            try:
+                rel = p.relative_to(base)
+            except ValueError:
+                continue
+            return shown if rel == Path(".") else f"{shown}/{rel}"
+        return str(p)
 
     # ------------------------------------------------------------------------------ navigation
 
@@ -90,7 +95,7 @@ class KbenchApp(ThreadedMixin, App):
     def action_help(self) -> None:
         from kbench_tui.screens.help import HelpScreen
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(type(self.screen).__name__))
 
     # ------------------------------------------------------------------------------ evolution
 
@@ -110,7 +115,8 @@ class KbenchApp(ThreadedMixin, App):
         """Candidates committed and evaluated by this app's runs of `session` (from the events)."""
         return self._counts.setdefault(session, {"committed": 0, "evaluated": 0})
 
-    def session_log(self, session: str) -> list[str]:
+    def session_log(self, session: str) -> list[tuple[float, str]]:
+        """(when it happened, line) of every event of `session` this app has seen."""
         return list(self._logs.get(session, []))
 
     def log_event_line(self, line: str) -> None:
@@ -123,7 +129,7 @@ class KbenchApp(ThreadedMixin, App):
     def on_engine_event(self, message: EngineEvent) -> None:
         e = message.event
         session = e.session
-        self._logs.setdefault(session, []).append(e.line())
+        self._logs.setdefault(session, []).append((e.t, e.line()))
         counts = self.counts(session)
         if e.kind == "CandidateCommitted":
             counts["committed"] += 1

@@ -165,16 +165,22 @@ class Backend:
                     best_speedup = self.ws.view(s.best).status.speedup
                 except KbenchError:
                     pass
-            waiting = 0
+            waiting, damage = 0, s.problem
             if with_generations and s.candidates:
-                views = self.ws.candidates(s.name, strict=False)
+                try:
+                    views = self.ws.candidates(s.name, strict=False)
+                except KbenchError as exc:      # one damaged object: this row says so, the others are listed
+                    views, damage = [], str(exc)
                 gen = max(v.record.generation for v in views) if views else None
                 waiting = waiting_count(views)
-            elif s.best:
+                damage = damage or next((v.problem for v in views if v.problem), None) or next(
+                    (f"workspace damaged: {d.message}" for d in self.ws.damaged_refs(s.name, fresh=False)), None)
+            if gen is None and s.best:
                 parsed = parse_candidate_id(s.best)
                 gen = parsed[1] if parsed else None
+            status = "damaged (kbench fsck)" if damage else self.session_status(s.name, waiting)
             rows.append(SessionRow(s.name, s.task, s.direction, s.proposer, s.candidates, gen, s.best,
-                                   best_speedup, self.session_status(s.name, waiting)))
+                                   best_speedup, status, damage or ""))
         return rows
 
     def session_data(self, name: str) -> SessionData:

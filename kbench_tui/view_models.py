@@ -45,7 +45,8 @@ class SessionRow:
     generation: int | None
     best: str | None
     best_speedup: float | None
-    status: str                      # running / paused / waiting for a GPU (n) / idle
+    status: str                      # running / paused / waiting for a GPU (n) / idle / damaged (kbench fsck)
+    damage: str = ""                 # what cannot be read, where the workspace is damaged (status: damaged)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def status_text(view: CandidateView) -> str:
     """One word or two for a candidate's state in lists."""
     st = view.status
     if view.problem:
-        return "corrupt note"
+        return "damaged (kbench fsck)"     # a note or a ref that cannot be read: the view's `problem` says which
     mark = "*" if st.overrides else ""
     j = st.judgement
     if j.blocked_by:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from textual.message import Message
 from textual.worker import Worker, WorkerState
 
+from kbench_tui.wording import for_the_app
+
 if TYPE_CHECKING:
     from engine.evolve.events import EvolveEvent
     from engine.verdict import Verdict
@@ -58,4 +60,5 @@ class ThreadedMixin:
             if handler is not None:
                 handler(w.error)
             else:
-                self.app.notify(f"{name}: {w.error}", severity="error", timeout=8)  # type: ignore[attr-defined]
+                self.app.notify(f"{name}: {for_the_app(str(w.error))}", severity="error",  # type: ignore[attr-defined]
+                                timeout=8, markup=False)

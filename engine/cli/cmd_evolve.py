@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.cli.common import check_config_names, workspace_path
-from engine.cli.evolve_summary import exit_code, summary_lines
+from engine.cli.evolve_summary import EXIT_WAITING_FOR_GPU, exit_code, summary_lines
 from engine.config import env_float, load_config
 from engine.service.spec import DEFAULTS, SESSION_PROPOSERS, SessionSpec
 from engine.tasks.loader import load_task
@@ -64,7 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("reevaluate", help="re-measure a candidate (or a session's measured candidates) on this GPU",
                        description="Runs the full evaluation again and appends its verdicts and measurement to the "
-                                   "notes; nothing is rewritten. The session branch follows the new best.")
+                                   "notes; nothing is rewritten. The session branch follows the new best. Exit codes: "
+                                   "0 measured, 1 a candidate failed (or was not judged), 3 no GPU visible (nothing "
+                                   "measured or written, as `kbench eval`).")
     p.add_argument("target", help="candidate id (or unique prefix) or session name")
     p.add_argument("--all", action="store_true", help="with a session: every candidate, not just measured ones")
     _evaluation_args(p)
@@ -208,6 +210,11 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     code = 0
     for r in service.reevaluate(args.target, all_=args.all, take_over=args.take_over):
         out = r.outcome
+        if out.no_gpu:          # nothing measured and nothing written: exit 3, as eval and evolve without a GPU
+            print(f"{r.id}: not re-measured: {out.infra_error}; its notes are unchanged (run it where a GPU is "
+                  "visible)", flush=True)
+            code = code or EXIT_WAITING_FOR_GPU
+            continue
         if out.not_judged:
             print(f"{r.id}: {out.not_judged}", flush=True)
             code = 1

@@ -50,6 +50,16 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
+def scaled(value: float, unit: str) -> str:
+    """`2.68 GFLOP`, `1.07 GB`, `35 MFLOP`: three significant digits with the SI prefix that keeps the number
+    below 1000 (a printed `2.68e+03 MFLOP` makes a person count digits)."""
+    rounded = float(f"{value:.3g}")          # 999.6e6 rounds to 1e9: `1 GFLOP`, not `1e+03 MFLOP`
+    for prefix, factor in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(rounded) >= factor:
+            return f"{rounded / factor:.3g} {prefix}{unit}"
+    return f"{rounded:.3g} {unit}"
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     t = load_task(args.task)
     if args.json:
@@ -67,7 +77,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  {spec.signature}")
     print(f"\nconfigs ({len(t.configs)}):")
     for c in t.configs:
-        costs = "  ".join(f"{d}: {k.flops / 1e6:.3g} MFLOP, {k.bytes / 1e6:.3g} MB" for d, k in c.cost.items())
+        costs = "  ".join(f"{d}: {scaled(k.flops, 'FLOP')}, {scaled(k.bytes, 'B')}" for d, k in c.cost.items())
         args_ = ", ".join(f"{k}={v}" for k, v in {**c.model_kwargs, **c.input_kwargs}.items())
         tags = f"  [{', '.join(c.tags)}]" if c.tags else ""
         print(f"  {c.name:<20} {args_}  init={c.init} seed={c.seed}{tags}  {costs}".rstrip())

@@ -208,7 +208,7 @@ class SessionRecorder(LoopState):
                 "cost_usd": proposal.cost_usd}
         try:
             if proposal.answer:
-                kept = self.ws.record_failed_proposal(
+                kept = self.ws.failed.record(
                     self.session, gen, operator=proposal.operator, proposer=proposal.proposer, reason=why,
                     prompt_md=proposal.prompt_md(), drafts=proposal.drafts,
                     parents=[p for p in proposal.parents if p in self.population.members], model=proposal.model,

@@ -70,6 +70,9 @@ def member_from_view(view: CandidateView) -> tuple[Member, bool]:
 def load_state(workspace: Workspace, session: str) -> SessionState:
     views = workspace.candidates(session, strict=False)
     damaged = [v for v in views if v.problem]
+    lost = [d for d in getattr(workspace, "damaged_refs", lambda _s: [])(session) if not d.found]
+    if lost and not getattr(workspace, "accept_damage", False):   # a candidate the listing cannot show at all:
+        raise WorkspaceDamagedError(lost[0].message, obj=lost[0].ref, candidate=lost[0].candidate)  # never re-propose
     if damaged and not getattr(workspace, "accept_damage", False):
         # Its history cannot be read: evaluating it again would be a guess at what was already done.
         more = f" ({len(damaged) - 1} more candidate(s) of session {session} likewise)" if len(damaged) > 1 else ""

@@ -152,9 +152,9 @@ def _finish(plan: ExportPlan, force: bool) -> ExportPlan:
     for k in refused:
         msg = f"the {k.direction} kernel ({k.origin}) has no passing verdict: {k.why_not_passing}."
         if not force:
-            how = (f"Evaluate it first (`kbench reevaluate {k.candidate_id}` on a machine with a GPU)"
-                   if k.candidate_id else "Evaluate it first")
-            raise ExportError(f"refusing to export: {msg} {how}, or pass --force to export it anyway "
+            how = (f"Evaluate it first (`kbench reevaluate {k.candidate_id}` on a machine with a GPU), or pass"
+                   if k.candidate_id else "Or pass")
+            raise ExportError(f"refusing to export: {msg} {how} --force to export it anyway "
                               "(the package README then carries this warning).")
         plan.warnings.append(msg)
     plan.forced = bool(refused)
@@ -206,8 +206,8 @@ def _folder_verdict(task: Task, direction: str, cand: Candidate, p: Path) -> tup
     """(passing, origin, why not) for a folder: what `kbench eval` recorded for these exact sources."""
     rec, why = lookup(task, direction, cand, default_cache_root())
     if rec is None:
-        return False, f"folder {p}", (f"{why}; run `kbench eval {task.root} {p}` on a GPU (its verdict is "
-                                      "recorded for export)")
+        return False, f"folder {p}", (f"{why}; run `kbench eval {task.root} {p}` on a machine with a GPU, and "
+                                      "export it then")
     origin = f"folder {p} (kbench eval on {rec.gpu or 'a GPU'} at {rec.at}: {rec.summary})"
     return rec.passing, origin, "" if rec.passing else f"kbench eval found: {rec.summary}"
 

@@ -33,6 +33,7 @@ from engine.integrity.findings import (  # noqa: F401 - the catalog ids are part
     SIDE_STREAM,
     STATIC_CACHE,
     SUSPICIOUS,
+    SYNTAX,
     TORCH_COMPUTE,
     TRY_CATCH,
     VENDOR_LIBRARY,
@@ -146,6 +147,11 @@ def static_verdict(findings: list[Finding], policy: ResolvedPolicy | str | None 
     tag = ""
     if uses and rp.policy == "engineering":
         tag = "; libraries (engineering policy): " + ", ".join(f"{lib} ({len(s)})" for lib, s in sorted(uses.items()))
+    syntax = [f for f in fails if f.hack == SYNTAX]
+    if syntax:      # a file that does not parse is a broken candidate, not a hack: say what breaks it
+        return Verdict(Stage.STATIC, Status.FAIL, "the candidate does not parse: " +
+                       "; ".join(f"{f.file}:{f.line}: {f.reason}" for f in syntax[:4]) +
+                       (f"; and {len(syntax) - 4} more" if len(syntax) > 4 else ""), data)
     if fails:
         hacks = sorted({f.hack for f in fails})
         return Verdict(Stage.STATIC, Status.FAIL, f"reward hack ({', '.join(hacks)}; {rp.policy} policy): " +
@@ -188,7 +194,7 @@ def gate_static(report: CollectsVerdicts, candidate: Candidate, task: Task | Non
     report.verdicts.append(v)
     if v.status == Status.FAIL and not override:
         if say:
-            say("static integrity check failed: not compiled")
-        report.verdicts.append(Verdict(Stage.COMPILE, Status.SKIPPED, "the static integrity check failed"))
+            say("static check failed: not compiled")
+        report.verdicts.append(Verdict(Stage.COMPILE, Status.SKIPPED, "not compiled: the static check failed"))
         return False
     return True

@@ -119,18 +119,23 @@ def build_report(ws: Workspace, session: str) -> SessionReport:
             for vote in llm.verdict.verdict.data.get("votes") or ():
                 usd["verifiers"] += float((vote.get("data") or {}).get("cost_usd") or 0.0)
         prof = v.status.stages.get(Stage.PROFILE)
-        if prof is not None and prof.verdict is not None:
-            secs["profile"] += float(prof.verdict.verdict.data.get("seconds") or 0.0)
-        evaluated_build = 0.0
+        profile_s = float(prof.verdict.verdict.data.get("seconds") or 0.0) if prof and prof.verdict else 0.0
+        evaluated_build = gpu_s = evaluated_s = 0.0
         for e in v.status.events:
             if e.event == "directives":
                 usd["directives"] += float(e.data.get("cost_usd") or 0.0)
             elif e.event == "evaluated":
                 evaluated_build += float(e.data.get("build_s") or 0.0)
-                secs["gpu"] += float(e.data.get("gpu_s") or 0.0)
-                secs["evaluation"] += float(e.data.get("seconds") or 0.0)
+                gpu_s += float(e.data.get("gpu_s") or 0.0)
+                evaluated_s += float(e.data.get("seconds") or 0.0)
         # the same builds, counted from their verdicts (which evaluations without a GPU leave) or their events
-        secs["build"] += max(evaluated_build, _build_seconds(ws, v))
+        build_s = max(evaluated_build, _build_seconds(ws, v))
+        secs["build"] += build_s
+        secs["gpu"] += gpu_s
+        secs["profile"] += profile_s
+        # what the evaluations took in all: their own clock where they finished, never less than their builds and
+        # GPU time (a build on a machine without a GPU ends without an `evaluated` event, and without its clock)
+        secs["evaluation"] += max(evaluated_s, build_s + gpu_s)
     session_events = getattr(ws, "session_events", None)
     for e in session_events(session) if session_events is not None else ():
         if e.event == "proposal_failed":        # paid for, produced no candidate (engine/evolve/loop.py)

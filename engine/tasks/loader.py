@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from engine.errors import TaskError
@@ -37,9 +38,12 @@ def load_task(ref: str | Path) -> Task:
         elif (mine := user_tasks.find_user_task(ref)) is not None:
             path = mine                        # a task folder under $KBENCH_TASKS
         else:
-            known = ", ".join(builtin_task_names()) or "none found"
-            raise TaskError(f"no task named {ref!r}: not a path, not a built-in task (built-in: {known}) and not "
-                            "in a folder of $KBENCH_TASKS.")
+            names = builtin_task_names()
+            mine = [e.name for e in user_tasks.user_tasks()]
+            close = difflib.get_close_matches(ref, names + mine, n=2, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+            raise TaskError(f"no task named {ref!r}{hint}: not a path, not a built-in task (built-in: "
+                            f"{', '.join(names) or 'none found'}) and not in a folder of $KBENCH_TASKS.")
     if path.is_dir():
         if native.is_native_task(path):
             return native.load_native(path)

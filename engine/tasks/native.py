@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import TaskError
-from engine.tasks import costexpr, pysource, toml_checks
+from engine.tasks import costexpr, pysource, reference_checks, toml_checks
 from engine.tasks.inits import SCHEMES
 from engine.tasks.model import ALL_CONFIGS, DTYPE_BYTES, Cost, DirectionSpec, Task, TaskConfig, Tolerance
 from engine.tasks.policies import POLICIES
@@ -61,6 +61,10 @@ def load_native(root: Path) -> Task:
             max_mismatch_fraction=float(section.get("max_mismatch_fraction", 0.0)),
             no_grad=_no_grad_positions(section.get("no_grad", []), fn_params, f"{toml_path}: [{d}]"),
         )
+
+    # Model.forward calls fn with what the signature lists; get_inputs feeds Model.forward (checked on the tree)
+    reference_checks.check_reference(module, ref_path.read_text(), ref_path, toml_path,
+                                     {d: s.signature for d, s in specs.items()})
 
     raw_configs = need(meta, "configs", "the top level (a [[configs]] array)")
     if not isinstance(raw_configs, list) or len(raw_configs) < 1:

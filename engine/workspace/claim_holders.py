@@ -114,8 +114,10 @@ def claim_stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def busy_message(session: str, holder: Holder | None, age: float | None) -> str:
-    """One line: who writes the session and what to do."""
+def busy_message(session: str, holder: Holder | None, age: float | None, one_shot: bool = False) -> str:
+    """One line: who writes the session and what to do. `one_shot`: for a single write (an override, a hand
+    edit), which waits for the writer and never takes a session over (`--take-over` is evolve's and
+    reevaluate's)."""
     if holder is None:
         who = "another process (it left no record of itself)"
     else:
@@ -126,5 +128,8 @@ def busy_message(session: str, holder: Holder | None, age: float | None) -> str:
                     "holds the lock")
         elif state == "unknown":
             who += f", last seen {age:.0f} s ago" if age is not None else ""
+    if one_shot:
+        return (f"session {session!r} is being written by {who}. Wait for it to end (or stop it), then try again; "
+                "nothing was written.")
     return (f"session {session!r} is being written by {who}. Wait for it to end, or, if you are sure it is gone, "
             "run again with --take-over.")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from engine import jsonable
-from engine.workspace import commits, files, gitobjects, gitrefs
+from engine.workspace import commits, files, gitobjects, gitrefs, writers
 from engine.workspace.errors import WorkspaceError
 from engine.workspace.reader import CandidateReader
 from engine.workspace.records import now_iso
@@ -70,33 +70,35 @@ class FailedProposals:
     def record(self, session: str, generation: int, *, operator: str, proposer: str, reason: str,
                prompt_md: str, drafts: Mapping[str, str], parents: Sequence[str] = (), model: str | None = None,
                error: str | None = None, cost_usd: float = 0.0, usage: dict[str, int] | None = None) -> FailedProposal:
-        """Keep one failed proposal (under the caller's writer lock: Workspace.record_failed_proposal)."""
-        wr = self._repo
-        root, _ = self._reader.root(session)
-        parent_commits = [self._reader.resolve(p).commit for p in parents] or [root]
-        tree_files: dict[str, Any] = {commits.check_rel_path(rel): wr.objects.blob(text) for rel, text in drafts.items()}
-        tree_files[commits.PROMPT_MD] = wr.objects.blob(prompt_md if prompt_md.endswith("\n") else prompt_md + "\n")
-        taken = self._taken(session, generation)
-        for n in range(max(taken, default=0) + 1, max(taken, default=0) + 9):
-            fp = FailedProposal(f"{session}-g{generation}-f{n}", session, generation, operator, proposer,
-                                reason, model, error, tuple(parents), cost_usd, usage, tuple(sorted(drafts)),
-                                now_iso())
-            tree_files[PROPOSAL_JSON] = wr.objects.blob(json.dumps(fp.to_json(), indent=2, default=str) + "\n")
-            message = commits.format_message(
-                f"failed proposal · gen {generation} · {operator} · {commits.one_line(reason, 80)}",
-                reason,
-                [(commits.T_SESSION, session), (commits.T_GENERATION, str(generation)),
-                 (commits.T_OPERATOR, operator), (commits.T_PROPOSER, proposer), (commits.T_MODEL, model or "none"),
-                 ("Kbench-Failed-Proposal", fp.id)])
-            who = gitobjects.Ident.now(f"kbench {proposer}", f"{proposer}@kbench.invalid")
-            sha = wr.objects.write("commit", gitobjects.format_commit(
-                wr.objects.tree_from_files(tree_files), parent_commits, who, wr.committer(), message))
-            try:
-                wr.update_refs([gitrefs.RefUpdate(failed_ref(session, fp.id), sha)], f"kbench: keep {fp.id}")
-            except gitrefs.RefConflictError:
-                continue          # another writer took that n
-            return replace(fp, commit=sha)
-        raise WorkspaceError(f"could not allocate an id for a failed proposal in session {session!r}")
+        """Keep one failed proposal: its answer whole, its prompt, why it failed, and its drafts."""
+        with self._repo.writing(), writers.write_guard(self._repo.git_dir, session):
+            wr = self._repo
+            root, _ = self._reader.root(session)
+            parent_commits = [self._reader.resolve(p).commit for p in parents] or [root]
+            tree_files: dict[str, Any] = {commits.check_rel_path(rel): wr.objects.blob(text)
+                                          for rel, text in drafts.items()}
+            tree_files[commits.PROMPT_MD] = wr.objects.blob(prompt_md.rstrip("\n") + "\n")
+            taken = self._taken(session, generation)
+            for n in range(max(taken, default=0) + 1, max(taken, default=0) + 9):
+                fp = FailedProposal(f"{session}-g{generation}-f{n}", session, generation, operator, proposer,
+                                    reason, model, error, tuple(parents), cost_usd, usage, tuple(sorted(drafts)),
+                                    now_iso())
+                tree_files[PROPOSAL_JSON] = wr.objects.blob(json.dumps(fp.to_json(), indent=2, default=str) + "\n")
+                message = commits.format_message(
+                    f"failed proposal · gen {generation} · {operator} · {commits.one_line(reason, 80)}",
+                    reason,
+                    [(commits.T_SESSION, session), (commits.T_GENERATION, str(generation)),
+                     (commits.T_OPERATOR, operator), (commits.T_PROPOSER, proposer),
+                     (commits.T_MODEL, model or "none"), ("Kbench-Failed-Proposal", fp.id)])
+                who = gitobjects.Ident.now(f"kbench {proposer}", f"{proposer}@kbench.invalid")
+                sha = wr.objects.write("commit", gitobjects.format_commit(
+                    wr.objects.tree_from_files(tree_files), parent_commits, who, wr.committer(), message))
+                try:
+                    wr.update_refs([gitrefs.RefUpdate(failed_ref(session, fp.id), sha)], f"kbench: keep {fp.id}")
+                except gitrefs.RefConflictError:
+                    continue          # another writer took that n
+                return replace(fp, commit=sha)
+            raise WorkspaceError(f"could not allocate an id for a failed proposal in session {session!r}")
 
     def list(self, session: str) -> list[FailedProposal]:
         """The session's failed proposals, oldest first (by generation, then n)."""

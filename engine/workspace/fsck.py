@@ -4,18 +4,22 @@ fsck; repair what is derived and safe to rebuild; name the rest and leave it alo
 Repaired (unless dry_run): the listing cache (`.git/kbench-listing.pickle`, derived from objects: deleted
 and written afresh), a session branch that does not point at the session's best candidate (moved with a
 compare-and-swap; its old position stays in the reflog), a writer record left by a process that is
-provably gone. Never touched: objects, candidate refs, notes (a damaged note is history: only a copy from a
-clone restores it), git's own `*.lock` files (another git command may be running; the user removes them).
+provably gone, a candidate ref that does not name its candidate's commit while that commit is still in the
+repository (it names itself: engine.workspace.damaged_refs; the ref is pointed back at it, a ref file git
+cannot read is kept aside under .git/kbench-damaged-refs/). Never touched: objects, other refs, notes (a
+damaged note is history: only a copy from a clone restores it), git's own `*.lock` files (another git
+command may be running; the user removes them).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.workspace import claim_holders, gitio, gitrefs, listing_cache, writers
+from engine.workspace import claim_holders, damaged_refs, gitio, gitrefs, listing_cache, writers
 from engine.workspace.commits import candidate_trailer
 from engine.workspace.errors import SessionBusyError, WorkspaceDamagedError, WorkspaceError
 from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
@@ -81,13 +85,32 @@ def _git_fsck(ws, report: FsckReport) -> None:
     if proc.returncode == 0 and not bad:
         report.add(OK, "git fsck", "git fsck --full finds every object whole and every ref valid")
         return
+    refs = [ln for ln in bad if _candidate_ref_line(ln)]
+    bad = [ln for ln in bad if ln not in refs]
+    if refs and not bad:
+        report.add(NOTE, "git fsck", f"{len(refs)} candidate ref(s) damaged; each is named under its session below")
+        return
     for ln in bad[:40]:
+        if _REF_LINE.match(ln):     # a ref naming no valid object: the ref is what is wrong, not an object
+            report.add(DAMAGED, "git fsck", f"{ln} (not touched: point the ref at the right commit with "
+                                            "`git update-ref`, or remove it if it is not wanted)")
+            continue
         report.add(DAMAGED, "git fsck", f"{ln} (not touched: copy the object back from a clone of this workspace, "
                                         "e.g. `git fetch` from it or copy its file under .git/objects/)")
     if len(bad) > 40:
         report.add(DAMAGED, "git fsck", f"... and {len(bad) - 40} more lines of git fsck")
     if not bad:
         report.add(DAMAGED, "git fsck", f"git fsck exited {proc.returncode} without saying why")
+
+
+_REF_LINE = re.compile(r"^error: (refs/\S+): ")
+
+
+def _candidate_ref_line(line: str) -> bool:
+    """A git fsck line about a kbench candidate ref (the session check below names it and its commit)."""
+    m = _REF_LINE.match(line)
+    parts = split_ref(m.group(1)) if m else None
+    return bool(parts and damaged_refs.is_candidate_leaf(parts[0], parts[1]))
 
 
 def _git_locks(ws, report: FsckReport) -> None:
@@ -137,11 +160,17 @@ def _session(ws, name: str, report: FsckReport, dry_run: bool) -> None:
         report.add(DAMAGED, subject, f"{exc} (not touched)")
     try:
         views = ws.candidates(name, strict=False)
+        refs = ws.damaged_refs(name)
     except WorkspaceError as exc:
         report.add(DAMAGED, subject, f"its candidates cannot be listed: {exc} (not touched)")
         return
-    damaged = 0
+    damaged = _damaged_refs(ws, name, refs, report, dry_run)
+    if refs and not damaged:
+        views = ws.candidates(name, strict=False)      # the refs restored: list the session again
+    by_ref = {d.candidate for d in refs}
     for v in views:
+        if v.id in by_ref:
+            continue                                   # named with its ref above
         if v.problem:
             damaged += 1
             report.add(DAMAGED, f"candidate {v.id}", f"{v.problem} (not touched)")
@@ -152,7 +181,7 @@ def _session(ws, name: str, report: FsckReport, dry_run: bool) -> None:
             damaged += 1
             report.add(DAMAGED, f"candidate {v.id}", f"{exc} (not touched)")
     # refs in the session's namespace that are not candidates: kbench ignores them; say so
-    listed = {v.id for v in views}
+    listed = {v.id for v in views} | by_ref
     for ref in ws._repo.refs(f"{CANDIDATE_NS}{name}/"):
         parts = split_ref(ref)
         if parts and parts[1] != ROOT_LEAF and parts[1] not in listed:
@@ -161,6 +190,32 @@ def _session(ws, name: str, report: FsckReport, dry_run: bool) -> None:
     _branch(ws, name, views, damaged, report, dry_run)
     if not damaged:
         report.add(OK, subject, f"{len(views)} candidate(s): commits, records and notes readable")
+
+
+def _damaged_refs(ws, name: str, refs, report: FsckReport, dry_run: bool) -> int:
+    """Point each damaged candidate ref whose commit was found back at it; name the others. Returns how many
+    are left damaged (a dry run leaves them all)."""
+    left = 0
+    for d in refs:
+        if d.found is None:
+            left += 1
+            report.add(DAMAGED, d.ref, f"{d.message} (not touched)")
+        elif dry_run:
+            left += 1
+            report.add(WARNING, d.ref, f"{d.what}; would be pointed back at {d.candidate}'s commit {d.found[:12]}, "
+                                       "which names itself so")
+        else:
+            try:
+                with ws._repo.writing(), writers.write_guard(ws.git_dir, name):
+                    kept = damaged_refs.restore(ws.git_dir, ws._repo, d)
+            except WorkspaceError as exc:
+                left += 1
+                report.add(WARNING, d.ref, f"{d.what}; pointing it back at {d.found[:12]} failed: {exc}")
+                continue
+            kept = f" (the damaged ref file is kept as {kept})" if kept else ""
+            report.add(REPAIRED, d.ref, f"{d.what}; pointed back at {d.candidate}'s commit {d.found[:12]}, which "
+                                        f"names itself so{kept}")
+    return left
 
 
 def _branch(ws, name: str, views, damaged: int, report: FsckReport, dry_run: bool) -> None:

@@ -5,6 +5,7 @@ records (by commit sha) and folded statuses (by note blob sha) are cached, in me
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import re
@@ -12,7 +13,8 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from engine.workspace import commits, gitio, gitobjects, gitread, gitrefs
+from engine.workspace import commits, damaged_refs, gitio, gitobjects, gitread, gitrefs
+from engine.workspace.damaged_refs import DamagedRef
 from engine.workspace.errors import (CorruptNoteError, DamagedObjectError, WorkspaceDamagedError,
                                      WorkspaceError)
 from engine.workspace.listing_cache import ListingCache
@@ -37,6 +39,8 @@ class Listing:
         self.records: dict[str, CandidateRecord | None] = {}  # commit sha -> record (commits are immutable)
         self.statuses: dict[str, CandidateStatus] = {}        # note blob sha -> folded status (same)
         self.disk_cache = ListingCache(self.repo.git_dir)     # the two above, kept on disk between processes
+        self.damaged: dict[str, list[DamagedRef]] = {}        # session -> its damaged candidate refs (last listing)
+        self._lost: dict[tuple[str, str, str | None], str | None] = {}   # where a damaged ref's commit was found
 
     def save(self) -> None:
         """Keep what this process parsed for the next one (where enough is new to be worth the write)."""
@@ -139,10 +143,17 @@ class Listing:
         records, statuses = self.records, self.statuses  # this call's view of the caches
         known = len(records) + len(statuses)
         leaves: dict[str, str] = {}
-        for sha, ref in gitrefs.parse_ref_list(ref_list.result()):
+        rc, listed, err = ref_list.finish()
+        if rc != 0:
+            raise gitio.GitCommandError(ref_list.args, rc, err)
+        for sha, ref in gitrefs.parse_ref_list(listed):
             parts = split_ref(ref)
             if parts and parts[0] == session and parts[1] != ROOT_LEAF:
                 leaves[parts[1]] = sha
+        damage: list[DamagedRef] = [   # a ref file git cannot read: the candidate is not listed by git at all
+            DamagedRef(session, leaf, ref, None, "holds no object id (git ignores it as broken)")
+            for ref in damaged_refs.broken_refs(err) for (s, leaf) in [split_ref(ref) or ("", "")]
+            if s == session and damaged_refs.is_candidate_leaf(session, leaf)]
         unknown = [leaf for leaf, sha in leaves.items() if sha not in records]
         ref_rows = None
         if unknown:   # a few: name them; many: the whole prefix
@@ -160,8 +171,7 @@ class Listing:
             try:
                 rows = ref_rows.result()
             except gitio.GitCommandError as exc:
-                raise _named_damage(exc, {sha: f"candidate {leaf}'s commit" for leaf, sha in leaves.items()}) \
-                    from None
+                rows = self._rows_without_missing(session, leaves, unknown, damage, exc)
             for sha, ref, parents, when, author, message in gitrefs.parse_ref_records(rows):
                 if sha not in records and sha in id_of:
                     records[sha] = commits.record_from_parts(sha, parents, when, author, message, id_of.get)
@@ -189,6 +199,10 @@ class Listing:
         for leaf, sha in leaves.items():
             rec = records.get(sha)
             if rec is None or rec.id != leaf:
+                if damaged_refs.is_candidate_leaf(session, leaf):   # a candidate's ref, not someone else's
+                    damage.append(DamagedRef(session, leaf, candidate_ref(session, leaf), sha, (
+                        f"points at the commit of {rec.id} ({sha[:12]})" if rec is not None else
+                        f"points at {sha[:12]}, which is not a kbench candidate commit")))
                 continue  # not a kbench candidate commit (someone else's ref in our namespace): skip it
             blob = blobs.get(sha)
             if replace and sha in replace:
@@ -212,11 +226,73 @@ class Listing:
                         raise
                     status, problem = EMPTY_STATUS, str(exc)
             views.append(make(CandidateView, record=rec, status=status, problem=problem))
+        if damage:
+            views += self._damaged_views(session, damage, leaves, records, blobs)
+        self.damaged[session] = damage
+        if damage and strict:
+            more = f" ({len(damage) - 1} more damaged ref(s) in session {session})" if len(damage) > 1 else ""
+            raise WorkspaceDamagedError(damage[0].message + more, obj=damage[0].ref, candidate=damage[0].candidate,
+                                        session=session, reason=damage[0].what)
         self.disk_cache.parsed(len(records) + len(statuses) - known)
         if len(records) > _CACHE_CAP or len(statuses) > _CACHE_CAP:
             self.records, self.statuses = {}, {}  # start afresh; running listings keep their own
         return views
 
+
+    def _rows_without_missing(self, session: str, leaves: dict[str, str], unknown: list[str],
+                              damage: list[DamagedRef], exc: gitio.GitCommandError) -> bytes:
+        """The record rows of the unknown leaves whose objects git has: a ref naming a missing (or unreadable)
+        object fails the whole `for-each-ref`, so those are set aside as damaged refs and the rest read again."""
+        shas = [leaves[x] for x in unknown]
+        try:
+            objs = self.repo.read_batch(shas)
+        except DamagedObjectError:
+            objs = [self.reader.read_or_damage(x) for x in shas]
+        gone = [leaf for leaf, o in zip(unknown, objs) if not isinstance(o, gitread.GitObject)]
+        if not gone:
+            raise _named_damage(exc, {sha: f"candidate {leaf}'s commit" for leaf, sha in leaves.items()}) from None
+        for leaf in gone:
+            sha = leaves.pop(leaf)
+            if damaged_refs.is_candidate_leaf(session, leaf):
+                damage.append(DamagedRef(session, leaf, candidate_ref(session, leaf), sha,
+                                         f"points at {sha[:12]}, which git cannot read (missing or corrupt)",
+                                         unreadable=True))
+        rest = [x for x in unknown if x not in gone]
+        if not rest:
+            return b""
+        try:
+            return gitio.run_git(self.repo.git_dir, ["for-each-ref", f"--format={gitrefs.REF_RECORD_FORMAT}",
+                                                     *[candidate_ref(session, x) for x in rest]]).stdout
+        except gitio.GitCommandError as again:
+            raise _named_damage(again, {sha: f"candidate {leaf}'s commit" for leaf, sha in leaves.items()}) from None
+
+    def _damaged_views(self, session: str, damage: list[DamagedRef], leaves: dict[str, str],
+                       records: dict[str, CandidateRecord | None], blobs: dict[str, str]) -> list[CandidateView]:
+        """Find each damaged ref's candidate by the commit that names itself so (damaged_refs.find_commits), and
+        list the ones found, their `problem` saying what is wrong. `damage` gets the commits found."""
+        mine = {sha for sha in leaves.values()}
+        key = lambda d: (session, d.candidate, d.points_at)  # noqa: E731
+        todo = {d.candidate for d in damage if key(d) not in self._lost}
+        if todo:
+            parents = [p for sha in leaves.values() if (r := records.get(sha)) is not None
+                       for p in r.parent_commits if p not in mine]
+            annotated = [sha for sha in blobs if sha not in mine]
+            found = damaged_refs.find_commits(self.repo, session, todo, [parents, annotated])
+            for d in damage:
+                self._lost.setdefault(key(d), found.get(d.candidate))
+        views = []
+        for i, d in enumerate(damage):
+            sha = self._lost.get(key(d))
+            damage[i] = d = dataclasses.replace(d, found=sha)
+            rec = self.reader.record_at(sha) if sha else None
+            if rec is None:
+                continue
+            try:
+                status = fold(self.reader.current_entries(rec))
+            except CorruptNoteError:
+                status = EMPTY_STATUS
+            views.append(make(CandidateView, record=rec, status=status, problem=f"workspace damaged: {d.message}"))
+        return views
 
 
 def _named_damage(exc: gitio.GitCommandError, labels: dict[str, str], fallback: str = "") -> WorkspaceError:

@@ -102,12 +102,12 @@ class CandidateReader:
         if q.startswith(CANDIDATE_NS):
             parts = split_ref(q)
             if parts and parts[1] in by_id:
-                return self.must_record(by_id[parts[1]], q)
+                return self.must_record(by_id[parts[1]], q, parts[1])
         if q in by_id:
-            return self.must_record(by_id[q], q)
+            return self.must_record(by_id[q], q, q)
         matches = sorted(i for i in by_id if i.startswith(q))
         if len(matches) == 1:
-            return self.must_record(by_id[matches[0]], q)
+            return self.must_record(by_id[matches[0]], q, matches[0])
         if len(matches) > 1:
             shown = ", ".join(matches[:8]) + (f" and {len(matches) - 8} more" if len(matches) > 8 else "")
             raise UnknownCandidateError(f"{q!r} is ambiguous: it starts {len(matches)} candidate ids ({shown})")
@@ -119,6 +119,14 @@ class CandidateReader:
             raw = wr.read_commit(sha)
             if raw is not None and commits.parse_message(raw.message).trailers.get(commits.T_ROOT):
                 raise UnknownCandidateError(f"{q!r} is the root commit of a session, not a candidate")
+        leaf = split_ref(q)[1] if q.startswith(CANDIDATE_NS) and split_ref(q) else q
+        named = parse_candidate_id(leaf)
+        if named and (Path(wr.git_dir) / candidate_ref(named[0], leaf)).is_file():
+            # the ref's file is there, yet git lists no such ref: it holds no object id
+            raise WorkspaceDamagedError(
+                f"candidate {leaf}: its ref {candidate_ref(named[0], leaf)} holds no object id (git ignores it as "
+                f"broken). `kbench fsck` finds the commit that names itself {leaf} and points the ref back at it.",
+                obj=candidate_ref(named[0], leaf), candidate=leaf, session=named[0], reason="holds no object id")
         raise UnknownCandidateError(
             f"no candidate {q!r} in {self.path}: not a candidate id, a unique id prefix, a refs/kbench/ ref or a "
             "revision of a candidate commit (`kbench sessions` and `kbench log SESSION` list them)")
@@ -153,8 +161,26 @@ class CandidateReader:
         raw = self.repo.read_commit(sha)
         return commits.record_from_commit(raw, self.id_of_commit) if raw else None
 
-    def must_record(self, sha: str, q: str) -> CandidateRecord:
-        rec = self.record_at(sha)
+    def must_record(self, sha: str, q: str, leaf: str | None = None) -> CandidateRecord:
+        """The record of the commit `sha` that the candidate ref `leaf` (of query `q`) names. Where that ref has
+        a candidate's name, anything but its candidate's commit is damage, and is named as such."""
+        obj = self.read_or_damage(sha)
+        rec = self.record_at(sha) if isinstance(obj, gitread.GitObject) and obj.type == "commit" else None
+        named = parse_candidate_id(leaf) if leaf else None
+        if named and (rec is None or rec.id != leaf):
+            ref = candidate_ref(named[0], leaf)
+            if not isinstance(obj, gitread.GitObject):
+                why = (obj.reason if isinstance(obj, WorkspaceDamagedError)
+                       else "is missing or corrupt (git cannot read it)")
+                raise WorkspaceDamagedError(
+                    f"candidate {leaf}'s commit (object {sha}, named by {ref}) {why}. {FSCK_HINT}.",
+                    obj=sha, candidate=leaf, session=named[0], reason=why)
+            what = (f"the commit of {rec.id}" if rec is not None else f"a {obj.type}, not a commit"
+                    if obj.type != "commit" else "a commit that is not a kbench candidate")
+            raise WorkspaceDamagedError(
+                f"candidate {leaf}: its ref {ref} points at {what} ({sha[:12]}). `kbench fsck` finds the commit that "
+                f"names itself {leaf} and points the ref back at it.", obj=ref, candidate=leaf, session=named[0],
+                reason=f"points at {what}")
         if rec is None:
             raise UnknownCandidateError(f"{q!r} points at commit {sha[:12]}, which carries no Kbench-Candidate "
                                         "trailer (not a kbench candidate)")

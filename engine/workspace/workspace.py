@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from engine.candidates import Candidate
 from engine.verdict import STAGES, Status, Verdict
 from engine.workspace import commits, files, gitobjects, gitrefs, sessions, writers
-from engine.workspace.failed import FailedProposal, FailedProposals
+from engine.workspace.damaged_refs import DamagedRef
+from engine.workspace.failed import FailedProposals
 from engine.workspace.errors import CorruptNoteError, UnknownSessionError, WorkspaceError
 from engine.workspace.listing import Listing
 from engine.workspace.notes import NotesStore
@@ -189,13 +190,8 @@ class Workspace:
 
     @property
     def failed(self) -> FailedProposals:
-        """The LLM answers that gave no candidate (engine.workspace.failed): list, get, prompt, drafts, checkout."""
+        """The LLM answers that gave no candidate (engine.workspace.failed): record, list, get, prompt, checkout."""
         return FailedProposals(self._repo, self._reader)
-
-    def record_failed_proposal(self, session: str, generation: int, **kw: Any) -> FailedProposal:
-        """Keep a paid-for answer that gave no candidate, its prompt, raw answer and drafts (FailedProposals.record)."""
-        with self._repo.writing(), writers.write_guard(self.git_dir, session):
-            return self.failed.record(session, generation, **kw)
 
     def resolve(self, query: str) -> CandidateRecord:
         """A candidate from its full id, a unique id prefix, its ref, or any revision naming its commit."""
@@ -321,6 +317,14 @@ class Workspace:
         all, whatever the number of candidates. With `strict` False a corrupt note does not raise: that
         candidate's view carries an empty status and the error in `problem`."""
         return self._listing.candidates(session, strict)
+
+    def damaged_refs(self, session: str, fresh: bool = True) -> list[DamagedRef]:
+        """The session's candidate refs that do not name their candidate's commit (engine.workspace.damaged_refs),
+        each with the commit that names itself that candidate where one is left. `fresh` False: what the last
+        listing of the session found (none, where it was not listed), without listing it again."""
+        if fresh:
+            self._listing.views(session, strict=False)
+        return list(self._listing.damaged.get(session, ()))
 
     def generations(self, session: str) -> dict[int, list[CandidateView]]:
         return self._listing.generations(session)

@@ -119,11 +119,11 @@ def write_guard(git_dir: Path, session: str) -> Iterator[None]:
     lock = FlockFile(claim_dir(git_dir) / f"{session}.flock")     # the very file a SessionClaim locks
     if not lock.try_lock():
         holder, age = read_holder(git_dir, session)
-        raise SessionBusyError(busy_message(session, holder, age))
+        raise SessionBusyError(busy_message(session, holder, age, one_shot=True))
     try:
         holder, age = read_holder(git_dir, session)
         if holder is not None and holder.host != this_host() and holder.state(age) == "unknown":
-            raise SessionBusyError(busy_message(session, holder, age))
+            raise SessionBusyError(busy_message(session, holder, age, one_shot=True))
         yield
     finally:
         lock.unlock()

@@ -9,6 +9,7 @@ from engine.export.plan import passing_status
 from engine.verdict import STAGES
 from kbench_tui.screens.export import ExportScreen
 from kbench_tui.screens.override import OverrideScreen
+from kbench_tui.wording import for_the_app
 from kbench_tui.workers import StageProgress
 
 
@@ -55,9 +56,8 @@ class CandidateActions:
         self.after_change(cid)
         if step == "session":
             self.log_line(f"{cid}: the running session re-reads it (and evaluates it if it may now go on)")
-        elif step == "evaluate":
-            self.log_line(f"{cid}: nothing blocks it and it has no measurement: queued for evaluation")
-            self.start_reevaluate(cid)
+        elif step == "evaluate":      # said, not done: an evaluation takes GPU time the user did not ask for
+            self.log_line(f"{cid}: nothing blocks it now and it has no measurement: e evaluates it")
 
     # -- re-evaluate
     def action_reevaluate(self) -> None:
@@ -83,8 +83,8 @@ class CandidateActions:
         self.after_change(cid)
 
     def failed_reeval(self, error) -> None:
-        self.app.notify(f"re-evaluation failed: {error}", severity="error", timeout=12)
-        self.log_line(f"re-evaluation failed: {type(error).__name__}: {error}")
+        self.app.notify(f"re-evaluation failed: {for_the_app(str(error))}", severity="error", timeout=12, markup=False)
+        self.log_line(f"re-evaluation failed: {for_the_app(str(error))}")
 
     # -- hand edit
     def action_edit(self) -> None:
@@ -107,7 +107,7 @@ class CandidateActions:
             edit()
         rec = outcome[0] if outcome else None
         if not hasattr(rec, "id"):
-            self.app.notify(str(rec), severity="warning", timeout=8)
+            self.app.notify(for_the_app(str(rec)), severity="warning", timeout=8, markup=False)
             return
         self.app.notify(f"committed {rec.id} (human) from {cid}")
         self.log_line(f"hand edit: committed {rec.id} from {cid}")
@@ -131,28 +131,23 @@ class CandidateActions:
     def done_exprep(self, result) -> None:
         cid, ok, why, out = result
 
-        def done(answer) -> None:
-            if answer:
-                self.background("export", self._do_export, cid, answer)
+        def export(answer):        # in the modal's worker: a refusal keeps the modal open and says why
+            return self.backend.export(cid, answer["out"], name=answer["name"], force=answer["force"],
+                                       overwrite=answer["overwrite"])
 
-        self.app.push_screen(ExportScreen(cid, out, ok, why), done)
+        def done(written) -> None:
+            if written:
+                self.exported(cid, *written)
 
-    def _do_export(self, cid, answer):
-        out, notes = self.backend.export(cid, answer["out"], name=answer["name"], force=answer["force"],
-                                         overwrite=answer["overwrite"])
-        return cid, out, notes
+        self.app.push_screen(ExportScreen(cid, out, ok, why, export=export), done)
 
-    def done_export(self, result) -> None:
-        cid, out, notes = result
+    def exported(self, cid: str, out, notes) -> None:
         self.app.notify(f"exported {cid} to {out}" + ("".join(f"\n{n}" for n in notes)), timeout=10)
         self.log_line(f"exported {cid} -> {out}")
         self.after_change(cid)
 
-    def failed_export(self, error) -> None:
-        self.app.notify(f"export refused: {error}", severity="error", timeout=10)
-
     def failed_override(self, error) -> None:
-        self.app.notify(f"override refused: {error}", severity="error", timeout=10)
+        self.app.notify(f"override refused: {for_the_app(str(error))}", severity="error", timeout=10, markup=False)
 
     def log_line(self, line: str) -> None:
         self.app.log_event_line(line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -71,12 +72,12 @@ class CandidateScreen(CandidateActions, ThreadedMixin, Screen):
             with TabPane("Diff", id="diff"):
                 yield DiffView(id="diff-view")
             with TabPane("Verdicts", id="verdicts"):
-                yield VerdictTable(id="verdict-view")
+                yield VerdictTable(id="verdicts-view")
             with TabPane("Profile", id="profile"):
                 yield CodeView(id="profile-view")
             with TabPane("Prompt", id="prompt"):
                 yield CodeView(id="prompt-view")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.app.sub_title = self.cid
@@ -95,18 +96,18 @@ class CandidateScreen(CandidateActions, ThreadedMixin, Screen):
     def done_detail(self, d) -> None:
         v = self.view = d["view"]
         r = v.record
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(r.id, style="bold")
-        t.append(f"  gen {r.generation} · {r.operator} · {r.proposer}" + (f" ({r.model})" if r.model else ""))
-        t.append(f"  parents: {', '.join(r.parents) or 'root'}  speedup {fmt_x(v.status.speedup)}  "
-                 f"commit {r.commit[:12]}\n")
-        t.append(r.subject, style="italic")
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append(r.id, style="bold")
+        head.append(f"  gen {r.generation} · {r.operator} · {r.proposer}" + (f" ({r.model})" if r.model else ""))
+        head.append(f"  parents: {', '.join(r.parents) or 'root'}  speedup {fmt_x(v.status.speedup)}  "
+                    f"commit {r.commit[:12]}")
+        title = Text(r.subject, style="italic")     # wraps (up to 3 lines): the knob change is at its end
         if r.rationale:
-            t.append(f" — {r.rationale.splitlines()[0]}", style="dim")
-        self.query_one("#cand-title", Static).update(t)
+            title.append(f" — {r.rationale.splitlines()[0]}", style="dim")
+        self.query_one("#cand-title", Static).update(Group(head, title))
         self.query_one("#code-view", CodeView).show(d["files"])
         self.query_one("#diff-view", DiffView).show(d["against"], r.id, d["diff"])
-        self.query_one("#verdict-view", VerdictTable).show(v, self.app.backend.gpu_notice())
+        self.query_one("#verdicts-view", VerdictTable).show(v, self.app.backend.gpu_notice())
         self.query_one("#profile-view", CodeView).show_text(profile_text(v, self.app.backend.gpu_notice()))
         self.query_one("#prompt-view", CodeView).show_text(d["prompt"], "markdown")
         self.loaded = True

@@ -1,7 +1,12 @@
-"""Export a candidate as a torch extension package (engine.export writes it)."""
+"""Export a candidate as a torch extension package (engine.export writes it). The modal runs the export itself and
+stays open when it is refused (a folder that is not empty, a kernel that is not passing without force), with the
+reason in the app's words, so the user changes a field and tries again; it closes on success only."""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
@@ -9,28 +14,36 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from kbench_tui import keymap
 from kbench_tui.widgets.toggle import Toggle
+from kbench_tui.wording import for_the_app
+from kbench_tui.workers import ThreadedMixin
+
+# answer -> (the folder written, notes); raises KbenchError when the export is refused. Runs in a worker.
+ExportCall = Callable[[dict[str, Any]], Any]
 
 
-class ExportScreen(ModalScreen[dict | None]):
+class ExportScreen(ThreadedMixin, ModalScreen[Any]):
     BINDINGS = keymap.bindings("modal")
 
-    def __init__(self, candidate: str, default_out: str, passing: bool, why: str = ""):
+    def __init__(self, candidate: str, default_out: str, passing: bool, why: str = "",
+                 export: ExportCall | None = None):
         super().__init__()
         self.candidate, self.default_out, self.passing, self.why = candidate, default_out, passing, why
+        self.export = export
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="modal-box", id="export-box"):
             yield Static(f"[b]Export {self.candidate}[/b] as a torch extension package "
                          "(pyproject, CUDAExtension, TORCH_LIBRARY op, register_fake/autograd, test)")
             if not self.passing:
-                yield Static(f"[yellow]Not passing: {self.why}. Tick 'force' to export anyway (the README says so)."
-                             "[/yellow]")
+                yield Static(Text(f"Not passing: {for_the_app(self.why)}. Tick 'force' to export it anyway (its "
+                                  "README then says so).", style="yellow"))
             yield Label("output folder (must be empty; default: the workspace's exports/)")
             yield Input(self.default_out, id="ex-out")
             yield Label("package name (blank: kbench_<task>)")
             yield Input("", id="ex-name")
             yield Toggle("force (export a kernel that is not passing)", value=False, id="ex-force")
             yield Toggle("overwrite a previous export in that folder", value=False, id="ex-overwrite")
+            yield Static("", id="ex-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Export", variant="primary", id="ex-ok")
                 yield Button("Cancel", id="ex-cancel")
@@ -44,11 +57,26 @@ class ExportScreen(ModalScreen[dict | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.action_confirm()
 
+    def answer(self) -> dict[str, Any]:
+        return {"out": self.query_one("#ex-out", Input).value.strip(),
+                "name": self.query_one("#ex-name", Input).value.strip() or None,
+                "force": self.query_one("#ex-force", Checkbox).value,
+                "overwrite": self.query_one("#ex-overwrite", Checkbox).value}
+
     def action_confirm(self) -> None:
-        self.dismiss({"out": self.query_one("#ex-out", Input).value.strip(),
-                      "name": self.query_one("#ex-name", Input).value.strip() or None,
-                      "force": self.query_one("#ex-force", Checkbox).value,
-                      "overwrite": self.query_one("#ex-overwrite", Checkbox).value})
+        if self.export is None:            # nothing to run here: the caller exports with the answer
+            self.dismiss(self.answer())
+            return
+        self.query_one("#ex-error", Static).update("exporting…")
+        self.query_one("#ex-ok", Button).disabled = True
+        self.background("export", self.export, self.answer())
+
+    def done_export(self, result) -> None:
+        self.dismiss(result)
+
+    def failed_export(self, error) -> None:
+        self.query_one("#ex-ok", Button).disabled = False
+        self.query_one("#ex-error", Static).update(Text(f"Export refused: {for_the_app(str(error))}"))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

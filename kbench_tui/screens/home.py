@@ -1,12 +1,13 @@
 """Home: the workspace's sessions (task, direction, generation, best speedup, status) and the tasks to start
-from. enter opens a session (or starts one from a task), n starts a new session."""
+from. enter opens a session (or starts one from a task), n starts a new session, / finds a session or task by
+name (the command palette, ctrl+p, finds commands, not tasks)."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from kbench_tui import keymap
 from kbench_tui.workers import ThreadedMixin
@@ -33,9 +34,12 @@ class HomeScreen(ThreadedMixin, Screen):
         yield Static("", id="notices", classes="notices")
         yield Static(Text("Sessions", style="bold"), classes="section")
         yield DataTable(id="sessions", cursor_type="row")
+        yield Static("", id="damage", classes="notices")
         yield Static(Text("Tasks (enter: new session)", style="bold"), classes="section")
         yield DataTable(id="tasks", cursor_type="row")
-        yield Footer()
+        yield Input(placeholder="find a session or task: name, task, tag (enter: go there, esc: close)",
+                    id="home-search")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.app.sub_title = self.app.workspace_label()
@@ -43,6 +47,8 @@ class HomeScreen(ThreadedMixin, Screen):
                                self.app.backend.config_error, *self.app.keymap_problems) if n]
         self.query_one("#notices", Static).update(Text("\n".join(notices), style="yellow"))
         self.query_one("#notices").display = bool(notices)
+        self.query_one("#home-search").display = False
+        self.query_one("#damage").display = False
         self.action_refresh()
         self.background("tasks", self.app.backend.tasks)
 
@@ -65,7 +71,11 @@ class HomeScreen(ThreadedMixin, Screen):
                           "-" if r.generation is None else str(r.generation), r.best or "-", sp, r.status))
         fill(t, ("session", "task", "direction", "proposer", "candidates", "gen", "best", "speedup", "status"), cells,
              style={8: lambda v: {"running": "bold green", "paused": "yellow"}.get(
-                 v, "cyan" if v.startswith("waiting") else "dim")})
+                 v, "cyan" if v.startswith("waiting") else "bold red" if v.startswith("damaged") else "dim")})
+        damaged = [f"{r.name}: {r.damage}" for r in rows if r.damage]
+        note = self.query_one("#damage", Static)
+        note.update(Text("\n".join(damaged), style="red"))
+        note.display = bool(damaged)
         if rows:
             t.move_cursor(row=min(cur, len(rows) - 1))
         if not rows:
@@ -94,8 +104,54 @@ class HomeScreen(ThreadedMixin, Screen):
         other = "#tasks" if self._focused_table().id == "sessions" else "#sessions"
         self.query_one(other, DataTable).focus()
 
+    # -- / : find a session or a task
     def action_search(self) -> None:
-        self.app.action_command_palette()
+        s = self.query_one("#home-search", Input)
+        if not s.display:
+            self._search_table = self._focused_table()
+        s.display = True
+        s.value = ""
+        s.focus()
+
+    def action_close_search(self) -> None:
+        s = self.query_one("#home-search", Input)
+        if s.display:
+            s.display = False
+            self._focused_table_before_search().focus()
+
+    def _focused_table_before_search(self) -> DataTable:
+        """The table the search went to last (or the one focused when it opened)."""
+        return getattr(self, "_search_table", None) or self.query_one("#sessions", DataTable)
+
+    def _matches(self, query: str) -> list[tuple[DataTable, int]]:
+        """(table, row) of every session, then every task, whose cells contain `query` (any case)."""
+        q = query.strip().lower()
+        out = []
+        for tid in ("#sessions", "#tasks"):
+            t = self.query_one(tid, DataTable)
+            for row in range(t.row_count):
+                if q and any(q in str(cell).lower() for cell in t.get_row_at(row)):
+                    out.append((t, row))
+        return out
+
+    def _go(self, table: DataTable, row: int) -> None:
+        table.move_cursor(row=row, animate=False)
+        self._search_table = table
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "home-search":
+            found = self._matches(event.value)
+            if found:
+                self._go(*found[0])
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "home-search":
+            return
+        found = self._matches(event.value)
+        if not found:
+            self.app.notify(f"no session or task matches {event.value.strip()!r}", severity="warning")
+            return
+        self.action_close_search()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -5,6 +5,7 @@ loop's own thread; its events come back as messages."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
@@ -13,6 +14,7 @@ from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Sele
 from engine.service.spec import DEFAULTS
 from kbench_tui import keymap
 from kbench_tui.widgets.toggle import Toggle
+from kbench_tui.wording import for_the_app
 from kbench_tui.workers import ThreadedMixin
 
 
@@ -78,7 +80,7 @@ class NewSessionScreen(ThreadedMixin, Screen):
             with Horizontal(classes="buttons"):
                 yield Button("Start", variant="primary", id="ns-start")
                 yield Button("Cancel", id="ns-cancel")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#ns-task", Select).focus()        # the form opens on its first field
@@ -130,10 +132,10 @@ class NewSessionScreen(ThreadedMixin, Screen):
 
     def failed_start(self, error) -> None:
         self.query_one("#ns-start", Button).disabled = False
-        self._error(f"cannot start: {error}")
+        self._error(f"cannot start: {for_the_app(str(error))}")
 
     def _error(self, text: str) -> None:
         """The form is taller than a small terminal: bring the message into view, or nothing seems to happen."""
         err = self.query_one("#ns-error", Static)
-        err.update(text)
+        err.update(Text(text))        # engine text: "[forward]" is a section name, not markup
         self.call_after_refresh(err.scroll_visible, animate=False)

@@ -17,6 +17,7 @@ from kbench_tui.widgets.fitness_plot import FitnessPlot
 from kbench_tui.widgets.line import Line
 from kbench_tui.widgets.lineage_table import LineageTable, short
 from kbench_tui.widgets.log_view import LogView
+from kbench_tui.wording import for_the_app, session_line, status_phrase
 from kbench_tui.workers import ThreadedMixin
 
 RELOAD_ON = {"SessionStarted", "CandidateCommitted", "CandidateEvaluated", "GenerationFinished", "Stopped", "BestImproved",
@@ -45,7 +46,7 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         yield Line(id="selection")
         yield Line(id="progress")
         yield LogView(id="log")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.app.sub_title = f"session {self.session}"
@@ -57,8 +58,8 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         self.query_one("#notices", Static).update(Text(" · ".join(notices), style="yellow"))
         self.query_one("#notices").display = bool(notices)
         shown = self.app.session_log(self.session)
-        for line in shown[-200:]:
-            self.query_one(LogView).add(line)
+        for at, line in shown[-200:]:
+            self.query_one(LogView).add(session_line(line, self.session), at)
         self._log_seen = len(shown)       # events already in the app's log are not written twice
         self.query_one(LineageTable).focus()
         self.reload()
@@ -97,7 +98,8 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         if isinstance(error, UnknownSessionError) and self.runner is not None:
             self.set_timer(0.3, self.reload)     # the loop's thread has not created the session yet
             return
-        self.app.notify(f"cannot list {self.session}: {error}", severity="error")
+        self.app.notify(f"cannot list {self.session}: {for_the_app(str(error))}", severity="error", timeout=12,
+                        markup=False)
 
     def _tick(self) -> None:
         self.update_progress()
@@ -188,8 +190,8 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         n = len(self.app.session_log(self.session))
         if n > getattr(self, "_log_seen", 0):
             self._log_seen = n
-            self.query_one(LogView).add(e.line())
-        self.last_event = e.kind
+            self.query_one(LogView).add(session_line(e.line(), self.session), e.t)
+        self.last_event = status_phrase(e.line(), self.session)
         if e.kind in RELOAD_ON:
             self.reload()
         self.update_progress()
@@ -282,8 +284,13 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         self.app.push_screen(FailedProposalsScreen(self.session))
 
     def action_toggle_log(self) -> None:
+        """normal -> large (the lineage shrinks to a few rows, the plot hides; the log takes the focus, so the
+        arrows and page keys scroll it) -> hidden -> normal."""
         log = self.query_one(LogView)
-        log.display = not log.display
+        size = log.cycle_size()
+        self.query_one(FitnessPlot).display = size != "large"
+        self.query_one(LineageTable).set_class(size == "large", "-small")
+        (log if size == "large" else self.query_one(LineageTable)).focus()
 
     # evolution controls
     def _need_runner(self):

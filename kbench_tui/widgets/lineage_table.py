@@ -21,14 +21,20 @@ from kbench_tui.view_models import status_text
 COLUMNS = (("gen", 5), ("candidate", 12), ("op", 10), ("parents", 18), ("status", 18), ("speedup", 9),
            ("title", 60))
 STYLES = {"ok": Style(color="green"), "fail": Style(color="red", bold=True), "suspicious": Style(color="yellow"),
-          "corrupt": Style(color="red"), "waiting": Style(color="cyan"), "other": Style(dim=True)}
+          "damaged": Style(color="red", bold=True), "waiting": Style(color="cyan"), "other": Style(dim=True)}
 
 
 def short(cid: str, session: str) -> str:
     return cid[len(session) + 1:] if cid.startswith(session + "-") else cid
 
 
-def cells_of(view, session: str, first_of_gen: bool) -> tuple[tuple[str, Style | None], ...]:
+# A tuner's title is its parent's with the knob change appended (`...-baseline-vec2-block_size512`): cut from the
+# left, it still shows what changed; any other title reads from its start.
+CUT_LEFT_OPERATORS = frozenset({"tune"})
+
+
+def cells_of(view, session: str, first_of_gen: bool) -> tuple:
+    """The row's (text, style) cells, then whether its title is cut from the left."""
     r = view.record
     st = status_text(view)
     kind = st.split(" ")[0].rstrip("*")
@@ -36,13 +42,19 @@ def cells_of(view, session: str, first_of_gen: bool) -> tuple[tuple[str, Style |
     return ((f"g{r.generation}" if first_of_gen else "", Style(bold=True)), (short(r.id, session), None),
             (r.operator, None), (" ".join(short(p, session) for p in r.parents) or "root", Style(color="cyan")),
             (st, STYLES.get(kind, STYLES["other"])), (f"{sp:.3f}x" if sp is not None else "-", None),
-            (r.subject.split(" · ", 2)[-1], None))
+            (r.subject.split(" · ", 2)[-1], None), r.operator in CUT_LEFT_OPERATORS)
 
 
-def strip_of(cells, widths, base: Style | None = None) -> Strip:
+def strip_of(cells, widths, base: Style | None = None, cut_left_last: bool = False) -> Strip:
     segs = []
-    for (text, style), w in zip(cells, widths):
-        t = text if len(text) <= w else text[: w - 1] + "…"
+    last = len(widths) - 1
+    for i, ((text, style), w) in enumerate(zip(cells, widths)):
+        if len(text) <= w:
+            t = text
+        elif i == last and cut_left_last:
+            t = "…" + text[len(text) - w + 1:]
+        else:
+            t = text[: w - 1] + "…"
         st = (base + style) if (base and style) else (style or base)
         segs.append(Segment(" " + t.ljust(w) + " ", st))
     return Strip(segs, sum(w + 2 for w in widths))
@@ -51,6 +63,7 @@ def strip_of(cells, widths, base: Style | None = None) -> Strip:
 class LineageTable(ScrollView, can_focus=True):
     DEFAULT_CSS = """
     LineageTable { height: 1fr; }
+    LineageTable.-small { height: 6; }
     LineageTable > .lineage--header { text-style: bold; background: $panel; }
     LineageTable > .lineage--cursor { background: $accent; color: $text; }
     LineageTable:blur > .lineage--cursor { background: $accent 40%; }
@@ -91,9 +104,12 @@ class LineageTable(ScrollView, can_focus=True):
         self.views = data.views
         self._first = set(data.gen_first.values())
         self._cache.clear()
-        ids = [short(v.record.id, data.name) for v in data.views[:2000]] + [
-            short(v.record.id, data.name) for v in data.views[-2000:]]
-        self.widths[1] = max([9] + [len(i) for i in ids])
+        sample = data.views[:2000] + data.views[-2000:]
+        # id, parents and status as wide as their longest (within bounds), so the title gets the rest
+        self.widths[1] = max([9] + [len(short(v.record.id, data.name)) for v in sample])
+        self.widths[3] = min(18, max([7] + [len(" ".join(short(p, data.name) for p in v.record.parents))
+                                            for v in sample]))
+        self.widths[4] = min(22, max([6] + [len(status_text(v)) for v in sample]))
         self.virtual_size = Size(1, len(self.views) + 1)   # the title column takes what is left: no x-scroll
         row = data.index.get(keep, self.cursor_row) if keep else self.cursor_row
         self.move_cursor(row=min(max(0, row), max(0, len(self.views) - 1)))
@@ -137,7 +153,7 @@ class LineageTable(ScrollView, can_focus=True):
             if len(self._cache) > 4000:
                 self._cache.clear()
         base = self.get_component_rich_style("lineage--cursor") if i == self.cursor_row else self.rich_style
-        return strip_of(cells, self.widths, base).crop(sx, sx + width).extend_cell_length(width, base)
+        return strip_of(cells[:-1], self.widths, base, cells[-1]).crop(sx, sx + width).extend_cell_length(width, base)
 
     def on_resize(self) -> None:
         self._scroll_to_cursor()

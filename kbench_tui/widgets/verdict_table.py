@@ -8,6 +8,7 @@ from textual.widgets import DataTable, Static
 
 from engine.verdict import Stage
 from kbench_tui.view_models import WAITING_FOR_GPU, status_text
+from kbench_tui.wording import event_text
 
 STYLE = {"pass": "green", "fail": "bold red", "suspicious": "bold yellow", "skipped": "dim"}
 
@@ -87,9 +88,7 @@ class VerdictTable(VerticalScroll):
             hist.append(f"override {o.at[:19]} {o.stage}: {o.from_status or 'none'} → {o.to_status.value} by {o.by}: "
                         f"{o.reason}\n", style="yellow")
         for e in st.events:
-            data = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                             for k, v in e.data.items() if v is not None)
-            hist.append(f"event {e.at[:19]} {e.event}  {data}\n", style="dim")
+            hist.append(f"{e.at[:19]} {event_text(e.event, e.data)}\n", style="dim")
         for c in st.comments:
             hist.append(f"comment: {c.text}\n", style="italic")
         self.query_one("#history", Static).update(hist)

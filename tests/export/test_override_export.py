@@ -89,7 +89,7 @@ def test_a_folder_evaluated_with_kbench_eval_exports_on_that_verdict(tmp_path, m
     folder = tmp_path / "mine"
     shutil.copytree(SM_FWD, folder)
     cand = load_candidate(folder)
-    with pytest.raises(ExportError, match=r"no `kbench eval` of these exact sources was recorded; run `kbench eval "):
+    with pytest.raises(ExportError, match=r"no GPU verdict is recorded for these exact sources: .*; run `kbench eval "):
         plan_from_dirs(folder, "softmax")
     # no GPU: nothing is known, nothing is recorded
     skipped = _report(task, cand, Verdict("correctness", Status.SKIPPED, NO_GPU_REASON))
@@ -104,7 +104,7 @@ def test_a_folder_evaluated_with_kbench_eval_exports_on_that_verdict(tmp_path, m
     assert "kbench eval on NVIDIA H100 80GB HBM3" in plan.forward.origin
     # any edit of the sources makes the record irrelevant
     (folder / "kernel.cu").write_text((folder / "kernel.cu").read_text() + "\n// tweak\n")
-    with pytest.raises(ExportError, match="no `kbench eval` of these exact sources"):
+    with pytest.raises(ExportError, match="no GPU verdict is recorded for these exact sources"):
         plan_from_dirs(folder, "softmax")
 
 

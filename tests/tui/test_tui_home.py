@@ -94,7 +94,7 @@ def test_help_shows_remapped_key_and_palette_runs_screen_commands(demo):
         assert s.marked is None
         await pilot.press("question_mark")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
-        row = next(r for r in (app.screen.query_one("#help-table").get_row_at(i)
-                               for i in range(app.screen.query_one("#help-table").row_count)) if r[2] == "session.mark")
-        assert row[0] == "M"
+        t = app.screen.query_one("#help-table")
+        row = next(r for r in (t.get_row_at(i) for i in range(t.row_count)) if str(r[2]) == "session.mark")
+        assert str(row[0]) == "M"
     run_app(fake_backend(demo), scenario)

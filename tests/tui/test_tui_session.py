@@ -90,7 +90,7 @@ def test_diff_against_a_marked_candidate(demo):
     run_app(fake_backend(demo), scenario)
 
 
-def test_override_records_note_and_reenters_pipeline(demo):
+def test_override_records_note_and_e_evaluates_it(demo):
     async def scenario(app, pilot):
         s = await open_session(app, pilot)
         await pilot.press("j", "j", "j")                    # g1-3: rejected by a static check, never compiled
@@ -105,7 +105,10 @@ def test_override_records_note_and_reenters_pipeline(demo):
         await type_text(pilot, "false positive: the cache is keyed by shape")
         await pilot.press("enter")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "SessionScreen")
-        # the override note, then the evaluation it re-entered
+        # the override note; the evaluation only when asked for (e)
+        await wait_until(pilot, lambda: "e evaluates it" in "\n".join(s.query_one("#log").lines_written))
+        assert app.backend.ws.status("demo-g1-3").measurement is None
+        await pilot.press("e")
         await wait_until(pilot, lambda: app.backend.ws.status("demo-g1-3").measurement is not None)
         await wait_until(pilot, lambda: "re-evaluated demo-g1-3" in "\n".join(s.query_one("#log").lines_written))
     backend = fake_backend(demo)
@@ -226,7 +229,8 @@ def test_export_refused_for_failing_candidate_unless_forced(demo, tmp_path):
         assert "Not passing" in screen_text(app)
         app.screen.query_one("#ex-out").value = str(out)
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: any("export refused" in n.message for n in app._notifications))
+        await wait_until(pilot, lambda: "Export refused" in str(app.screen.query_one("#ex-error").render()))
+        assert type(app.screen).__name__ == "ExportScreen"      # still open, to tick force
         assert not (out / "pyproject.toml").exists()
     run_app(fake_backend(demo), scenario)
 

@@ -1,12 +1,14 @@
-"""Snapshots of the main screens at 120x35, with pytest-textual-snapshot: each test drives the app on the demo
-workspace to a screen, and `snap_compare` compares an SVG screenshot of it (text and colours) with the one in
+"""Snapshots of the main screens at 120x35, and of the home, session and candidate screens at 100 and 200
+columns (a laptop's half screen, a wide monitor), with pytest-textual-snapshot: each test drives the app on the
+demo workspace to a screen, and `snap_compare` compares an SVG screenshot of it (text and colours) with the one in
 tests/tui/__snapshots__/test_tui_snapshots/. On a difference the test fails and snapshot_report.html shows both.
 After an intended change: pytest tests/tui/test_tui_snapshots.py --snapshot-update, and look at the new SVGs.
 
 What changes from run to run is pinned: the workspace's content (fixed verdict times, kbench_tui.testing), the
-terminal size, no GPU and no API key (fake_backend), animations off, and the commit shas (the session's root
-commit records when and where it was made, the task's absolute path included, so every sha differs from one
-checkout to another): the candidate screen shows a stand-in made from the candidate's id.
+terminal size, no GPU and no API key (fake_backend), animations off, the current folder (the title shows the
+workspace as `./ws`), and the commit shas (the session's root commit records when and where it was made, the
+task's absolute path included, so every sha differs from one checkout to another): the candidate screen shows a
+stand-in made from the candidate's id.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def app(workspace, monkeypatch):
     from kbench_tui.app import KbenchApp
 
     monkeypatch.delenv("KBENCH_TASKS", raising=False)        # the home screen lists the built-in tasks only
+    monkeypatch.chdir(workspace.parent)                       # the title: ./ws
     backend = fake_backend(workspace)
     view = backend.view
 
@@ -112,3 +115,12 @@ async def at_help(pilot) -> None:
                                    at_help], ids=lambda f: f.__name__.removeprefix("at_"))
 def test_snapshot(snap_compare, app, steps):
     assert snap_compare(app, terminal_size=SIZE, run_before=steps)
+
+
+@pytest.mark.parametrize("width", [100, 200])
+@pytest.mark.parametrize("steps", [at_home, at_session, at_candidate_verdicts],
+                         ids=lambda f: f.__name__.removeprefix("at_"))
+def test_snapshot_width(snap_compare, app, steps, width):
+    """At 100 columns the footer keeps Diff, Override, Re-eval, Export and Help, the lineage's titles keep the
+    tuner's knob change, the candidate's title wraps; at 200 nothing is stretched out of reach."""
+    assert snap_compare(app, terminal_size=(width, 40), run_before=steps)

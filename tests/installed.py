@@ -1,0 +1,35 @@
+"""The installed `kbench` console script, run as a user runs it: the venv's bin/kbench (pyproject's
+[project.scripts]) in a child process, with a HOME of the test's own (no config, cache or key of the developer's)
+and no KBENCH_*, GIT_* or API-key variable of the shell the tests run in."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+KBENCH = Path(sys.executable).parent / "kbench"
+
+
+def user_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a user whose home is `home` (created): PATH, CUDA_HOME and the like kept."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GIT_", "KBENCH_", "XDG_")) and not k.endswith(("_API_KEY", "_TOKEN"))}
+    env.update(HOME=str(home), CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"), **(extra or {}))
+    return env
+
+
+def kbench(home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+           timeout: float = 180) -> subprocess.CompletedProcess:
+    """`kbench ARGS` through the installed script, in `cwd` (default: the home folder); text output."""
+    assert KBENCH.is_file(), f"{KBENCH} is missing: install kbench (pip install -e .) into this interpreter's venv"
+    return subprocess.run([str(KBENCH), *args], capture_output=True, text=True, cwd=cwd or home,
+                          env=user_env(home, env), timeout=timeout)
+
+
+def start(home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`kbench ARGS` started in the background (the caller waits for it or ends it)."""
+    return subprocess.Popen([str(KBENCH), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd or home, env=user_env(home, env))
