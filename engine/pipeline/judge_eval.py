@@ -15,6 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine import procs
+from engine.harness import numerics
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
@@ -49,6 +50,7 @@ class Judge:
         self.local: LocalTimer | None = None
         self.t0 = time.monotonic()
         self.device: DeviceInfo | None = None
+        self.numerics: numerics.Numerics | None = None   # as the judge runs (and its runner starts)
         self.has_gpu = False
         self.not_up: str | None = None     # why the runner did not come up, if it did not
         self.timing_since_us = 0           # wall clock (us) when the timing phase began: NVML's window for it
@@ -73,9 +75,8 @@ class Judge:
         """Everything that needs no request: torch and its CUDA context here, the runner up to its hello;
         `pin_arena`: the arena's whole slot page-locked on this side too."""
         import torch
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
+        numerics.apply(numerics.JUDGE)   # the runner applies the same before the candidate is imported
+        self.numerics = numerics.current()
         self.device = DeviceInfo(**gpu_info())
         self.has_gpu = torch.cuda.is_available()
         if self.has_gpu:
@@ -100,6 +101,7 @@ class Judge:
         import torch
         assert self.task is not None
         self.out.data.device = self.device
+        self.out.data.numerics = self.numerics
         self.out.data.jail = self.runner.jail_report
         if not self.has_gpu:
             self.out.data.error = NO_GPU

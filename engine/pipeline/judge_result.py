@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine import jsonable
 from engine.errors import DataError
+from engine.harness.numerics import Numerics
 from engine.harness.timing import TimingStats
 from engine.jail import JailReport
 from engine.pipeline.types import CorrectnessResult, IntegrityResult, SessionBaseline
@@ -108,6 +109,7 @@ class JudgeResult:
     finished: bool = False
     progress: Progress | None = None
     device: DeviceInfo | None = None
+    numerics: Numerics | None = None   # the settings the judge computed under and its runner started with
     jail: JailReport | None = None
     correctness: dict[str, CorrectnessResult] = field(default_factory=dict)
     timing: dict[str, TimingRow] = field(default_factory=dict)

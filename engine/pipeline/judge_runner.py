@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from engine.harness.numerics import JUDGE
 from engine.pipeline import analysis, wire
 from engine.pipeline import messages as msg
 from engine.pipeline.judge_memory import out_of_memory
@@ -52,7 +53,8 @@ class RunnerLink:
         timer = stage_readonly(run.ro, Path(self.timer.so_path))
         self.process = RunnerProcess.spawn(run)
         self.process.send(msg.Setup(jail=run.spec(die_with_parent=True).to_json(), timer_so=str(timer),
-                                    timer_module=self.timer.module_name, pin_arena=pin_arena))
+                                    timer_module=self.timer.module_name, pin_arena=pin_arena,
+                                    numerics=JUDGE.to_json()))
 
     def up(self, deadline: float) -> str | None:
         """Wait for the jail report, the runner's start and its helper's hello; None when up, else why not."""

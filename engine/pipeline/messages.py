@@ -108,6 +108,8 @@ class Setup(_Message):
     timer_so: str
     timer_module: str
     pin_arena: bool = False          # page-lock the arena's whole slot once up (a spare judge's runner)
+    # the judge's numeric settings (engine.harness.numerics.Numerics), applied before the candidate is imported
+    numerics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

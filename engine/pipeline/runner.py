@@ -4,14 +4,14 @@ candidate.
 Untrusted by design: it loads the candidate and calls it on the arguments the judge sends, through the compiled
 timing helper, and nothing else. It jails itself first (engine.jail: Landlock, network namespace, seccomp,
 no privileges, dies with the judge), while it is still a single thread and before torch or the candidate is
-imported; then it imports torch, loads the helper from its read-only folder and hands it the descriptors
-(the helper reads the signing key and closes it, and maps the arena, engine/pipeline/arena.py). Only then does
-candidate code run. What the runner says on the control channel is never taken as a result: results are the
+imported; then it imports torch, takes the judge's numeric settings (engine/harness/numerics.py), loads the
+helper from its read-only folder and hands it the descriptors (the helper reads the signing key and closes it,
+and maps the arena, engine/pipeline/arena.py). Only then does candidate code run. What the runner says on the control channel is never taken as a result: results are the
 helper's signed records, and the judge checks them against references it computed itself. Its messages are
 the typed ones of engine/pipeline/messages.py.
 
-Lazy imports: torch and the harness (build, runtimes, poison, kernelbench_prebuilt) are imported inside the
-functions that need them: they may load only once the runner has jailed itself, and before its jail it imports
+Lazy imports: torch and the harness (build, numerics, runtimes, poison, kernelbench_prebuilt) are imported inside
+the functions that need them: they may load only once the runner has jailed itself, and before its jail it imports
 little (the jail, the wire format and the messages, all of them free of torch).
 """
 
@@ -60,6 +60,11 @@ class Runner:
         import torch
 
         from engine.harness.build import load_extension
+        from engine.harness.numerics import JUDGE, Numerics, apply
+
+        # the judge's settings before any candidate code: its references and the candidate's library calls
+        # (cuDNN, cuBLAS) start from the same precision; what the candidate sets later is its own doing
+        apply(Numerics.from_json(setup.numerics) if setup.numerics is not None else JUDGE)
 
         if not torch.cuda.is_available():
             # Nothing can be measured; the key is dropped unread (closing the pipe discards it). The runner

@@ -55,6 +55,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
     res = outcome.result
     report.device = res.device.as_report() if res.device else {}
     report.jail = res.jail.to_json() if res.jail else {}
+    report.numerics = res.numerics.to_json() if res.numerics else {}
     report.traces = dict(res.traces)
     correctness, timing = res.correctness, res.timing
     names = [c.name for c in task.configs if not opts.configs or c.name in opts.configs]
@@ -93,7 +94,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
         timing_failed = [n for n, t in timing.items() if t.error is not None]
         if (stage == Stage.TIMING or timing_failed) and report.rows and all(r.correct for r in report.rows):
             report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS, "all configs within tolerance",
-                                           {"configs": correctness_data(report)}))
+                                           correctness_data(report)))
             report.verdicts.append(Verdict(Stage.TIMING, Status.FAIL, cause))
             return
         running = res.progress.config if res.progress else None
@@ -102,7 +103,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
                 r.correct, r.reason = False, cause
         if failed:
             cause = f"{failed[0].name}: {failed[0].reason}" if not error else cause
-        report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.FAIL, cause, {"configs": correctness_data(report)}))
+        report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.FAIL, cause, correctness_data(report)))
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed"))
         return
     if failed:
@@ -110,12 +111,12 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
         report.verdicts.append(Verdict(
             Stage.CORRECTNESS, Status.FAIL,
             f"{len(failed)} of {len(report.rows)} configs fail; {first.name}: {first.reason}",
-            {"configs": correctness_data(report)}))
+            correctness_data(report)))
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed"))
         return
     report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS,
                                    f"{len(report.rows)} configs x {opts.trials} trials within tolerance",
-                                   {"configs": correctness_data(report)}))
+                                   correctness_data(report)))
     if not opts.timing:
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "timing not requested"))
         return
@@ -166,7 +167,9 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
 
 
 def correctness_data(report: EvalReport) -> dict[str, Any]:
-    return {r.name: {"ok": r.correct, "reason": r.reason, "max_abs_err": r.max_abs_err} for r in report.rows}
+    """The correctness verdict's data: each config's result, and the numeric settings both sides ran under."""
+    return {"configs": {r.name: {"ok": r.correct, "reason": r.reason, "max_abs_err": r.max_abs_err}
+                        for r in report.rows}, "numerics": report.numerics}
 
 
 def integrity_verdict(result: JudgeResult) -> Verdict | None:
