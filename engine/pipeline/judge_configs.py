@@ -85,6 +85,28 @@ def plan_message(prep: Prepared) -> tuple[msg.Config, list[Any]]:
     return config, tensors
 
 
+def footprint(prep: Prepared) -> int:
+    """Bytes of one variant of a config, each storage once: its argument tensors (what the runner gets per
+    variant), the model's weights (a KernelBench model's state) and the reference outputs. What the judge's and the
+    runner's memory for the config is measured against."""
+    import torch
+    v = prep.variants[0]
+    tensors: list[Any] = []
+    wire.encode_args(tuple(v.plan.args), tensors)
+    tensors += list((v.plan.model_state or {}).values()) + list(v.ref)
+    storages = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.numel():
+            storages[(t.device, t.untyped_storage().data_ptr())] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def reference_outputs(prep: Prepared) -> list[tuple[tuple[int, ...], Any] | None]:
+    """The reference's outputs as (shape, dtype), None for one that is no tensor: what a correct candidate returns."""
+    import torch
+    return [(tuple(r.shape), r.dtype) if isinstance(r, torch.Tensor) else None for r in prep.variants[0].ref]
+
+
 def composer(runtime: TaskRuntime, prep: Prepared) -> Callable[[int, list[Any]], tuple]:
     """Variant v's outputs as the reference's tuple: the runtime composes them under that variant's state."""
     def compose(v: int, outputs: list[Any]) -> tuple:

@@ -20,8 +20,8 @@ from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
 from engine.pipeline import messages as msg
-from engine.pipeline.judge_configs import Prepared, composer, plan_message, prepare
-from engine.pipeline.judge_memory import memory_blame, runner_memory_excuse
+from engine.pipeline.judge_configs import Prepared, composer, footprint, plan_message, prepare, reference_outputs
+from engine.pipeline.judge_memory import CANDIDATE_SLACK, config_share, memory_blame, runner_memory_excuse
 from engine.pipeline.judge_result import DeviceInfo
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
@@ -55,6 +55,7 @@ class Judge:
         self.not_up: str | None = None     # why the runner did not come up, if it did not
         self.timing_since_us = 0           # wall clock (us) when the timing phase began: NVML's window for it
         self.candidate_seen: set[int] = set()   # every pid of the runner's tree seen while it was timed
+        self.held: dict[str, int] = {}   # per config the runner holds: the GPU memory that is its due (config_share)
 
     def attach(self, req: JudgeRequest, out: ResultFile) -> None:
         if req.timer != self.timer:
@@ -63,6 +64,11 @@ class Judge:
         self.task = Task.from_json(req.task)
         self.deadline = time.monotonic() + req.deadline_s
         self.t0 = time.monotonic()
+
+    @property
+    def candidate_share(self) -> int:
+        """What the candidate's side may hold on the GPU now without that being its doing (judge_memory)."""
+        return sum(self.held.values()) + CANDIDATE_SLACK
 
     def spent(self, phase: str, since: float) -> float:
         """Add the time since `since` to a phase of the result's `seconds` (where an evaluation's time goes)."""
@@ -142,12 +148,15 @@ class Judge:
                                        f"{str(exc).strip()[:600]}")
                 return
             header, tensors = plan_message(prep)
+            self.held[cfg.name] = config_share(footprint(prep), len(prep.variants))
+            self.runner.expected_outputs = reference_outputs(prep)
             reply = self.runner.configure(header, tensors, self.deadline)
             t = self.spent("send_inputs", t)
             if not isinstance(reply, msg.Configured):   # an error, or a reply forged or garbled (msg.Garbled)
                 if isinstance(reply, msg.Error) and self._left_unmeasured(reply.message or "", cfg.name,
                                                                           "while the runner took the inputs of"):
                     return
+                self.held.pop(cfg.name, None)
                 self.out.data.correctness[cfg.name] = CorrectnessResult(
                     False, f"the candidate could not be set up: {msg.explain(reply)}")
                 all_ok = False
@@ -182,6 +191,7 @@ class Judge:
                 # their tensors on both sides, a config can take GBs
                 for name in [cfg.name] if all_ok else [*prepared, cfg.name]:
                     self.runner.drop(name, self.deadline)
+                    self.held.pop(name, None)
                 if not all_ok:
                     prepared.clear()
             del job, prep, compose, header, tensors

@@ -30,8 +30,21 @@ if TYPE_CHECKING:
 
 
 class OutputsTooLarge(RuntimeError):
-    """The judge's GPU memory ran out while taking the candidate's outputs: their number and size are the
-    candidate's doing, so this is its failure, never an excuse for leaving it unmeasured."""
+    """The judge's GPU memory ran out while taking an output whose shape or dtype is not the reference's: its size
+    is the candidate's doing, so this is its failure, never an excuse for leaving it unmeasured. (An output of the
+    reference's shape and dtype is an allocation the judge needs for any candidate: its failing is weighed like
+    the judge's own, engine/pipeline/judge_memory.py.)"""
+
+
+def reference_sized(body: dict[str, Any], k: int, expected: list[tuple[tuple[int, ...], Any] | None]) -> bool:
+    """Whether output `k` of a signed OUTPUT record has the shape and dtype of the reference's output `k`."""
+    if not 0 <= k < len(expected) or expected[k] is None:
+        return False
+    shape, dtype = expected[k]
+    try:
+        return [int(d) for d in body.get("shape", [])] == list(shape) and wire.dtype_of(str(body["dtype"])) == dtype
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 class RunnerLink:
@@ -42,6 +55,8 @@ class RunnerLink:
         self.process: RunnerProcess | None = None
         self.jail_report: dict[str, Any] | None = None
         self.job_id = 0
+        # the current config's reference outputs as (shape, dtype), set by the judge before its jobs
+        self.expected_outputs: list[tuple[tuple[int, ...], Any] | None] = []
         self._run: RunDir | None = None
         self._closed = False
 
@@ -140,10 +155,11 @@ class RunnerLink:
                 else:
                     flat = wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"", "cuda")
             except RuntimeError as exc:
-                if not out_of_memory(exc):
-                    raise
+                if not out_of_memory(exc) or reference_sized(b, k, self.expected_outputs):
+                    raise   # a reference-sized output is the judge's own allocation (judge.py weighs whose lack)
                 raise OutputsTooLarge(f"the candidate's outputs exhausted the judge's GPU memory at output {k} "
-                                      f"of iteration {b.get('i')} ({int(b.get('nbytes', 0)) >> 20} MiB)") from exc
+                                      f"of iteration {b.get('i')} ({int(b.get('nbytes', 0)) >> 20} MiB, shape "
+                                      f"{b.get('shape')} {b.get('dtype')}, not the reference's)") from exc
             if local.fingerprint(flat, wire.fingerprint_seed(key, rec.seq, k)) != int(str(b["fp"]), 16):
                 raise wire.Forgery(f"the bytes of output {k} of iteration {b.get('i')} do not match their signed "
                                    "fingerprint (they were changed after the helper sent them)")

@@ -378,6 +378,8 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     monkeypatch.setattr(judge_eval, "prepare", lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)]))
     monkeypatch.setattr(judge_eval, "plan_message", lambda prep: ({}, []))
     monkeypatch.setattr(judge_eval, "composer", lambda runtime, prep: None)
+    monkeypatch.setattr(judge_eval, "footprint", lambda prep: 0)
+    monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
 
     def judged(integrity: IntegrityResult):

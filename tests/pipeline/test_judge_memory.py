@@ -1,0 +1,118 @@
+"""Whose lack it is when the judge cannot hold what a config needs (engine/pipeline/judge_memory.py), and what a
+config needs (engine/pipeline/judge_configs.py: footprint).
+
+Seen on an H200 with eight evaluations at once: KernelBench's `89_cumsum` and level 2 problem 5, offered their own
+Model as ModelNew, were failed because "the candidate's outputs exhausted the judge's GPU memory at output 0 of
+iteration 0 (4096 MiB)": outputs exactly the reference's size. Such an output is an allocation the judge makes for
+any candidate; one of another shape or dtype stays the candidate's doing."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from engine.harness.runtimes import runtime_for
+from engine.pipeline import judge as judge_main
+from engine.pipeline import wire
+from engine.pipeline.judge import ResultFile
+from engine.pipeline.judge_configs import footprint, plan_message, prepare, reference_outputs
+from engine.pipeline.judge_eval import Judge
+from engine.pipeline.judge_memory import CANDIDATE_SLACK, MemoryBlame, config_share, judge_memory_outcome
+from engine.pipeline.judge_result import JudgeResult
+from engine.pipeline.judge_runner import OutputsTooLarge, RunnerLink
+from engine.pipeline.types import TimerSpec
+from engine.tasks.loader import load_task
+from tests.paths import FIXTURES
+
+GIB = 1 << 30
+CUMSUM = [((32768, 32768), torch.float32)]   # 89_cumsum's output: 4 GiB
+
+
+def _decoder(monkeypatch, expected):
+    """The judge's decoder of signed output records, with the judge's GPU out of memory for any output."""
+    def no_memory(meta, data, device="cpu"):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+    monkeypatch.setattr(wire, "tensor_from_bytes", no_memory)
+    link = RunnerLink(TimerSpec("t.so", "t"))
+    link.process = SimpleNamespace(key=b"k" * 32, arena=None)
+    link.expected_outputs = expected
+    return link.decoder(SimpleNamespace(fingerprint=lambda t, seed: 0))
+
+
+def _output(shape, dtype="Float", k=0):
+    body = {"i": 0, "k": k, "kind": "tensor", "dtype": dtype, "shape": list(shape), "strides": None, "nbytes": 0,
+            "fp": "0"}
+    return wire.Record(wire.OUTPUT, 5, 1, body, 0.0, bytearray())
+
+
+def test_an_output_of_the_references_shape_and_dtype_is_the_judges_own_allocation(monkeypatch):
+    decode = _decoder(monkeypatch, CUMSUM)
+    with pytest.raises(torch.OutOfMemoryError):           # judge.py weighs it like any allocation of its own
+        decode(_output((32768, 32768)), 0)
+
+
+@pytest.mark.parametrize("shape, dtype, k, expected", [
+    ((32768, 65536), "Float", 0, CUMSUM),                 # larger than the reference's
+    ((32768, 32768), "Double", 0, CUMSUM),                # same shape, twice the bytes
+    ((32768, 32768), "Float", 1, CUMSUM),                 # an output the reference does not have
+    ((32768, 32768), "Float", 0, [None]),                 # the reference's output 0 is no tensor
+    ((32768, 32768), "Float", 0, []),                     # no config's references known
+], ids=["larger", "dtype", "extra-output", "not-a-tensor", "nothing-known"])
+def test_any_other_output_the_judge_cannot_take_is_the_candidates_doing(monkeypatch, shape, dtype, k, expected):
+    decode = _decoder(monkeypatch, expected)
+    with pytest.raises(OutputsTooLarge, match="not the reference's"):
+        decode(_output(shape, dtype, k), k)
+
+
+def test_the_judges_own_lack_is_unmeasured_unless_the_candidate_holds_more_than_its_share():
+    where = "the judge ran out of GPU memory during correctness of config seed0"
+    share = 10 * GIB
+    unmeasured, error = judge_memory_outcome(MemoryBlame(True, " (others hold it)", 30 * GIB), share, where)
+    assert unmeasured == where + " (others hold it)" and error is None          # other users hold the GPU
+    unmeasured, error = judge_memory_outcome(MemoryBlame(False, " (figures)", 9 * GIB), share, where)
+    assert unmeasured == where + " (figures)" and error is None                 # too small a GPU for this config
+    unmeasured, error = judge_memory_outcome(MemoryBlame(False, " (figures)", 11 * GIB), share, where)
+    assert unmeasured is None and "held more than the 10240 MiB its runner needs" in error
+    assert judge_memory_outcome(None, share, where) == (None, None)            # NVML cannot say: kbench's error
+
+
+@pytest.mark.parametrize("candidate_gib, unmeasured", [(5, True), (6, False)])
+def test_the_judges_entry_point_applies_the_rule_to_an_allocation_that_failed(monkeypatch, tmp_path, candidate_gib,
+                                                                             unmeasured):
+    """judge.py's end of an evaluation whose own allocation failed on config seed0, whose share is 3 GiB beside
+    the slack: unmeasured with NVML's figures while the candidate's side holds no more, failed beyond."""
+    judge = Judge(TimerSpec("t.so", "t"))
+    judge.held = {"seed0": 3 * GIB}
+    out = ResultFile(tmp_path / "result.json")
+    out.progress("correctness", "seed0")
+
+    def run():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+    monkeypatch.setattr(judge, "run", run)
+    monkeypatch.setattr(judge, "close", lambda: None)
+    monkeypatch.setattr(judge_main, "_cold", lambda path: (judge, SimpleNamespace(deadline_s=60), out, None))
+    monkeypatch.setattr(judge_main, "memory_blame",
+                        lambda: MemoryBlame(False, f" (the candidate's processes held {candidate_gib << 10} MiB)",
+                                            candidate_gib * GIB))
+    assert judge.candidate_share == 3 * GIB + CANDIDATE_SLACK == 5 * GIB
+    judge_main.main(["request.json"])
+    data = JudgeResult.from_json(json.loads((tmp_path / "result.json").read_text()))
+    if unmeasured:
+        assert data.unmeasured and "during correctness of config seed0" in data.unmeasured and not data.error
+        assert f"held {candidate_gib << 10} MiB" in data.unmeasured
+    else:
+        assert not data.unmeasured and "held more than the 5120 MiB" in data.error
+
+
+def test_a_configs_footprint_is_its_arguments_weights_and_outputs_each_storage_once():
+    task = load_task(FIXTURES / "kernelbench" / "matmul_relu.py")
+    rt = runtime_for(task, "forward")
+    prep = prepare(rt, task.configs[0], 2, "cpu")
+    plan_message(prep)
+    x, w, b, y = 37 * 200, 129 * 200, 129, 37 * 129          # nn.Linear(200, 129) on x [37, 200]
+    assert footprint(prep) == 4 * (x + w + b + y)
+    assert reference_outputs(prep) == [((37, 129), torch.float32)]
+    assert config_share(footprint(prep), 2) == 6 * footprint(prep)
