@@ -12,10 +12,11 @@
 // then   start event, call(), end event, device-wide synchronize, end-all event (work the call left on
 // other streams lands between end and end-all). After the call: alias checks (an output sharing storage with
 // an input, or with the previous call's still-alive output), optional input-mutation and async-completeness
-// probes, and for checked calls the output itself: a signed header with a keyed fingerprint of its bytes,
-// then the bytes (in the shared arena's slot when the judge gave one: engine/pipeline/arena.py). In a timing
-// job the checked calls are a few iterations drawn at random after the iteration count is known: the
-// candidate cannot tell a checked call from any other.
+// probes (a keyed fingerprint of each output on the current stream before the sync, compared after it), and for
+// checked calls the output itself: a signed header with a keyed fingerprint of its bytes, then the bytes (in the
+// shared arena's slot when the judge gave one: engine/pipeline/arena.py). In a timing job the checked calls are
+// a few iterations drawn at random after the iteration count is known: the candidate cannot tell a checked call
+// from any other.
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -287,6 +288,17 @@ bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
   return at::equal(bytes_of(a), bytes_of(b));
 }
 
+// The settle probe's snapshot of an output (its fingerprint on the current stream right after the call, before
+// any device-wide synchronisation) instead of a clone: the runner holds no second copy of each output. A CUDA
+// error here is left for the device-wide synchronisation after it to report, as the call's own.
+cudaError_t snapshot(const at::Tensor& t, uint64_t seed, uint64_t* result) {
+  at::Tensor c = t.contiguous();
+  const size_t nbytes = (size_t)c.numel() * c.element_size();
+  if (!c.is_cuda()) { *result = kb_fingerprint_host(c.data_ptr(), nbytes, seed); return cudaSuccess; }
+  auto stream = at::cuda::getCurrentCUDAStream().stream();
+  return (cudaError_t)kb_fingerprint_device(c.data_ptr(), nbytes, seed, stream, result);
+}
+
 uint64_t fingerprint(const at::Tensor& contiguous, uint64_t seed) {
   const size_t nbytes = (size_t)contiguous.numel() * contiguous.element_size();
   if (contiguous.is_cuda()) {
@@ -400,7 +412,7 @@ struct Job {
   py::function call;
   bool flush;
   bool probe_inputs;       // compare the live inputs with their variant after the call
-  double settle_ms;        // >= 0: async-completeness probe (snapshot before sync, compare after a pause)
+  double settle_ms;        // >= 0: async-completeness probe (fingerprint before sync, compare after a pause)
   std::vector<at::Tensor> prev;   // the previous call's outputs, kept alive for the persistence check
   Events ev;
 };
@@ -447,9 +459,15 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
   } catch (std::exception& e) {
     bad_output = e.what();
   }
-  std::vector<at::Tensor> snaps;
+  std::vector<uint64_t> snaps;
+  std::vector<char> snapped;
+  const uint64_t snap_seed = job.settle_ms >= 0 ? urandom64() : 0;
   if (job.settle_ms >= 0)
-    for (auto& o : outs) snaps.push_back(o.kind == Out::TENSOR ? o.t.clone() : at::Tensor());  // no sync first
+    for (auto& o : outs) {  // before any device-wide sync: what the current stream's work left in the output
+      uint64_t fp = 0;
+      snapped.push_back(o.kind == Out::TENSOR && snapshot(o.t, snap_seed, &fp) == cudaSuccess ? 1 : 0);
+      snaps.push_back(fp);
+    }
   cudaError_t err = cudaDeviceSynchronize();
   if (err == cudaSuccess) err = cudaEventRecord(job.ev.end_all, stream);
   if (err == cudaSuccess) err = cudaEventSynchronize(job.ev.end_all);
@@ -473,8 +491,12 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
       cudaDeviceSynchronize();
     }
     async_diff = 0;
-    for (size_t k = 0; k < outs.size(); ++k)
-      if (outs[k].kind == Out::TENSOR && !same_bytes(snaps[k], outs[k].t)) async_diff = 1;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      uint64_t settled = 0;
+      if (!snapped[k]) continue;
+      check_cuda(snapshot(outs[k].t, snap_seed, &settled), "settle probe");   // an error since the sync: the job's
+      if (settled != snaps[k]) async_diff = 1;
+    }
   }
   auto out_tensors = tensors_of(outs);
   auto out_ranges = storages(out_tensors);
