@@ -34,23 +34,78 @@ class Prepared:
 
 
 def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> Prepared:
-    """Set each variant up under its seed, capture how the candidate is called, compute the reference."""
+    """Set each variant up under its seed, capture how the candidate is called, compute the reference.
+
+    One copy of each variant's inputs is held: the call plan's arguments are the variant's own inputs (the judge
+    never hands them to code that could change them; the runner gets their bytes). The reference runs on a copy
+    (a reference may work in place on its input), and its outputs are kept as they come unless they share storage
+    with what the variant keeps (an input returned as is, a weight)."""
     import torch
     variants: list[Variant] = []
-    base_seed = cfg.seed * 1000
     for t in range(max(trials, 2)):
-        seed = base_seed + t
+        seed = variant_seed(cfg, t)
         if t and runtime.shares_model_across_variants:
             runtime.reseed_inputs(cfg, seed, device)
         else:
             runtime.setup(cfg, seed, device)
-        plan = runtime.call_plan(runtime.inputs())
-        ref = tuple(x.detach().clone() if isinstance(x, torch.Tensor) else x
-                    for x in runtime.reference(runtime.inputs()))
-        variants.append(Variant(seed, runtime.save_state(), plan, ref))
+        plan = runtime.call_plan(runtime.pristine())
+        out = runtime.reference(runtime.inputs())
+        state = runtime.save_state()
+        kept = storages([state, plan.args, plan.model_state])
+        ref = tuple(x.detach().clone() if isinstance(x, torch.Tensor) and _storage_key(x) in kept
+                    else x.detach() if isinstance(x, torch.Tensor) else x for x in out)
+        del out
+        variants.append(Variant(seed, state, plan, ref))
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
     return Prepared(cfg.name, variants)
+
+
+def variant_seed(cfg: TaskConfig, t: int) -> int:
+    """The seed of a config's variant `t`."""
+    return cfg.seed * 1000 + t
+
+
+def prepare_baseline(runtime: TaskRuntime, cfg: TaskConfig, device: Any) -> Prepared:
+    """Variant 0 of a config set up again, without a reference: what the baselines and the null loop run on, once
+    the candidate's timing of a config too large to keep through the timing phase has freed it (Judge._time)."""
+    seed = variant_seed(cfg, 0)
+    runtime.setup(cfg, seed, device)
+    plan = runtime.call_plan(runtime.pristine())
+    tensors: list[Any] = []
+    wire.encode_args(tuple(plan.args), tensors)
+    return Prepared(cfg.name, [Variant(seed, runtime.save_state(), plan, ())], tensors)
+
+
+def _storage_key(t: Any) -> tuple[Any, int]:
+    return t.device, t.untyped_storage().data_ptr()
+
+
+def storages(value: Any) -> dict[tuple[Any, int], int]:
+    """The distinct tensor storages `value` holds (tensors in lists, tuples, dicts, a module's parameters and
+    buffers, an object's attributes, one level down): (device, address) -> bytes."""
+    import torch
+    found: dict[tuple[Any, int], int] = {}
+
+    def walk(v: Any, depth: int) -> None:
+        if isinstance(v, torch.Tensor):
+            if v.numel() and not v.is_meta:
+                found[_storage_key(v)] = v.untyped_storage().nbytes()
+        elif isinstance(v, torch.nn.Module):
+            for t in [*v.parameters(), *v.buffers()]:
+                walk(t, depth)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x, depth)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x, depth)
+        elif depth and hasattr(v, "__dict__") and not isinstance(v, type) and type(v).__module__ != "builtins" \
+                and not type(v).__name__ == "module":
+            for x in vars(v).values():
+                walk(x, depth - 1)
+    walk(value, 1)
+    return found
 
 
 def plan_message(prep: Prepared) -> tuple[msg.Config, list[Any]]:
@@ -89,16 +144,18 @@ def footprint(prep: Prepared) -> int:
     """Bytes of one variant of a config, each storage once: its argument tensors (what the runner gets per
     variant), the model's weights (a KernelBench model's state) and the reference outputs. What the judge's and the
     runner's memory for the config is measured against."""
-    import torch
     v = prep.variants[0]
     tensors: list[Any] = []
     wire.encode_args(tuple(v.plan.args), tensors)
-    tensors += list((v.plan.model_state or {}).values()) + list(v.ref)
-    storages = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.numel():
-            storages[(t.device, t.untyped_storage().data_ptr())] = t.untyped_storage().nbytes()
-    return sum(storages.values())
+    return sum(storages([tensors, v.plan.model_state, v.ref]).values())
+
+
+def held_bytes(prep: Prepared, device_type: str = "cuda") -> int:
+    """Bytes the judge holds for a config on devices of `device_type`, each storage once: every variant's setup
+    (inputs, model), call plan and reference outputs. The accounting behind the judge's memory figures, and what
+    the CPU tests bound against the config's footprint."""
+    found = storages([[(v.state, v.plan.args, v.plan.model_state, v.ref) for v in prep.variants], prep.tensors])
+    return sum(n for (device, _), n in found.items() if device.type == device_type)
 
 
 def reference_outputs(prep: Prepared) -> list[tuple[tuple[int, ...], Any] | None]:

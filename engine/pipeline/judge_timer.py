@@ -48,6 +48,12 @@ class LocalTimer:
     def fingerprint(self, t: Any, seed: int) -> int:
         return int(self.mod.fingerprint(t, seed)) & (2**64 - 1)
 
+    def hasher(self) -> Callable[[Any], int]:
+        """A hash of a tensor's bytes on its own device (the fingerprint kernel under a seed drawn now): how the
+        judge tells outputs apart once they are freed (engine/pipeline/digest.py)."""
+        seed = int.from_bytes(os.urandom(8), "little")
+        return lambda t: self.fingerprint(t.contiguous(), seed)
+
     def time(self, call: Callable[[], Any], live: list[Any], variants: list[list[Any]],
              p: TimingParams, checks: int = 0) -> analysis.Job:
         self._job += 1
@@ -61,10 +67,16 @@ class LocalTimer:
 
 
 def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: float,
-            decode: Callable[[wire.Record, int], Any]) -> analysis.Job:
-    """Read one job's records (JOB_BEGIN .. JOB_END). A forged stream ends the job with `forged` set."""
+            decode: Callable[[wire.Record, int], Any],
+            on_checked: Callable[[analysis.Call], None] | None = None) -> analysis.Job:
+    """Read one job's records (JOB_BEGIN .. JOB_END). A forged stream ends the job with `forged` set.
+    `on_checked`: called with each checked call once its outputs are all in (the judge digests it there)."""
     job = analysis.Job()
     current: analysis.Call | None = None
+
+    def complete(call: analysis.Call) -> None:
+        if on_checked is not None and call.outputs is not None and len(call.outputs) == call.n_outputs:
+            on_checked(call)
     while True:
         try:
             rec = next_record(deadline)
@@ -81,8 +93,9 @@ def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: 
                                     bool(b.get("checked")), bool(b.get("alias_input")),
                                     bool(b.get("persistent_output")), int(b.get("mutated_input", -1)),
                                     int(b.get("async_diff", -1)), [] if b.get("checked") else None, rec.received,
-                                    int(b.get("t_ns", 0)))
+                                    int(b.get("t_ns", 0)), int(b.get("outputs", 0)))
             job.calls.append(current)
+            complete(current)
         elif rec.type == wire.OUTPUT:
             if current is None or current.outputs is None or int(b.get("i", -1)) != current.index:
                 job.forged = f"an output record for iteration {b.get('i')} arrived out of place"
@@ -92,6 +105,7 @@ def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: 
             except wire.Forgery as exc:
                 job.forged = str(exc)
                 return job
+            complete(current)
         elif rec.type == wire.ERROR:
             job.error, job.error_where, job.error_index = str(b.get("message", "")), str(b.get("where", "")), \
                 int(b.get("i", -1))

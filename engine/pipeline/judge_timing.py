@@ -9,6 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from engine.pipeline import analysis
+from engine.pipeline.digest import Hasher, host_hash
 from engine.pipeline.judge_configs import Prepared, composer
 from engine.pipeline.judge_result import MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
 
@@ -30,9 +31,10 @@ class TimingJudge:
         self.req, self.local, self.result = req, local, result
 
     def verdict(self, runtime: TaskRuntime, prep: Prepared, tol: analysis.Tolerance,
-                job: analysis.Job) -> TimingRow:
-        """The verdict on a timing job of the candidate's (its runner already stopped), with the null loop and
-        the baselines timed now by the judge alone, or the session's baselines where a re-timing agrees."""
+                job: analysis.Job, hasher: Hasher = host_hash) -> TimingRow:
+        """The verdict on a timing job of the candidate's (its runner already stopped; its checked iterations
+        digested, else digested here against `prep`'s references), with the null loop and the baselines timed now
+        by the judge alone, or the session's baselines where a re-timing agrees."""
         import torch  # lazy: the judge loads torch only after its runner is spawned (judge.py)
         p = self.req.timing_params
         known = self._session_baselines(runtime, prep)
@@ -45,7 +47,7 @@ class TimingJudge:
                                      0.0).median_ms
         null_gap = analysis.median_gap_ms(null.timed())
         res = analysis.judge_timing(job, [v.ref for v in prep.variants], composer(runtime, prep), tol,
-                                    null_ms, null_gap)
+                                    null_ms, null_gap, hasher)
         if self.req.integrity:
             self.result.integrity[f"{prep.name}@timing"] = res.integrity
         if res.stats is None:

@@ -124,6 +124,7 @@ class Runner:
 
     def configure(self, m: msg.Config, blobs: list[bytearray]) -> msg.Reply:
         import torch
+        torch.cuda.reset_peak_memory_stats()   # JobDone.peak_bytes: this config's setup and jobs
         tensors = [self._from_arena(meta) if "arena_offset" in meta else tensor_from_bytes(meta, b, "cuda")
                    for meta, b in zip(m.tensors, blobs)]
         k, n = m.variants, m.per_variant
@@ -182,7 +183,7 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a sticky CUDA error: this process can do nothing more
             return msg.JobDone(job=m.job, status=str(status), fatal=True,
                                message=f"CUDA error: {str(exc).strip().splitlines()[0]}")
-        return msg.JobDone(job=m.job, status=str(status))
+        return msg.JobDone(job=m.job, status=str(status), peak_bytes=int(torch.cuda.max_memory_allocated()))
 
     def drop(self, m: msg.Drop) -> msg.Reply:
         import torch

@@ -56,6 +56,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
     report.device = res.device.as_report() if res.device else {}
     report.jail = res.jail.to_json() if res.jail else {}
     report.numerics = res.numerics.to_json() if res.numerics else {}
+    report.memory = {name: jsonable.dump(m) for name, m in res.memory.items()}
     report.traces = dict(res.traces)
     correctness, timing = res.correctness, res.timing
     names = [c.name for c in task.configs if not opts.configs or c.name in opts.configs]

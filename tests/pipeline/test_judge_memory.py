@@ -18,7 +18,7 @@ from engine.harness.runtimes import runtime_for
 from engine.pipeline import judge as judge_main
 from engine.pipeline import wire
 from engine.pipeline.judge import ResultFile
-from engine.pipeline.judge_configs import footprint, plan_message, prepare, reference_outputs
+from engine.pipeline.judge_configs import footprint, held_bytes, plan_message, prepare, reference_outputs, storages
 from engine.pipeline.judge_eval import Judge
 from engine.pipeline.judge_memory import CANDIDATE_SLACK, MemoryBlame, config_share, judge_memory_outcome
 from engine.pipeline.judge_result import JudgeResult
@@ -116,3 +116,33 @@ def test_a_configs_footprint_is_its_arguments_weights_and_outputs_each_storage_o
     assert footprint(prep) == 4 * (x + w + b + y)
     assert reference_outputs(prep) == [((37, 129), torch.float32)]
     assert config_share(footprint(prep), 2) == 6 * footprint(prep)
+
+
+def test_the_judge_holds_one_copy_of_each_variants_inputs_and_outputs_and_the_weights_on_the_device():
+    """CPU accounting of prepare(): each variant's inputs once (the call plan's arguments are the inputs
+    themselves, not a copy), its reference outputs once, the model's weights once on the device (their saved copy
+    for restoring lives in host memory: on a CPU it is counted here too). Before: the plan's arguments were a
+    second copy of every variant's inputs (KernelBench level 1 problem 23: 6 GiB each)."""
+    task = load_task(FIXTURES / "kernelbench" / "matmul_relu.py")
+    prep = prepare(runtime_for(task, "forward"), task.configs[0], 2, "cpu")
+    plan_message(prep)
+    x, w, y = 4 * 37 * 200, 4 * (129 * 200 + 129), 4 * 37 * 129
+    assert held_bytes(prep, "cpu") == 2 * x + 2 * y + 2 * w     # the second w: the host copy ModelState keeps
+
+
+@pytest.mark.parametrize("task_name, direction", [("layernorm_lastdim", "forward"), ("layernorm_lastdim", "backward"),
+                                                  ("softmax", "forward"), ("llama_ffw", "forward"),
+                                                  (FIXTURES / "robust_kbench" / "linear", "forward"),
+                                                  (FIXTURES / "robust_kbench" / "linear", "backward"),
+                                                  (FIXTURES / "kernelbench" / "conv_transpose_tanh.py", "forward")])
+def test_every_format_holds_at_most_its_variants_footprints_and_weights(task_name, direction):
+    task = load_task(task_name)
+    rt = runtime_for(task, direction)
+    cfg = min(task.configs, key=lambda c: sum(v for v in c.input_kwargs.values() if isinstance(v, int)) or 0)
+    prep = prepare(rt, cfg, 2, "cpu")
+    plan_message(prep)
+    # a model per variant where the weights are arguments (native, robust-kbench), its host copy beside it; a
+    # parameter the kernel is not given (a bias the backward does not take) is held but not in the footprint
+    weights = sum(storages(getattr(rt, "_model", None) or getattr(rt, "model", None)).values())
+    assert held_bytes(prep, "cpu") <= len(prep.variants) * (footprint(prep) + 2 * weights), \
+        (held_bytes(prep, "cpu"), footprint(prep), weights)

@@ -5,6 +5,7 @@ one against forgers on a GPU."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from types import SimpleNamespace
@@ -317,7 +318,8 @@ def _judge_with(monkeypatch, tmp_path, req: SimpleNamespace, runner: SimpleNames
     from engine.pipeline.types import TimerSpec
     monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(contended, " (figures)"))
     judge = judge_eval.Judge(TimerSpec("t.so", "t"))
-    judge.req, judge.out, judge.runner, judge.local = req, ResultFile(tmp_path / "result.json"), runner, object()
+    judge.req, judge.out, judge.runner = req, ResultFile(tmp_path / "result.json"), runner
+    judge.local = SimpleNamespace(hasher=lambda: None)
     return judge
 
 
@@ -337,15 +339,17 @@ def timing_phase(monkeypatch, tmp_path):
             def __init__(self, req, local, data):
                 pass
 
-            def verdict(self, runtime, prep, tol, job):
+            def verdict(self, runtime, prep, tol, job, hasher=None):
                 timed.append(job)
                 return TimingRow(error=job.error or None)
 
         monkeypatch.setattr(judge_eval, "TimingJudge", Timing)
         judge = _judge_with(monkeypatch, tmp_path, SimpleNamespace(timing_configs=[], timing_params=TimingParams()),
-                            SimpleNamespace(process=None, run_job=lambda name, spec, decode, deadline: (job, None),
+                            SimpleNamespace(process=None, run_job=lambda name, spec, decode, *a: (job, None),
                                             close=lambda: closed.append(True)), contended)
-        judge._time([SimpleNamespace(name="bench")], {"bench": object()}, None, None, None)
+        judge._digest_timed = judge._note_memory = lambda *a: None    # the job's outputs and figures: none here
+        with contextlib.suppress(judge_eval.Stop):
+            judge._time([SimpleNamespace(name="bench")], {"bench": object()}, None, None)
         return judge.out.data, timed, bool(closed)
     return run
 
@@ -381,15 +385,16 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     monkeypatch.setattr(judge_eval, "footprint", lambda prep: 0)
     monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
 
     def judged(integrity: IntegrityResult):
         monkeypatch.setattr(analysis, "judge_check", lambda *a: (CorrectnessResult(False, RUNNER_OOM), integrity))
         req = SimpleNamespace(direction="forward", candidate={}, configs=[task.configs[0].name], trials=1,
                               integrity=True, timing=False, timing_configs=[])
         runner = SimpleNamespace(
-            jail_report=None, load=lambda *a: "", decoder=lambda local: None, drop=lambda *a: None,
+            jail_report=None, load=lambda *a: "", decoder=lambda local, hold=False: None, drop=lambda *a: None,
             configure=lambda header, tensors, deadline: msg.Configured(cid="c"),
-            run_job=lambda name, spec, decode, deadline: (Job(error=RUNNER_OOM, error_where="call"), None))
+            run_job=lambda name, spec, decode, *a: (Job(error=RUNNER_OOM, error_where="call"), None))
         judge = _judge_with(monkeypatch, tmp_path, req, runner, contended=True)
         judge.task, judge.has_gpu = task, True
         judge.run()

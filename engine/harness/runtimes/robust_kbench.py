@@ -90,17 +90,26 @@ def try_compile(fn: Callable[..., Any], args: list[Any] | tuple) -> Callable[[],
 class ModelState:
     """A copy of a model's parameters and buffers, written back before each reference or candidate call, so a
     candidate that writes into a weight cannot change what the reference computes next, and a training-mode
-    BatchNorm's running statistics start every call from the same values."""
+    BatchNorm's running statistics start every call from the same values.
+
+    The copy is kept in host memory (page-locked where there is a GPU, so writing it back is a fast copy): on the
+    GPU it would double the weights the judge holds for a config (a KernelBench level 3 model's)."""
 
     def __init__(self, model: Any):
-        self.saved = [(t, t.detach().clone()) for t in list(model.parameters()) + list(model.buffers())]
+        import torch
+        pin = torch.cuda.is_available()
+
+        def host(t: Any) -> Any:
+            copy = t.detach().to("cpu", copy=True)
+            return copy.pin_memory() if pin and t.is_cuda else copy
+        self.saved = [(t, host(t)) for t in list(model.parameters()) + list(model.buffers())]
 
     def restore(self) -> None:
         import torch
         with torch.no_grad():
             for live, saved in self.saved:
                 if live.shape == saved.shape:
-                    live.copy_(saved)
+                    live.copy_(saved, non_blocking=True)   # from page-locked memory: ordered on the stream
 
 
 class RobustKbenchRuntime(TaskRuntime):
