@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,8 @@ from engine.harness import numerics
 from engine.harness.numerics import JUDGE, Numerics
 from engine.jail import landlock
 from engine.pipeline import judge_runner
-from engine.pipeline.judge_runner import RunnerLink
-from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec
-from tests.kbench_procs import run
+from engine.pipeline.types import CandidateSpec
+from tests.kbench_procs import run, runner_without_gpu
 from tests.paths import FIXTURES
 
 KBENCH = Path(sys.executable).with_name("kbench")
@@ -75,18 +73,10 @@ def test_the_jailed_runner_imports_the_candidate_under_the_settings_the_judge_se
     """torch's own default has cuDNN's TF32 on: a runner that left it so fails the probe with the judge's settings;
     with other settings sent, the probe sees those (the runner applies the judge's message, not a default)."""
     monkeypatch.setattr(judge_runner, "JUDGE", sent)
-    timer = tmp_path / "timer.so"
-    timer.write_bytes(b"not a library")
     src = tmp_path / "probe.py"
     src.write_text(f"EXPECTED = {sent.to_json()!r}\n" + PROBE)
-    link = RunnerLink(TimerSpec(str(timer), "kb_timer"))
-    try:
-        link.start()
-        deadline = time.monotonic() + 120
-        assert link.up(deadline) == NO_GPU
+    with runner_without_gpu(tmp_path) as (link, deadline):
         assert link.load(CandidateSpec("native", "kb_probe", py_path=str(src)), "forward", deadline) is None
-    finally:
-        link.close()
 
 
 @pytest.mark.skipif(not KBENCH.exists(), reason="the kbench console script is not installed beside this Python")
