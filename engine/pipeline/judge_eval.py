@@ -269,6 +269,7 @@ class Judge:
                     self.out.data.timing[cfg.name] = TimingRow(error=f"the candidate could not be set up again: "
                                                                      f"{msg.explain(reply)}")
                     break
+            self.runner.expected_outputs = reference_outputs(prep)
             t = time.monotonic()
             job, done = self.runner.run_job(cfg.name, {"mode": "time", "warmup": p.warmup,
                                                        "min_iters": p.min_iters, "max_iters": p.max_iters,

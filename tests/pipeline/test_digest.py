@@ -139,6 +139,7 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
         return f"prep {cfg.name} again", None
     judge._prepare = prepare_again
     monkeypatch.setattr(judge_eval, "prepare_baseline", lambda rt, cfg, device: f"baseline {cfg.name}")
+    monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
     for name in ("reset_peak_memory_stats", "empty_cache"):
         monkeypatch.setattr(torch.cuda, name, lambda: None)
 

@@ -344,6 +344,7 @@ def timing_phase(monkeypatch, tmp_path):
                 return TimingRow(error=job.error or None)
 
         monkeypatch.setattr(judge_eval, "TimingJudge", Timing)
+        monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
         judge = _judge_with(monkeypatch, tmp_path, SimpleNamespace(timing_configs=[], timing_params=TimingParams()),
                             SimpleNamespace(process=None, run_job=lambda name, spec, decode, *a: (job, None),
                                             close=lambda: closed.append(True)), contended)
