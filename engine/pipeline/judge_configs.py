@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline import messages as msg
 from engine.pipeline import wire
+from engine.pipeline.parking import loaded, park
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import CallPlan, TaskRuntime
@@ -24,6 +25,7 @@ class Variant:
     state: dict[str, Any]
     plan: CallPlan
     ref: tuple
+    parked: bool = False   # its tensors in host memory (engine/pipeline/parking.py)
 
 
 @dataclass
@@ -39,8 +41,10 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> 
     One copy of each variant's inputs is held: the call plan's arguments are the variant's own inputs (the judge
     never hands them to code that could change them; the runner gets their bytes). The reference runs on a copy
     (a reference may work in place on its input), and its outputs are kept as they come unless they share storage
-    with what the variant keeps (an input returned as is, a weight)."""
+    with what the variant keeps (an input returned as is, a weight). On a GPU each variant is parked in host memory
+    once prepared (engine/pipeline/parking.py): the next one is drawn beside the models alone."""
     import torch
+    gpu = torch.device(device).type == "cuda"
     variants: list[Variant] = []
     for t in range(max(trials, 2)):
         seed = variant_seed(cfg, t)
@@ -55,8 +59,10 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> 
         ref = tuple(x.detach().clone() if isinstance(x, torch.Tensor) and _storage_key(x) in kept
                     else x.detach() if isinstance(x, torch.Tensor) else x for x in out)
         del out
-        variants.append(Variant(seed, state, plan, ref))
-    if torch.device(device).type == "cuda":
+        variant = Variant(seed, state, plan, ref)
+        variants.append(park(runtime, variant) if gpu else variant)
+        del variant, state, plan, ref
+    if gpu:
         torch.cuda.synchronize()
     return Prepared(cfg.name, variants)
 
@@ -165,8 +171,11 @@ def reference_outputs(prep: Prepared) -> list[tuple[tuple[int, ...], Any] | None
 
 
 def composer(runtime: TaskRuntime, prep: Prepared) -> Callable[[int, list[Any]], tuple]:
-    """Variant v's outputs as the reference's tuple: the runtime composes them under that variant's state."""
+    """Variant v's outputs as the reference's tuple: the runtime composes them under that variant's state (brought
+    to the GPU for the moment where the task's composition reads the inputs)."""
     def compose(v: int, outputs: list[Any]) -> tuple:
-        runtime.restore_state(prep.variants[v].state)
-        return runtime.compose(runtime.inputs(), outputs)
+        if not runtime.composes_with_inputs:
+            return runtime.compose([], outputs)
+        with loaded(runtime, prep, v):
+            return runtime.compose(runtime.inputs(), outputs)
     return compose

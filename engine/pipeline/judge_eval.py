@@ -28,6 +28,7 @@ from engine.pipeline.judge_result import ConfigMemory, DeviceInfo, TimingRow
 from engine.pipeline.judge_runner import RunnerLink, settle
 from engine.pipeline.judge_timer import LocalTimer
 from engine.pipeline.judge_timing import TimingJudge
+from engine.pipeline.parking import ParkedRefs
 from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
 from engine.tasks.model import Task, TaskConfig
 
@@ -195,7 +196,7 @@ class Judge:
                 False, f"the candidate could not be set up: {msg.explain(reply)}")
             self.out.write()
             return None, False
-        refs, compose = [v.ref for v in prep.variants], composer(runtime, prep)
+        refs, compose = ParkedRefs(prep), composer(runtime, prep)
         job, done = self.runner.run_job(cfg.name, {"mode": "check", "schedule": list(range(len(prep.variants))) * 2,
                                                    "flush": True, "probe_inputs": True, "settle_ms": SETTLE_MS},
                                         self.decode, self.deadline, self._digester(refs, compose, tol))
@@ -288,7 +289,7 @@ class Judge:
             self._digest_timed(job, prep, runtime, tol)
             self._note_memory(cfg.name, done)
             jobs[cfg.name] = job
-            if to_time[cfg.name] is None:   # the baselines set variant 0 up again without a reference
+            if to_time[cfg.name] is None:   # prepared again for this job: freed now
                 self._release(cfg.name)
                 del prep
                 torch.cuda.empty_cache()
@@ -301,13 +302,14 @@ class Judge:
             if cfg.name not in jobs:
                 continue
             self.out.progress("baselines", cfg.name)
-            prep = to_time[cfg.name] or prepare_baseline(runtime, cfg, torch.device("cuda"))
+            # the first variant set up again on this GPU, without a reference: the baselines' and the null loop's
+            prep = prepare_baseline(runtime, cfg, torch.device("cuda"))
             self.out.data.timing[cfg.name] = timing.verdict(runtime, prep, tol, jobs[cfg.name], self.hasher)
             self.out.write()
             del prep
         self.spent("baselines", t)
 
-    def _digester(self, refs: list[tuple], compose: Callable[[int, list[Any]], tuple],
+    def _digester(self, refs: ParkedRefs, compose: Callable[[int, list[Any]], tuple],
                   tol: analysis.Tolerance) -> Callable[[analysis.Call], None]:
         """What a check job does with each checked call once its outputs are in: compare them and free them
         (engine/pipeline/digest.py). A failure is kept on the call and raised where the call is judged."""
@@ -320,7 +322,7 @@ class Judge:
 
     def _digest_timed(self, job: analysis.Job, prep: Prepared, runtime: TaskRuntime, tol: analysis.Tolerance) -> None:
         """A timing job's checked iterations compared now (the runner waits between jobs), their outputs freed."""
-        digest = self._digester([v.ref for v in prep.variants], composer(runtime, prep), tol)
+        digest = self._digester(ParkedRefs(prep), composer(runtime, prep), tol)
         for c in job.timed():
             if c.checked and c.digest is None:
                 digest(c)

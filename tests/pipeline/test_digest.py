@@ -154,4 +154,4 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
     with contextlib.suppress(judge_eval.Stop):
         judge._time([small, big], to_time, None, None)
     assert events == ["time small", "prepare big", "time big", "drop big", "close",
-                      "baselines on prep small", "baselines on baseline big"]
+                      "baselines on baseline small", "baselines on baseline big"]

@@ -146,3 +146,24 @@ def test_every_format_holds_at_most_its_variants_footprints_and_weights(task_nam
     weights = sum(storages(getattr(rt, "_model", None) or getattr(rt, "model", None)).values())
     assert held_bytes(prep, "cpu") <= len(prep.variants) * (footprint(prep) + 2 * weights), \
         (held_bytes(prep, "cpu"), footprint(prep), weights)
+
+
+def test_a_parked_variant_comes_back_one_at_a_time_and_goes_again(monkeypatch):
+    """engine/pipeline/parking.py with the `meta` device standing in for the GPU: a parked variant's inputs, call
+    arguments and reference come back for the moment (one copy of a tensor shared by the state and the plan), the
+    runtime is set to it meanwhile and holds the parked state afterwards, and the runner's message is the same."""
+    from engine.pipeline import parking
+    monkeypatch.setattr(parking, "GPU", "meta")
+    task = load_task(FIXTURES / "kernelbench" / "matmul_relu.py")
+    rt = runtime_for(task, "forward")
+    prep = prepare(rt, task.configs[0], 2, "cpu")
+    before = plan_message(prep)[0]
+    prep.variants = [parking.park(rt, v) for v in prep.variants]
+    assert all(v.parked for v in prep.variants) and plan_message(prep)[0] == before
+    with parking.loaded(rt, prep, 1) as here:
+        x = rt.pristine()[0]
+        assert x.is_meta and here.plan.args[0] is x and here.ref[0].is_meta
+        assert here.ref[0].shape == prep.variants[1].ref[0].shape
+    assert not rt.pristine()[0].is_meta and rt.pristine()[0] is prep.variants[1].plan.args[0]
+    refs = parking.ParkedRefs(prep)
+    assert len(refs) == 2 and refs[0][0].is_meta and [r[0].shape for r in refs] == [(37, 129), (37, 129)]

@@ -345,6 +345,7 @@ def timing_phase(monkeypatch, tmp_path):
 
         monkeypatch.setattr(judge_eval, "TimingJudge", Timing)
         monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
+        monkeypatch.setattr(judge_eval, "prepare_baseline", lambda *a: None)
         judge = _judge_with(monkeypatch, tmp_path, SimpleNamespace(timing_configs=[], timing_params=TimingParams()),
                             SimpleNamespace(process=None, run_job=lambda name, spec, decode, *a: (job, None),
                                             close=lambda: closed.append(True)), contended)

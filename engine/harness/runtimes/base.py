@@ -160,6 +160,10 @@ class TaskRuntime(ABC):
         compared with `reference(inputs)`. Identity unless the task wraps the candidate's result."""
         return tuple(outputs)
 
+    # Whether `compose` reads its inputs (a task's Model that wraps fn's result): where it does not, the judge
+    # composes without fetching the variant's inputs back to the GPU (engine/pipeline/parking.py).
+    composes_with_inputs = True
+
     # Variants of a config share the reference model (KernelBench: the weights come from the config's seed
     # and ModelNew is built once) or redraw everything (native, robust-kbench: weights are arguments).
     shares_model_across_variants = False

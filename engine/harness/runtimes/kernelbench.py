@@ -91,6 +91,7 @@ class KernelBenchRuntime(TaskRuntime):
     # Variants of a config share the model (its weights come from the config's seed; the runner builds ModelNew
     # once per config) and differ in the problem's inputs only.
     shares_model_across_variants = True
+    composes_with_inputs = False   # ModelNew returns what Model returns
 
     def reseed_inputs(self, config: TaskConfig, seed: int, device: Any) -> None:
         self._inputs = []  # the last variant's inputs are not held while the next ones are drawn
