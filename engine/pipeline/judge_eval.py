@@ -21,13 +21,12 @@ from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
 from engine.pipeline import messages as msg
 from engine.pipeline.digest import Hasher, digest_call, host_hash
-from engine.pipeline.judge_configs import (Prepared, composer, footprint, plan_message, prepare, prepare_baseline,
-                                           reference_outputs)
+from engine.pipeline.judge_configs import Prepared, composer, footprint, plan_message, prepare, reference_outputs
 from engine.pipeline.judge_memory import CANDIDATE_SLACK, config_share, memory_blame, runner_memory_excuse
-from engine.pipeline.judge_result import ConfigMemory, DeviceInfo, TimingRow
-from engine.pipeline.judge_runner import RunnerLink, settle
+from engine.pipeline.judge_result import ConfigMemory, DeviceInfo, Stop
+from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
-from engine.pipeline.judge_timing import TimingJudge
+from engine.pipeline.judge_timing_phase import TimingPhase
 from engine.pipeline.parking import ParkedRefs
 from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
 from engine.tasks.model import Task, TaskConfig
@@ -45,11 +44,7 @@ STANDBY_START_S = 180.0  # how long a standby judge's runner may take to come up
 KEEP_FOR_TIMING = 0.125
 
 
-class Stop(Exception):
-    """The evaluation ends here; the result file already says why."""
-
-
-class Judge:
+class Judge(TimingPhase):
     """One evaluation. Started cold (request first) or warm (`warm_up` before the request is `attach`ed)."""
 
     def __init__(self, timer: TimerSpec):
@@ -245,70 +240,6 @@ class Judge:
         self.held.pop(cfg.name, None)
         return None, reply
 
-    def _time(self, configs: list[TaskConfig], to_time: dict[str, Prepared | None], runtime: TaskRuntime,
-              tol: analysis.Tolerance) -> None:
-        """The timing phase, on the configs that passed the checks."""
-        # The candidate first, on every timed config; then its runner is stopped (with anything it left
-        # running) before the judge times the null loop and the baselines, so no candidate code shares the
-        # GPU with a baseline (and none can slow one down for this or, through the session, later candidates).
-        import torch
-        jobs: dict[str, analysis.Job] = {}
-        self.timing_since_us = time.time_ns() // 1000
-        p = self.req.timing_params
-        for cfg in configs:
-            if cfg.name not in to_time:
-                continue
-            self._note_candidate_side()
-            self.out.progress("timing", cfg.name)
-            prep = to_time[cfg.name]
-            if prep is None:   # freed after its check: prepared again, on both sides
-                torch.cuda.reset_peak_memory_stats()
-                prep, reply = self._prepare(cfg, runtime)
-                if prep is None:
-                    if isinstance(reply, msg.Error):
-                        self._maybe_unmeasured(reply.message or "", cfg.name, "while the runner took the inputs of")
-                    self.out.data.timing[cfg.name] = TimingRow(error=f"the candidate could not be set up again: "
-                                                                     f"{msg.explain(reply)}")
-                    break
-            self.runner.expected_outputs = reference_outputs(prep)
-            t = time.monotonic()
-            job, done = self.runner.run_job(cfg.name, {"mode": "time", "warmup": p.warmup,
-                                                       "min_iters": p.min_iters, "max_iters": p.max_iters,
-                                                       "budget_s": p.budget_s, "checks": p.checks,
-                                                       "flush": p.flush_l2}, self.held_decode, self.deadline)
-            self.spent("timing", t)
-            if self._call_left_unmeasured(job, cfg.name, "while the candidate was timed on"):
-                raise Stop   # no timing is kept: judge.py closes the runner
-            settle(job)   # the checked outputs to this GPU, now that the candidate is not being timed
-            if job.forged:
-                self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
-            elif (fatal := msg.fatal_reason(done)) is not None:
-                self.out.data.error = f"CUDA error while timing {cfg.name}: {fatal}"
-            if self.out.data.error:
-                break
-            self._digest_timed(job, prep, runtime, tol)
-            self._note_memory(cfg.name, done)
-            jobs[cfg.name] = job
-            if to_time[cfg.name] is None:   # prepared again for this job: freed now
-                self._release(cfg.name)
-                del prep
-                torch.cuda.empty_cache()
-        self._note_candidate_side()
-        self.close()
-        t = time.monotonic()
-        assert self.local is not None
-        timing = TimingJudge(self.req, self.local, self.out.data)
-        for cfg in configs:
-            if cfg.name not in jobs:
-                continue
-            self.out.progress("baselines", cfg.name)
-            # the first variant set up again on this GPU, without a reference: the baselines' and the null loop's
-            prep = prepare_baseline(runtime, cfg, torch.device("cuda"))
-            self.out.data.timing[cfg.name] = timing.verdict(runtime, prep, tol, jobs[cfg.name], self.hasher)
-            self.out.write()
-            del prep
-        self.spent("baselines", t)
-
     def _digester(self, refs: ParkedRefs, compose: Callable[[int, list[Any]], tuple],
                   tol: analysis.Tolerance) -> Callable[[analysis.Call], None]:
         """What a check job does with each checked call once its outputs are in: compare them and free them
@@ -319,13 +250,6 @@ class Judge:
             except Exception as exc:  # noqa: BLE001 - raised again by the judgement, inside `compared`
                 call.deferred, call.outputs = exc, None
         return digest
-
-    def _digest_timed(self, job: analysis.Job, prep: Prepared, runtime: TaskRuntime, tol: analysis.Tolerance) -> None:
-        """A timing job's checked iterations compared now (the runner waits between jobs), their outputs freed."""
-        digest = self._digester(ParkedRefs(prep), composer(runtime, prep), tol)
-        for c in job.timed():
-            if c.checked and c.digest is None:
-                digest(c)
 
     def _note_memory(self, name: str, done: msg.Answer | None) -> None:
         """The judge's peaks since the config was prepared, and the runner's word on its own, for the result."""

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from engine.procs import ChildOutcome
 
 
+class Stop(Exception):
+    """The evaluation ends here; the result file already says why."""
+
+
 @dataclass
 class Progress:
     """Where the judge is: the stage and, within one, the config."""

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import analysis, judge_eval, wire
+from engine.pipeline import analysis, judge_eval, judge_timing_phase, wire
 from engine.pipeline.digest import digest_call
 from engine.pipeline.judge import ResultFile
 from engine.pipeline.judge_runner import Held, settle
@@ -138,8 +138,8 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
         events.append(f"prepare {cfg.name}")
         return f"prep {cfg.name} again", None
     judge._prepare = prepare_again
-    monkeypatch.setattr(judge_eval, "prepare_baseline", lambda rt, cfg, device: f"baseline {cfg.name}")
-    monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
+    monkeypatch.setattr(judge_timing_phase, "prepare_baseline", lambda rt, cfg, device: f"baseline {cfg.name}")
+    monkeypatch.setattr(judge_timing_phase, "reference_outputs", lambda prep: [])
     for name in ("reset_peak_memory_stats", "empty_cache"):
         monkeypatch.setattr(torch.cuda, name, lambda: None)
 
@@ -149,8 +149,8 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
 
         def verdict(self, runtime, prep, tol, job, hasher=None):
             events.append(f"baselines on {prep}")
-            return judge_eval.TimingRow()
-    monkeypatch.setattr(judge_eval, "TimingJudge", Timing)
+            return judge_timing_phase.TimingRow()
+    monkeypatch.setattr(judge_timing_phase, "TimingJudge", Timing)
     with contextlib.suppress(judge_eval.Stop):
         judge._time([small, big], to_time, None, None)
     assert events == ["time small", "prepare big", "time big", "drop big", "close",

@@ -328,7 +328,7 @@ def timing_phase(monkeypatch, tmp_path):
     """Judge._time with its runner and the baselines' timer replaced: returns run(job, contended) -> (result,
     what was timed, whether the runner was closed). The real wiring of the phase, on CPU; the GPU suite runs
     it with a real runner (tests/integrity/test_gpu_exploits.py)."""
-    from engine.pipeline import judge_eval
+    from engine.pipeline import judge_eval, judge_timing_phase
     from engine.pipeline.judge_result import TimingRow
     from engine.pipeline.types import TimingParams
 
@@ -343,9 +343,9 @@ def timing_phase(monkeypatch, tmp_path):
                 timed.append(job)
                 return TimingRow(error=job.error or None)
 
-        monkeypatch.setattr(judge_eval, "TimingJudge", Timing)
-        monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
-        monkeypatch.setattr(judge_eval, "prepare_baseline", lambda *a: None)
+        monkeypatch.setattr(judge_timing_phase, "TimingJudge", Timing)
+        monkeypatch.setattr(judge_timing_phase, "reference_outputs", lambda prep: [])
+        monkeypatch.setattr(judge_timing_phase, "prepare_baseline", lambda *a: None)
         judge = _judge_with(monkeypatch, tmp_path, SimpleNamespace(timing_configs=[], timing_params=TimingParams()),
                             SimpleNamespace(process=None, run_job=lambda name, spec, decode, *a: (job, None),
                                             close=lambda: closed.append(True)), contended)
