@@ -63,7 +63,9 @@ def apply(n: Numerics) -> None:
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = n.bf16_reduced_precision_reduction
     torch.backends.cudnn.benchmark = n.cudnn_benchmark
     torch.backends.cudnn.deterministic = n.cudnn_deterministic
-    torch.use_deterministic_algorithms(n.deterministic_algorithms)
+    if torch.are_deterministic_algorithms_enabled() != n.deterministic_algorithms:
+        # only when it changes: the call itself takes seconds (it loads torch's compiler stack)
+        torch.use_deterministic_algorithms(n.deterministic_algorithms)
 
 
 def current() -> Numerics:
