@@ -148,6 +148,7 @@ def work(todo: list[dict[str, str]], out: Path, deadline: float, timeout_s: floa
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     done = done_keys(out, args.retry_unmeasured)
     todo = [p for p in problems(Path(args.path), args.levels.split(","), args.all, args.only) if key(p) not in done]
     deadline = (args.started or time.time()) + args.budget_s

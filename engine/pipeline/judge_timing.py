@@ -6,11 +6,11 @@ from the session when a quick re-timing agrees (engine/pipeline/baselines.py kee
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline import analysis
 from engine.pipeline.digest import Hasher, host_hash
-from engine.pipeline.judge_configs import Prepared, composer
+from engine.pipeline.judge_configs import Prepared, composer, seeded
 from engine.pipeline.judge_result import MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
 
 if TYPE_CHECKING:
@@ -62,14 +62,14 @@ class TimingJudge:
             row.baselines = BaselineOrigin(MEASURED)
             runtime.restore_state(prep.variants[0].state)
             if "eager" in self.req.baselines:
-                eager = self.local.time(runtime.eager_callable(), [], [], p)
+                eager = self.local.time(_seeded(runtime.eager_callable(), prep), [], [], p)
                 row.eager = analysis.summarise([c.ms for c in eager.timed()], [c.ms_all for c in eager.timed()],
                                                null_ms)
             if "compile" in self.req.baselines:
                 try:
                     fn = runtime.compiled_callable()
                     if fn is not None:
-                        comp = self.local.time(fn, [], [], p)
+                        comp = self.local.time(_seeded(fn, prep), [], [], p)
                         row.compile = analysis.summarise([c.ms for c in comp.timed()],
                                                          [c.ms_all for c in comp.timed()], null_ms)
                 except Exception as exc:  # noqa: BLE001 - a baseline that cannot compile is absent, with the reason
@@ -93,7 +93,7 @@ class TimingJudge:
             return None
         try:
             runtime.restore_state(prep.variants[0].state)
-            fn = runtime.eager_callable()
+            fn = _seeded(runtime.eager_callable(), prep)
             job = self.local.time(fn, [], [], self._quick())
             now = analysis.summarise([c.ms for c in job.timed()], [c.ms_all for c in job.timed()], 0.0).median_ms
         except Exception:  # noqa: BLE001 - measure everything anew rather than fail the candidate
@@ -108,3 +108,12 @@ class TimingJudge:
     def _quick(self) -> TimingParams:
         return dataclasses.replace(self.req.timing_params, warmup=3, min_iters=RECHECK_ITERS,
                                    max_iters=RECHECK_ITERS, budget_s=0.0)
+
+
+def _seeded(call: Callable[[], Any], prep: Prepared) -> Callable[[], Any]:
+    """A baseline seeded before every call as the candidate's calls are, where the reference draws random numbers
+    (CallPlan.call_seed): both pay the same seeding, and draw the same numbers."""
+    seed = prep.variants[0].plan.call_seed
+    if seed is None:
+        return call
+    return lambda: seeded(seed, call)

@@ -34,6 +34,7 @@ class TimingPhase:
         # GPU with a baseline (and none can slow one down for this or, through the session, later candidates).
         import torch
         jobs: dict[str, analysis.Job] = {}
+        call_seeds: dict[str, int | None] = {}   # a reference that draws random numbers: the baselines' seed
         self.timing_since_us = time.time_ns() // 1000
         p = self.req.timing_params
         for cfg in configs:
@@ -70,6 +71,7 @@ class TimingPhase:
             self._digest_timed(job, prep, runtime, tol)
             self._note_memory(cfg.name, done)
             jobs[cfg.name] = job
+            call_seeds[cfg.name] = prep.variants[0].plan.call_seed
             if to_time[cfg.name] is None:   # prepared again for this job: freed now
                 self._release(cfg.name)
                 del prep
@@ -84,7 +86,7 @@ class TimingPhase:
                 continue
             self.out.progress("baselines", cfg.name)
             # the first variant set up again on this GPU, without a reference: the baselines' and the null loop's
-            prep = prepare_baseline(runtime, cfg, torch.device("cuda"))
+            prep = prepare_baseline(runtime, cfg, torch.device("cuda"), call_seeds[cfg.name])
             self.out.data.timing[cfg.name] = timing.verdict(runtime, prep, tol, jobs[cfg.name], self.hasher)
             self.out.write()
             del prep

@@ -137,12 +137,16 @@ class Config(_Message):
     variants: int
     per_variant: int                 # tensors per variant; a ModelNew's state tensors follow all variants'
     model: dict[str, Any] | None = None   # ModelNew: {"seed", "init", "state", "dtype"}
+    # per variant, the seed torch's generators get before every call (a reference that draws random numbers)
+    call_seeds: tuple[int, ...] | None = None
     # the tensors' metas, which wire.Channel.send adds to the header: filled on the runner's side only
     tensors: tuple[dict[str, Any], ...] = field(default=(), metadata=_OMIT)
 
     def _check(self) -> None:
         if self.variants < 1 or self.per_variant < 0:
             raise MessageError(f"`config` message: {self.variants} variants of {self.per_variant} tensors")
+        if self.call_seeds is not None and len(self.call_seeds) != self.variants:
+            raise MessageError(f"`config` message: {len(self.call_seeds)} call seeds for {self.variants} variants")
         if (self.kind == "modelnew") != (self.model is not None):
             raise MessageError(f"`config` message: a `{self.kind[:40]}` call with{'out' if self.model is None else ''}"
                                " a model (only ModelNew has one)")

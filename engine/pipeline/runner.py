@@ -139,6 +139,8 @@ class Runner:
             def call() -> Any:
                 with torch.no_grad():
                     return fn(*args)
+        if m.call_seeds is not None:
+            call = seeded_calls(call, m.call_seeds, self.timer.current_variant)
         self.configs[m.cid] = _Configured(live, variants, call)
         return msg.Configured(cid=m.cid)
 
@@ -191,6 +193,19 @@ class Runner:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()   # back to the GPU, which other evaluations may share
         return msg.Dropped()
+
+
+def seeded_calls(call: Callable[[], Any], seeds: tuple[int, ...], current_variant: Callable[[], int]
+                 ) -> Callable[[], Any]:
+    """`call` with torch's generators seeded before each call, with the seed of the variant the helper refilled
+    the inputs from: the judge computed that variant's reference right after the same seeding (a reference that
+    draws random numbers: judge_configs.prepare)."""
+    import torch
+
+    def seeded_call() -> Any:
+        torch.manual_seed(seeds[current_variant()])
+        return call()
+    return seeded_call
 
 
 def load_candidate(load: msg.Load) -> Any:

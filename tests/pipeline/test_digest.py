@@ -100,6 +100,11 @@ def test_held_timing_outputs_are_settled_after_the_job_and_a_changed_one_voids_t
     assert "do not match their signed fingerprint" in job.forged
 
 
+def _prep(label: str) -> SimpleNamespace:
+    """A stand-in for a config's preparation, named by `label`."""
+    return SimpleNamespace(label=label, variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))])
+
+
 def _judge(tmp_path, events, held):
     """A Judge whose runner, preparation and baselines only note what happens, in order."""
     judge = judge_eval.Judge(TimerSpec("t.so", "t"))
@@ -125,10 +130,10 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
     def check(cfg, runtime, tol):
         judge.held[cfg.name] = (100 << 20) if cfg is small else (3 << 30)
         events.append(f"check {cfg.name}")
-        return f"prep {cfg.name}", True
+        return _prep(f"prep {cfg.name}"), True
     judge._check = check
     to_time = judge._check_all([small, big], None, None)
-    assert to_time == {"small": "prep small", "big": None}
+    assert to_time == {"small": _prep("prep small"), "big": None}
     assert events == ["check small", "check big", "drop big"] and set(judge.held) == {"small"}
 
     events.clear()
@@ -136,9 +141,9 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
     def prepare_again(cfg, runtime):
         judge.held[cfg.name] = 3 << 30
         events.append(f"prepare {cfg.name}")
-        return f"prep {cfg.name} again", None
+        return _prep(f"prep {cfg.name} again"), None
     judge._prepare = prepare_again
-    monkeypatch.setattr(judge_timing_phase, "prepare_baseline", lambda rt, cfg, device: f"baseline {cfg.name}")
+    monkeypatch.setattr(judge_timing_phase, "prepare_baseline", lambda rt, cfg, device, seed: f"baseline {cfg.name}")
     monkeypatch.setattr(judge_timing_phase, "reference_outputs", lambda prep: [])
     for name in ("reset_peak_memory_stats", "empty_cache"):
         monkeypatch.setattr(torch.cuda, name, lambda: None)

@@ -1,5 +1,6 @@
 """GPU: the runner starts with the judge's numeric settings, so a candidate that calls the same cuDNN convolution as
-the reference computes what the reference computes; a candidate that turns TF32 on itself is judged on its outputs.
+the reference computes what the reference computes; a candidate that turns TF32 on itself is judged on its outputs;
+a reference that draws random numbers is seeded the same on both sides.
 
     python -m pytest -q -m gpu tests/pipeline/test_gpu_numerics.py -rA
 
@@ -22,6 +23,7 @@ from tests.paths import FIXTURES
 pytestmark = pytest.mark.gpu
 
 CONV = FIXTURES / "kernelbench" / "conv_transpose_tanh.py"
+DROPOUT = FIXTURES / "kernelbench" / "linear_dropout.py"
 OWN_MODEL = "\n\nclass ModelNew(Model):\n    pass\n"
 TF32_ON = "\n\ntorch.backends.cudnn.allow_tf32 = True\n"
 
@@ -89,3 +91,14 @@ def test_a_native_candidate_calling_atens_convolution_matches_the_reference():
     rep = _eval(load_task("mnist_conv_relu_pool"), Candidate("native", dict(ATEN_CONV), name="aten-conv"))
     assert rep.verdict("correctness").status == Status.PASS, rep.to_json()["verdicts"]
     assert rep.numerics == JUDGE.to_json()
+
+
+def test_a_problem_that_draws_random_numbers_passes_with_its_own_model():
+    """A dropout left in training mode (KernelBench level 2 problems 66 and 83): the judge and the runner seed
+    torch's generators before every call (the baselines too), so the problem's own Model passes, timed as well."""
+    task = load_task(DROPOUT)
+    cand = Candidate("kernelbench", {"own_model.py": DROPOUT.read_text() + OWN_MODEL}, name="own-model")
+    rep = evaluate(task, cand, "forward", EvalOptions(trials=2, override_static=True, profile=False,
+                                                       baselines=("eager",), library_policy="engineering"))
+    print(f"NUMERICS-ROW | {task.name} | own-model | passed={rep.passed} | {rep.geomean_speedup_eager}")
+    assert rep.passed and rep.verdict("integrity").status == Status.PASS, rep.to_json()["verdicts"]

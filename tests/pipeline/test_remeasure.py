@@ -351,7 +351,8 @@ def timing_phase(monkeypatch, tmp_path):
                                             close=lambda: closed.append(True)), contended)
         judge._digest_timed = judge._note_memory = lambda *a: None    # the job's outputs and figures: none here
         with contextlib.suppress(judge_eval.Stop):
-            judge._time([SimpleNamespace(name="bench")], {"bench": object()}, None, None)
+            prep = SimpleNamespace(variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))])
+            judge._time([SimpleNamespace(name="bench")], {"bench": prep}, None, None)
         return judge.out.data, timed, bool(closed)
     return run
 

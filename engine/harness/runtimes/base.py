@@ -101,6 +101,9 @@ class CallPlan:
     model_state: dict[str, Any] = field(default_factory=dict)
     model_seed: int = 0
     model_dtype: str | None = None     # ModelNew is cast to it (a KernelBench problem run in fp16 or bf16)
+    # a reference that draws random numbers (a dropout in training mode): the seed torch's generators get right
+    # before every call, the reference's and the candidate's alike, as KernelBench's eval seeds both models
+    call_seed: int | None = None
 
 
 class TaskRuntime(ABC):

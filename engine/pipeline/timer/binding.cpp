@@ -137,6 +137,7 @@ size_t g_arena_cap = 0;        // bytes in the slot
 size_t g_arena_pinned = 0;     // bytes of the slot page-locked so far
 bool g_arena_pin_ok = true;
 uint64_t g_arena_sent = 0;     // slot payloads sent
+int64_t g_variant = -1;        // the variant the live inputs were refilled from for the call under way
 
 enum RecordType : uint32_t { HELLO = 6, JOB_BEGIN = 1, ITER = 2, OUTPUT = 3, JOB_END = 4, ERROR_ = 5 };
 
@@ -441,6 +442,7 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
   prepare_cache(job, stream, false);  // before the refill too: a window left on the stream would mark its writes
   refill(job, v);
   prepare_cache(job, stream, true);
+  g_variant = v;
   check_cuda(cudaEventRecord(job.ev.start, stream), "cudaEventRecord");
   py::object r;
   try {
@@ -677,4 +679,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("schedule"), py::arg("warmup"), py::arg("min_iters"), py::arg("max_iters"), py::arg("budget_s"),
         py::arg("checks"), py::arg("flush"), py::arg("probe_inputs"), py::arg("settle_ms"));
   m.def("fingerprint", &py_fingerprint, py::arg("tensor"), py::arg("seed"));
+  // the variant of the call under way: a seeded call (a reference that draws random numbers) seeds from it
+  m.def("current_variant", []() { return g_variant; });
 }
