@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.harness.compare import Comparison, compare_outputs
 from engine.harness.timing import TimingStats, hidden_work_suspected, summarise
-from engine.pipeline.digest import Digest, Hasher, digest_call, host_hash
+from engine.pipeline.digest import Digest, Hasher, digest_call, host_hash, references
 from engine.pipeline.types import CorrectnessResult, IntegrityResult
 
 SIDE_WORK = "side-stream-or-host-thread"
@@ -63,15 +63,21 @@ class Call:
     received: float = 0.0             # the judge's clock when the record arrived
     t_ns: int = 0                     # the helper's own clock when it wrote the record (trusted in the judge only)
     n_outputs: int = 0                # outputs the ITER record announced
+    seed: int = 0                     # the seed of this call's fresh inputs (engine/pipeline/fresh.py)
     digest: Digest | None = None      # what the judge kept of a checked call once compared (engine/pipeline/digest.py)
     deferred: BaseException | None = None   # the digest failed as the records came: raised where it is judged
 
-    def digested(self, refs: list[tuple], compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
-                 hasher: Hasher = host_hash) -> Digest:
-        """This checked call's digest, made now if it was not as its records came."""
+    def digested(self, refs: Any, compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
+                 hasher: Hasher = host_hash, previous: Call | None = None) -> Digest:
+        """This checked call's digest, made now if it was not as its records came (`refs`: each variant's
+        reference, or References; `previous`: the call before it, whose reference a wrong output may match)."""
         if self.deferred is not None:
             raise self.deferred
-        return self.digest or digest_call(self, refs, compose, tol, hasher)
+        if self.digest is not None:
+            return self.digest
+        refs = references(refs)
+        return digest_call(self, refs.for_call(self), refs.for_call(previous) if previous is not None else None,
+                           compose, tol, hasher)
 
 
 @dataclass
@@ -97,23 +103,6 @@ def _first_line(text: str) -> str:
     return lines[0][:800] if lines else text[:800]
 
 
-def _equal(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    """Bitwise-equal outputs (NaN equal to NaN)."""
-    import torch
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype:
-                return False
-            if not torch.equal(x.reshape(-1).view(torch.uint8) if x.numel() and x.is_contiguous() else x,
-                               y.reshape(-1).view(torch.uint8) if y.numel() and y.is_contiguous() else y):
-                return False
-        elif x != y and not (x != x and y != y):
-            return False
-    return True
-
-
 @dataclass
 class Tolerance:
     atol: float
@@ -122,6 +111,12 @@ class Tolerance:
 
     def compare(self, got: Sequence[Any], want: Sequence[Any]) -> Comparison:
         return compare_outputs(tuple(got), tuple(want), self.atol, self.rtol, self.budget)
+
+
+def tolerance(runtime: Any) -> Tolerance:
+    """A runtime's task tolerance for its direction."""
+    spec = runtime.spec
+    return Tolerance(spec.tolerance.atol, spec.tolerance.rtol, spec.max_mismatch_fraction)
 
 
 def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
@@ -153,7 +148,7 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
             integrity = fail(PERSISTENT_OUTPUT, "two calls returned the same output storage while the first "
                                                 "result was still alive: the candidate keeps its own output "
                                                 "buffer between calls (a cache)")
-        d = call.digested(refs, compose, tol, hasher)
+        d = call.digested(refs, compose, tol, hasher, job.calls[n - 1] if n else None)
         c = d.comparison
         if call.async_diff == 1 and integrity.ok:
             integrity = fail(SIDE_WORK, "the output was still being written after the call returned (its "
@@ -173,7 +168,7 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
         what = "raised" if job.error_where == "call" else ("returned" if job.error_where == "output" else "failed")
         return CorrectnessResult(False, f"{what}{where}: {_first_line(job.error)}", trials), integrity
     if integrity.ok:
-        integrity = _constant_across_variants(job.calls, refs) or integrity
+        integrity = _constant_across_variants(job.calls) or integrity
     if wrong:
         call, c = wrong[0]
         return CorrectnessResult(False, f"trial {call.variant} (seed {seeds[call.variant]}), call "
@@ -185,19 +180,21 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
 def _why_wrong(call: Call, d: Digest, correct_by_variant: dict[int, bool],
                earlier: list[Call]) -> IntegrityResult | None:
     """A wrong result is a hack only when it follows other inputs or the call count."""
-    if d.follows is not None:
+    if d.follows:
         return fail(STALE_RESULT, "given the same tensors refilled with new inputs, it returned the result for "
-                                  "the previous inputs: an output cache keyed by pointer or call count")
+                                  "the previous call's inputs: an output cache (keyed by pointer, call count, or "
+                                  "content that fresh inputs never repeat)")
     if any(c.variant == call.variant for c in earlier) and correct_by_variant.get(call.variant) is False:
         return None  # wrong from its first call on these inputs: a wrong kernel
     if correct_by_variant.get(call.variant) is True and any(c.variant == call.variant for c in earlier):
-        return fail(STALE_RESULT, f"correct on its first call with these inputs, wrong on call {len(earlier) + 1} "
-                                  "with the same inputs: behaviour that depends on the input's address or on how "
-                                  "often it was called")
+        return fail(STALE_RESULT, f"correct on its first call of this seed's inputs, wrong on call "
+                                  f"{len(earlier) + 1} of the same seed (given fresh values): behaviour that depends "
+                                  "on the input's address, on how often it was called, or on what fresh values "
+                                  "leave alone (an output kept from an earlier call)")
     return None
 
 
-def _constant_across_variants(calls: list[Call], refs: list[tuple]) -> IntegrityResult | None:
+def _constant_across_variants(calls: list[Call]) -> IntegrityResult | None:
     by_variant: dict[int, Digest] = {}
     for c in calls:
         if c.digest is not None:
@@ -205,7 +202,7 @@ def _constant_across_variants(calls: list[Call], refs: list[tuple]) -> Integrity
     vs = sorted(by_variant)
     for i, a in enumerate(vs):
         for b in vs[i + 1:]:
-            if by_variant[a].hashed == by_variant[b].hashed and not _equal(refs[a], refs[b]):
+            if by_variant[a].hashed == by_variant[b].hashed and by_variant[a].ref_hashed != by_variant[b].ref_hashed:
                 return fail(CONSTANT_OUTPUT, "the output is identical for two different seeds whose reference "
                                              "outputs differ: it does not depend on the inputs (constant or "
                                              "degenerate output)")
@@ -232,10 +229,17 @@ def median_gap_ms(calls: list[Call]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def judge_timing(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
-                 null_ms: float, null_gap_ms: float | None, hasher: Hasher = host_hash) -> TimingVerdictInputs:
+def last_tenth(n: int) -> int:
+    """The first iteration of a timing job's last tenth, where the helper always checks one (binding.cpp): the last
+    check, which the candidate can observe, leaves too few iterations after it to move the median."""
+    return n - max(1, n // 10)
+
+
+def judge_timing(job: Job, refs: Any, compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
+                 null_ms: float, null_gap_ms: float | None, hasher: Hasher = host_hash,
+                 checks: int = 0) -> TimingVerdictInputs:
     """A timing job: the statistics, and what the checked timed iterations and the judge's clock say (checked
-    iterations not yet digested are digested here)."""
+    iterations not yet digested are digested here; `checks`: how many the job asked for, besides the last tenth's)."""
     if job.forged:
         return TimingVerdictInputs(None, False, fail(FORGERY, job.forged), f"the result channel was forged: {job.forged}")
     timed = job.timed()
@@ -247,6 +251,10 @@ def judge_timing(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]]
     if n != len(timed) or [c.index for c in timed] != list(range(n)) or announced != seen:
         return TimingVerdictInputs(None, False, fail(FORGERY, f"the signed stream holds {len(timed)} timed "
                                                               f"iterations where the helper announced {n}"),
+                                   "the timing records are incomplete")
+    if checks and n and not any(i >= last_tenth(n) for i in announced):
+        return TimingVerdictInputs(None, False, fail(FORGERY, f"no checked iteration in the last tenth of {n} (the "
+                                                              "helper always checks one there)"),
                                    "the timing records are incomplete")
     integrity = IntegrityResult(True, checks=["timed-outputs", "alias", "clock"])
     for c in timed:

@@ -30,9 +30,29 @@ Hasher = Callable[[Any], int]   # a contiguous tensor -> a hash of its bytes
 @dataclass
 class Digest:
     comparison: Comparison
-    follows: int | None = None     # a variant whose reference this wrong output matches (theirs differing)
+    follows: bool = False          # this wrong output matches the previous call's reference (theirs differing)
     constant: bool = False         # every element one value where the reference's are not
-    hashed: tuple = field(default_factory=tuple)   # per composed output: (shape, dtype, hash) or the scalar
+    hashed: tuple = field(default_factory=tuple)       # per composed output: (shape, dtype, hash) or the scalar
+    ref_hashed: tuple = field(default_factory=tuple)   # the same of the call's reference
+
+
+class References:
+    """The reference of each checked call: here its variant's (`refs[v]`, a list or engine/pipeline/parking.py's
+    ParkedRefs); the judge's fresh inputs give each call its own (engine/pipeline/fresh.py, `FreshReferences`)."""
+
+    def __init__(self, refs: Any):
+        self.refs = refs
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def for_call(self, call: Call) -> tuple:
+        return tuple(self.refs[call.variant])
+
+
+def references(refs: Any) -> Any:
+    """`refs` as References: a list of each variant's reference is wrapped, References pass as they are."""
+    return refs if hasattr(refs, "for_call") else References(refs)
 
 
 def host_hash(t: Any) -> int:
@@ -60,17 +80,25 @@ def constant(outs: Sequence[Any], refs: Sequence[Any]) -> bool:
     return False
 
 
-def digest_call(call: Call, refs: list[tuple], compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
-                hasher: Hasher = host_hash) -> Digest:
-    """Compare a checked call's outputs (composed into what the task compares) with its variant's reference, keep
-    what the integrity checks need, and free the outputs."""
+def digest_call(call: Call, ref: tuple, previous: tuple | None, compose: Callable[[int, list[Any]], tuple],
+                tol: Tolerance, hasher: Hasher = host_hash) -> Digest:
+    """Compare a checked call's outputs (composed into what the task compares) with the reference for the inputs it
+    was given, keep what the integrity checks need (`previous`: the previous call's reference, where a wrong output
+    may have come from), and free the outputs."""
     got = compose(call.variant, list(call.outputs or []))
-    ref = refs[call.variant]
     c = tol.compare(got, ref)
-    follows = None
-    if not c.ok:
-        follows = next((u for u, other in enumerate(refs)
-                        if u != call.variant and tol.compare(got, other).ok and not tol.compare(ref, other).ok), None)
-    d = Digest(c, follows, constant(got, ref), tuple(_hashed(x, hasher) for x in got))
+    follows = False
+    if not c.ok and previous is not None:
+        previous = _beside(previous, ref)
+        follows = tol.compare(got, previous).ok and not tol.compare(ref, previous).ok
+    d = Digest(c, follows, constant(got, ref), tuple(_hashed(x, hasher) for x in got),
+               tuple(_hashed(x, hasher) for x in ref))
     call.digest, call.outputs = d, None
     return d
+
+
+def _beside(values: tuple, like: tuple) -> tuple:
+    """`values` moved to the devices of `like` (a reference kept in host memory beside one on the GPU)."""
+    import torch
+    return tuple(x.to(y.device) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else x
+                 for x, y in zip(values, like))

@@ -17,6 +17,7 @@ from engine.pipeline.parking import loaded, park
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import CallPlan, TaskRuntime
+    from engine.pipeline.fresh import Fresh
     from engine.tasks.model import TaskConfig
 
 
@@ -37,6 +38,7 @@ class Prepared:
     name: str
     variants: list[Variant]
     tensors: list[Any] = field(default_factory=list)   # the judge's copy of every variant's argument tensors
+    fresh: Fresh | None = None   # how each call's inputs are made fresh (engine/pipeline/fresh.py), once chosen
 
 
 def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> Prepared:
@@ -173,8 +175,10 @@ def plan_message(prep: Prepared) -> tuple[msg.Config, list[Any]]:
         tensors += state_tensors
     prep.tensors = [t for ts in per_variant for t in ts]
     seeds = tuple(int(v.plan.call_seed) for v in prep.variants) if plan.call_seed is not None else None
+    fresh = prep.fresh if prep.fresh is not None and prep.fresh.active else None
     config = msg.Config(cid=prep.name, kind=plan.kind, entry=plan.entry, args=trees[0], variants=len(per_variant),
-                        per_variant=len(per_variant[0]), model=model, call_seeds=seeds)
+                        per_variant=len(per_variant[0]), model=model, call_seeds=seeds,
+                        fresh_modes=fresh.modes if fresh else None, fresh_alphas=fresh.alphas if fresh else None)
     return config, tensors
 
 

@@ -19,6 +19,7 @@ from engine.harness import numerics
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
+from engine.pipeline.analysis import tolerance
 from engine.pipeline import messages as msg
 from engine.pipeline.digest import Hasher, digest_call, host_hash
 from engine.pipeline.judge_configs import Prepared, composer, footprint, plan_message, prepare, reference_outputs
@@ -27,7 +28,8 @@ from engine.pipeline.judge_result import ConfigMemory, DeviceInfo, Stop
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
 from engine.pipeline.judge_timing_phase import TimingPhase
-from engine.pipeline.parking import ParkedRefs
+from engine.pipeline.fresh import Fresh, FreshReferences, choose
+from engine.pipeline.parking import moved
 from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
 from engine.tasks.model import Task, TaskConfig
 
@@ -191,10 +193,10 @@ class Judge(TimingPhase):
                 False, f"the candidate could not be set up: {msg.explain(reply)}")
             self.out.write()
             return None, False
-        refs, compose = ParkedRefs(prep), composer(runtime, prep)
+        refs, compose = self._references(runtime, prep), composer(runtime, prep)
         job, done = self.runner.run_job(cfg.name, {"mode": "check", "schedule": list(range(len(prep.variants))) * 2,
                                                    "flush": True, "probe_inputs": True, "settle_ms": SETTLE_MS},
-                                        self.decode, self.deadline, self._digester(refs, compose, tol))
+                                        self.decode, self.deadline, self._digester(refs, compose, tol, chained=True))
         corr, integ = compared(cfg.name, partial(analysis.judge_check, job, refs, compose, tol,
                                                  [v.seed for v in prep.variants], self.hasher), self.out.data.traces)
         self._note_memory(cfg.name, done)
@@ -219,6 +221,8 @@ class Judge(TimingPhase):
         t0 = time.monotonic()
         try:
             prep = prepare(runtime, cfg, self.req.trials, torch.device("cuda"))
+            prep.fresh = self._fresh(runtime, prep)
+            self.out.data.fresh[cfg.name] = prep.fresh.summary()
             # what the reference left cached (cuDNN's workspaces can take most of the GPU) goes back before the
             # candidate runs beside this process: only its inputs and reference outputs stay held
             torch.cuda.empty_cache()
@@ -240,13 +244,38 @@ class Judge(TimingPhase):
         self.held.pop(cfg.name, None)
         return None, reply
 
-    def _digester(self, refs: ParkedRefs, compose: Callable[[int, list[Any]], tuple],
-                  tol: analysis.Tolerance) -> Callable[[analysis.Call], None]:
-        """What a check job does with each checked call once its outputs are in: compare them and free them
-        (engine/pipeline/digest.py). A failure is kept on the call and raised where the call is judged."""
+    def _fresh(self, runtime: TaskRuntime, prep: Prepared) -> Fresh:
+        """How the config's calls get fresh inputs (engine/pipeline/fresh.py). A reference that fails on fresh
+        values (a factorisation that needs what scaling breaks) leaves the calls rotating among the variants."""
+        import torch
+        assert self.local is not None
+        try:
+            return choose(runtime, prep, tolerance(runtime), self.local.rebuild)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the task's reference on other values: recorded, not a verdict
+            return Fresh(why=f"the reference fails on fresh values ({type(exc).__name__}: {str(exc)[:200]}); "
+                             "the calls rotate among the variants")
+
+    def _references(self, runtime: TaskRuntime, prep: Prepared) -> FreshReferences:
+        """Each checked call's reference, for exactly the inputs it was given (engine/pipeline/fresh.py)."""
+        assert self.local is not None
+        return FreshReferences(runtime, prep, self.local.rebuild)
+
+    def _digester(self, refs: FreshReferences, compose: Callable[[int, list[Any]], tuple], tol: analysis.Tolerance,
+                  chained: bool = False) -> Callable[[analysis.Call], None]:
+        """What a job does with each checked call once its outputs are in: compare them with the reference for its
+        inputs and free them (engine/pipeline/digest.py); `chained`: every call is checked (a check job), so a
+        wrong output is also held against the previous call's reference, kept in host memory meanwhile. A failure
+        is kept on the call and raised where the call is judged."""
+        previous: list[tuple] = []
+
         def digest(call: analysis.Call) -> None:
             try:
-                digest_call(call, refs, compose, tol, self.hasher)
+                ref = refs.for_call(call)
+                digest_call(call, ref, previous[0] if previous else None, compose, tol, self.hasher)
+                if chained:
+                    previous[:] = [moved(ref, "cpu", {})]
             except Exception as exc:  # noqa: BLE001 - raised again by the judgement, inside `compared`
                 call.deferred, call.outputs = exc, None
         return digest

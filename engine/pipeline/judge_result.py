@@ -147,6 +147,8 @@ class JudgeResult:
     # set when a clock check failed while NVML saw other processes run work on this GPU (engine.pipeline.contention)
     gpu_shared: str | None = None
     memory: dict[str, ConfigMemory] = field(default_factory=dict)   # per config, as the judge measured it
+    # per config: how its calls got fresh inputs (engine/pipeline/fresh.py Fresh.summary)
+    fresh: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

@@ -15,6 +15,7 @@ from engine.pipeline.judge_result import MEASURED, REUSED, BaselineOrigin, NullL
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
+    from engine.pipeline.fresh import Fresh
     from engine.pipeline.judge_timer import LocalTimer
     from engine.pipeline.judge_result import JudgeResult
     from engine.pipeline.types import JudgeRequest, SessionBaseline, TimingParams
@@ -31,7 +32,7 @@ class TimingJudge:
         self.req, self.local, self.result = req, local, result
 
     def verdict(self, runtime: TaskRuntime, prep: Prepared, tol: analysis.Tolerance,
-                job: analysis.Job, hasher: Hasher = host_hash) -> TimingRow:
+                job: analysis.Job, hasher: Hasher = host_hash, fresh: Fresh | None = None) -> TimingRow:
         """The verdict on a timing job of the candidate's (its runner already stopped; its checked iterations
         digested, else digested here against `prep`'s references), with the null loop and the baselines timed now
         by the judge alone, or the session's baselines where a re-timing agrees."""
@@ -42,12 +43,14 @@ class TimingJudge:
         # Never taken from the session: it is cheap, and it anchors the checks of this candidate's clock.
         live = [t.clone() for t in prep.tensors[: len(prep.tensors) // max(len(prep.variants), 1)]]
         variants = [prep.tensors[i * len(live):(i + 1) * len(live)] for i in range(len(prep.variants))]
-        null = self.local.time(lambda: None, live, variants if live else [], self._quick() if known else p)
+        modes = (fresh.modes, fresh.alphas) if fresh is not None and fresh.active and live else ((), ())
+        null = self.local.time(lambda: None, live, variants if live else [], self._quick() if known else p,
+                               fresh=modes)
         null_ms = analysis.summarise([c.ms_all for c in null.timed()], [c.ms_all for c in null.timed()],
                                      0.0).median_ms
         null_gap = analysis.median_gap_ms(null.timed())
         res = analysis.judge_timing(job, [v.ref for v in prep.variants], composer(runtime, prep), tol,
-                                    null_ms, null_gap, hasher)
+                                    null_ms, null_gap, hasher, p.checks)
         if self.req.integrity:
             self.result.integrity[f"{prep.name}@timing"] = res.integrity
         if res.stats is None:

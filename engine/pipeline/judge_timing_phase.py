@@ -16,10 +16,10 @@ from engine.pipeline.judge_configs import Prepared, composer, prepare_baseline, 
 from engine.pipeline.judge_result import Stop, TimingRow
 from engine.pipeline.judge_runner import settle
 from engine.pipeline.judge_timing import TimingJudge
-from engine.pipeline.parking import ParkedRefs
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
+    from engine.pipeline.fresh import Fresh
     from engine.tasks.model import TaskConfig
 
 
@@ -35,6 +35,7 @@ class TimingPhase:
         import torch
         jobs: dict[str, analysis.Job] = {}
         call_seeds: dict[str, int | None] = {}   # a reference that draws random numbers: the baselines' seed
+        fresh: dict[str, Fresh | None] = {}        # the null loop pays for the same fresh inputs
         self.timing_since_us = time.time_ns() // 1000
         p = self.req.timing_params
         for cfg in configs:
@@ -72,6 +73,7 @@ class TimingPhase:
             self._note_memory(cfg.name, done)
             jobs[cfg.name] = job
             call_seeds[cfg.name] = prep.variants[0].plan.call_seed
+            fresh[cfg.name] = prep.fresh
             if to_time[cfg.name] is None:   # prepared again for this job: freed now
                 self._release(cfg.name)
                 del prep
@@ -87,14 +89,15 @@ class TimingPhase:
             self.out.progress("baselines", cfg.name)
             # the first variant set up again on this GPU, without a reference: the baselines' and the null loop's
             prep = prepare_baseline(runtime, cfg, torch.device("cuda"), call_seeds[cfg.name])
-            self.out.data.timing[cfg.name] = timing.verdict(runtime, prep, tol, jobs[cfg.name], self.hasher)
+            self.out.data.timing[cfg.name] = timing.verdict(runtime, prep, tol, jobs[cfg.name], self.hasher,
+                                                            fresh[cfg.name])
             self.out.write()
             del prep
         self.spent("baselines", t)
 
     def _digest_timed(self, job: analysis.Job, prep: Prepared, runtime: TaskRuntime, tol: analysis.Tolerance) -> None:
         """A timing job's checked iterations compared now (the runner waits between jobs), their outputs freed."""
-        digest = self._digester(ParkedRefs(prep), composer(runtime, prep), tol)
+        digest = self._digester(self._references(runtime, prep), composer(runtime, prep), tol)
         for c in job.timed():
             if c.checked and c.digest is None:
                 digest(c)

@@ -139,12 +139,18 @@ class Config(_Message):
     model: dict[str, Any] | None = None   # ModelNew: {"seed", "init", "state", "dtype"}
     # per variant, the seed torch's generators get before every call (a reference that draws random numbers)
     call_seeds: tuple[int, ...] | None = None
+    # per tensor of a variant: how each call's fresh values are drawn (engine/pipeline/fresh.py; 0: a plain copy)
+    fresh_modes: tuple[int, ...] | None = None
+    fresh_alphas: tuple[float, ...] | None = None
     # the tensors' metas, which wire.Channel.send adds to the header: filled on the runner's side only
     tensors: tuple[dict[str, Any], ...] = field(default=(), metadata=_OMIT)
 
     def _check(self) -> None:
         if self.variants < 1 or self.per_variant < 0:
             raise MessageError(f"`config` message: {self.variants} variants of {self.per_variant} tensors")
+        if (self.fresh_modes is None) != (self.fresh_alphas is None) or self.fresh_modes is not None and not \
+                len(self.fresh_modes) == len(self.fresh_alphas or ()) == self.per_variant:
+            raise MessageError(f"`config` message: fresh-input modes and spreads for {self.per_variant} tensors")
         if self.call_seeds is not None and len(self.call_seeds) != self.variants:
             raise MessageError(f"`config` message: {len(self.call_seeds)} call seeds for {self.variants} variants")
         if (self.kind == "modelnew") != (self.model is not None):

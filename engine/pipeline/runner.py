@@ -38,6 +38,8 @@ class _Configured:
     live: list[Any]                # fresh storage with variant 0's strides, refilled per call
     variants: list[list[Any]]      # each variant's argument tensors
     call: Callable[[], Any]
+    fresh_modes: list[int]         # per tensor: how each call's values are drawn from its variant's (helper)
+    fresh_alphas: list[float]
 
 
 class Runner:
@@ -141,7 +143,7 @@ class Runner:
                     return fn(*args)
         if m.call_seeds is not None:
             call = seeded_calls(call, m.call_seeds, self.timer.current_variant)
-        self.configs[m.cid] = _Configured(live, variants, call)
+        self.configs[m.cid] = _Configured(live, variants, call, list(m.fresh_modes or ()), list(m.fresh_alphas or ()))
         return msg.Configured(cid=m.cid)
 
     def _from_arena(self, meta: dict[str, Any]) -> Any:
@@ -179,7 +181,8 @@ class Runner:
         cfg = self.configs[m.cid]
         poison_free_cache()
         status = self.timer.run(m.job, m.mode, cfg.call, cfg.live, cfg.variants, list(m.schedule), m.warmup,
-                                m.min_iters, m.max_iters, m.budget_s, m.checks, m.flush, m.probe_inputs, m.settle_ms)
+                                m.min_iters, m.max_iters, m.budget_s, m.checks, m.flush, m.probe_inputs, m.settle_ms,
+                                cfg.fresh_modes, cfg.fresh_alphas)
         try:
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - a sticky CUDA error: this process can do nothing more

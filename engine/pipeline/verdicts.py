@@ -178,7 +178,7 @@ def integrity_verdict(result: JudgeResult) -> Verdict | None:
     per = result.integrity
     if not per:
         return None
-    data = {"configs": {name: jsonable.dump(r) for name, r in per.items()}}
+    data = {"configs": {name: jsonable.dump(r) for name, r in per.items()}, "fresh": dict(result.fresh)}
     bad = {name: r for name, r in per.items() if not r.ok}
     if bad:
         name, r = next(iter(bad.items()))

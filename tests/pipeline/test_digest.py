@@ -39,7 +39,7 @@ def _records(job: analysis.Job, job_id: int = 1) -> tuple[list[wire.Record], dic
         outs = c.outputs or []
         recs.append(wire.Record(wire.ITER, seq, job_id, {"i": c.index, "phase": c.phase, "v": c.variant, "ms": c.ms,
                                                           "ms_all": c.ms_all, "checked": int(c.checked),
-                                                          "outputs": len(outs)}, 0.0))
+                                                          "outputs": len(outs), "seed": f"{c.seed:016x}"}, 0.0))
         seq += 1
         for k, o in enumerate(outs):
             recs.append(wire.Record(wire.OUTPUT, seq, job_id, {"i": c.index, "k": k, "kind": "tensor"}, 0.0))
@@ -60,14 +60,12 @@ def test_a_check_job_is_digested_call_by_call_with_the_verdicts_of_the_whole_job
     whole = s.check_job()
     recs, payloads = _records(whole)
     whole_verdict = s.judge_check(whole)
-    refs = [v.ref for v in s.prep.variants]
-    rt = s.runtime
-    tol = analysis.Tolerance(rt.spec.tolerance.atol, rt.spec.tolerance.rtol, rt.spec.max_mismatch_fraction)
     seen: list[analysis.Call] = []
 
     def on_checked(call):
         assert all(c.outputs is None for c in seen), "an earlier call's outputs are still held"
-        digest_call(call, refs, s.compose, tol)
+        previous = s.refs.for_call(seen[-1]) if seen else None
+        digest_call(call, s.refs.for_call(call), previous, s.compose, s.tolerance)
         seen.append(call)
     it = iter(recs)
     streamed = collect(lambda deadline: next(it), 1, 0.0, lambda rec, k: payloads[rec.seq], on_checked)
@@ -102,7 +100,7 @@ def test_held_timing_outputs_are_settled_after_the_job_and_a_changed_one_voids_t
 
 def _prep(label: str) -> SimpleNamespace:
     """A stand-in for a config's preparation, named by `label`."""
-    return SimpleNamespace(label=label, variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))])
+    return SimpleNamespace(label=label, variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))], fresh=None)
 
 
 def _judge(tmp_path, events, held):
@@ -152,7 +150,7 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
         def __init__(self, *a):
             pass
 
-        def verdict(self, runtime, prep, tol, job, hasher=None):
+        def verdict(self, runtime, prep, tol, job, hasher=None, fresh=None):
             events.append(f"baselines on {prep}")
             return judge_timing_phase.TimingRow()
     monkeypatch.setattr(judge_timing_phase, "TimingJudge", Timing)

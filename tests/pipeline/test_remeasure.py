@@ -319,7 +319,7 @@ def _judge_with(monkeypatch, tmp_path, req: SimpleNamespace, runner: SimpleNames
     monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(contended, " (figures)"))
     judge = judge_eval.Judge(TimerSpec("t.so", "t"))
     judge.req, judge.out, judge.runner = req, ResultFile(tmp_path / "result.json"), runner
-    judge.local = SimpleNamespace(hasher=lambda: None)
+    judge.local = SimpleNamespace(hasher=lambda: None, rebuild=None)
     return judge
 
 
@@ -339,7 +339,7 @@ def timing_phase(monkeypatch, tmp_path):
             def __init__(self, req, local, data):
                 pass
 
-            def verdict(self, runtime, prep, tol, job, hasher=None):
+            def verdict(self, runtime, prep, tol, job, hasher=None, fresh=None):
                 timed.append(job)
                 return TimingRow(error=job.error or None)
 
@@ -351,7 +351,7 @@ def timing_phase(monkeypatch, tmp_path):
                                             close=lambda: closed.append(True)), contended)
         judge._digest_timed = judge._note_memory = lambda *a: None    # the job's outputs and figures: none here
         with contextlib.suppress(judge_eval.Stop):
-            prep = SimpleNamespace(variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))])
+            prep = SimpleNamespace(variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))], fresh=None)
             judge._time([SimpleNamespace(name="bench")], {"bench": prep}, None, None)
         return judge.out.data, timed, bool(closed)
     return run

@@ -163,6 +163,18 @@ class TaskRuntime(ABC):
         compared with `reference(inputs)`. Identity unless the task wraps the candidate's result."""
         return tuple(outputs)
 
+    # -- fresh inputs (engine/pipeline/fresh.py) ----------------------------------------------------------------
+    def freshable(self, tensors: list[Any]) -> list[bool]:
+        """Which of a call's argument tensors (in the wire's order) may be given fresh values: every
+        floating-point one, unless a format's arguments are derived from one another."""
+        import torch
+        return [isinstance(t, torch.Tensor) and t.is_floating_point() for t in tensors]
+
+    @abstractmethod
+    def fresh_reference(self, args: tuple) -> Outputs:
+        """The reference, as `reference` gives it, for exactly these call arguments (the plan's, some given fresh
+        values), under the current setup."""
+
     # Whether `compose` reads its inputs (a task's Model that wraps fn's result): where it does not, the judge
     # composes without fetching the variant's inputs back to the GPU (engine/pipeline/parking.py).
     composes_with_inputs = True

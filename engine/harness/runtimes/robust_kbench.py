@@ -319,6 +319,19 @@ class RobustKbenchRuntime(TaskRuntime):
     def compose(self, inputs: list[Any], outputs: list[Any]) -> Outputs:
         return self.outputs_from_kernel(inputs, [stub_fn(outputs)()])
 
+    def freshable(self, tensors: list[Any]) -> list[bool]:
+        """Forward: every floating-point argument. Backward: none: upstream's AutogradFunction passes what its
+        forward saved (activations derived from the inputs), which cannot be varied one by one."""
+        return super().freshable(tensors) if self.direction == "forward" else [False] * len(tensors)
+
+    def fresh_reference(self, args: tuple) -> Outputs:
+        import torch
+        if self.direction != "forward":
+            raise NotImplementedError("robust-kbench backward arguments are not given fresh values")
+        with torch.no_grad():
+            out = self.reference_module.forward_fn(*args)
+        return self.outputs_from_kernel(self.inputs(), [out])
+
     # --- TaskRuntime ---------------------------------------------------------------------------------------
 
     def reference(self, inputs: list[Any]) -> Outputs:
