@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from engine.harness.cost_count import call_flops
 from engine.pipeline import messages as msg
 from engine.pipeline import wire
 from engine.pipeline.parking import loaded, park
@@ -39,6 +40,7 @@ class Prepared:
     variants: list[Variant]
     tensors: list[Any] = field(default_factory=list)   # the judge's copy of every variant's argument tensors
     fresh: Fresh | None = None   # how each call's inputs are made fresh (engine/pipeline/fresh.py), once chosen
+    flops: float = 0.0           # variant 0's reference, counted by torch's FlopCounterMode
 
 
 def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> Prepared:
@@ -52,7 +54,7 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> 
     import torch
     gpu = torch.device(device).type == "cuda"
     variants: list[Variant] = []
-    stochastic = False
+    stochastic, flops = False, 0.0
     for t in range(max(trials, 2)):
         seed = variant_seed(cfg, t)
         if t and runtime.shares_model_across_variants:
@@ -60,6 +62,8 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> 
         else:
             runtime.setup(cfg, seed, device)
         plan = runtime.call_plan(runtime.pristine())
+        if t == 0:   # the task's cost model where it has none (engine/harness/cost_count.py)
+            flops = call_flops(runtime)[0]
         out = runtime.reference(runtime.inputs())
         if t == 0:
             stochastic = _draws_random_numbers(runtime, out)
@@ -77,7 +81,7 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> 
         del variant, state, plan, ref
     if gpu:
         torch.cuda.synchronize()
-    return Prepared(cfg.name, variants)
+    return Prepared(cfg.name, variants, flops=flops)
 
 
 def _draws_random_numbers(runtime: TaskRuntime, out: Any) -> bool:

@@ -31,7 +31,7 @@ from engine.pipeline.judge_timing_phase import TimingPhase
 from engine.pipeline.fresh import Fresh, FreshReferences, choose
 from engine.pipeline.parking import moved
 from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
-from engine.tasks.model import Task, TaskConfig
+from engine.tasks.model import Cost, Task, TaskConfig
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
@@ -234,6 +234,7 @@ class Judge(TimingPhase):
         t = self.spent("reference", t0)
         header, tensors = plan_message(prep)
         size = footprint(prep)
+        self.out.data.cost[cfg.name] = Cost(prep.flops, float(size))
         self.held[cfg.name] = config_share(size, len(prep.variants))
         self.out.data.memory.setdefault(cfg.name, ConfigMemory(size, len(prep.variants)))
         self.runner.expected_outputs = reference_outputs(prep)

@@ -18,6 +18,7 @@ from engine.harness.numerics import Numerics
 from engine.harness.timing import TimingStats
 from engine.jail import JailReport
 from engine.pipeline.types import CorrectnessResult, IntegrityResult, SessionBaseline
+from engine.tasks.model import Cost
 
 if TYPE_CHECKING:
     from engine.procs import ChildOutcome
@@ -149,6 +150,9 @@ class JudgeResult:
     memory: dict[str, ConfigMemory] = field(default_factory=dict)   # per config, as the judge measured it
     # per config: how its calls got fresh inputs (engine/pipeline/fresh.py Fresh.summary)
     fresh: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # per config: the reference's counted cost (FLOPs by FlopCounterMode, bytes of one variant's arguments, weights
+    # and outputs), the physical floor's cost model where the task has none (engine/harness/cost_count.py)
+    cost: dict[str, Cost] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

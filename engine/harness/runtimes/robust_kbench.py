@@ -100,8 +100,10 @@ class ModelState:
         pin = torch.cuda.is_available()
 
         def host(t: Any) -> Any:
+            if not t.is_cuda:   # on the CPU already, or the meta device (sizes only: nothing to copy out)
+                return t.detach().clone()
             copy = t.detach().to("cpu", copy=True)
-            return copy.pin_memory() if pin and t.is_cuda else copy
+            return copy.pin_memory() if pin else copy
         self.saved = [(t, host(t)) for t in list(model.parameters()) + list(model.buffers())]
 
     def restore(self) -> None:
