@@ -22,6 +22,7 @@ Lazy imports: torch and numpy, inside the functions (the judge loads torch after
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline import wire
@@ -64,23 +65,30 @@ class Fresh:
                 **({"why": self.why} if self.why else {})}
 
 
-def modes_for(per_variant: list[list[Any]], freshable: list[bool]) -> tuple[int, ...]:
-    """Each argument tensor's mode, from the values every variant gives it."""
-    import torch
+def modes_for(per_variant: Iterable[list[Any]], freshable: list[bool]) -> tuple[int, ...]:
+    """Each argument tensor's mode, from the values every variant gives it (one variant's tensors at a time)."""
+    traits: list[tuple[bool, ...]] | None = None
+    for ts in per_variant:
+        mine = [_traits(t) for t in ts]
+        traits = mine if traits is None else [tuple(a and b for a, b in zip(x, y)) for x, y in zip(traits, mine)]
     modes = []
-    for k, can in enumerate(freshable):
-        ts = [ts[k] for ts in per_variant]
-        if not can or not all(isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() for t in ts):
+    for can, (floating, zero_one, signs, symmetric) in zip(freshable, traits or []):
+        if not can or not floating or zero_one:   # not a float, or a mask or one-hot: its values are its meaning
             modes.append(KEEP)
-        elif all(bool(((t == 0) | (t == 1)).all()) for t in ts):
-            modes.append(KEEP)                    # a mask or one-hot: its values are its meaning
-        elif all(bool(((t == 1) | (t == -1) | (t == 0)).all()) for t in ts):
-            modes.append(SIGN)
-        elif all(t.dim() >= 2 and t.shape[-1] == t.shape[-2] and torch.equal(t, t.transpose(-1, -2)) for t in ts):
-            modes.append(SYMMETRIC)
         else:
-            modes.append(SCALE)
+            modes.append(SIGN if signs else SYMMETRIC if symmetric else SCALE)
     return tuple(modes)
+
+
+def _traits(t: Any) -> tuple[bool, bool, bool, bool]:
+    """(a floating-point tensor with elements, all 0 or 1, all -1, 0 or 1, symmetric in its last two dims)."""
+    import torch
+    if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()):
+        return False, False, False, False
+    zero_one = bool(((t == 0) | (t == 1)).all())
+    signs = zero_one or bool(((t == 1) | (t == -1) | (t == 0)).all())
+    symmetric = t.dim() >= 2 and t.shape[-1] == t.shape[-2] and torch.equal(t, t.transpose(-1, -2))
+    return True, zero_one, signs, symmetric
 
 
 def emulated(tensors: list[Any], seed: int, modes: tuple[int, ...], alphas: tuple[float, ...]) -> list[Any]:
@@ -129,8 +137,13 @@ def reference_of(runtime: TaskRuntime, prep: Prepared, v: int, seed: int, fresh:
             return tuple(var.ref)
         tensors: list[Any] = []
         tree = wire.encode_args(tuple(var.plan.args), tensors)
-        args = wire.decode_args(tree, rebuild(tensors, seed, fresh.modes, fresh.alphas))
-        return tuple(seeded(var.plan.call_seed, lambda: runtime.fresh_reference(tuple(args))))
+        args = tuple(wire.decode_args(tree, rebuild(tensors, seed, fresh.modes, fresh.alphas)))
+        call_seed = var.plan.call_seed
+        del tensors, var
+        if runtime.composes_with_inputs:   # the task's composition reads the variant's own inputs meanwhile
+            return tuple(seeded(call_seed, lambda: runtime.fresh_reference(args)))
+    # the reference reads only the rebuilt arguments: the variant's copy on the GPU is gone before it runs
+    return tuple(seeded(call_seed, lambda: runtime.fresh_reference(args)))
 
 
 def choose(runtime: TaskRuntime, prep: Prepared, tol: Tolerance, rebuild: Rebuild) -> Fresh:
@@ -140,14 +153,8 @@ def choose(runtime: TaskRuntime, prep: Prepared, tol: Tolerance, rebuild: Rebuil
         tensors: list[Any] = []
         wire.encode_args(tuple(var.plan.args), tensors)
         freshable = runtime.freshable(tensors)
-    per_variant = []
-    for v in range(len(prep.variants)):
-        with loaded(runtime, prep, v) as var:
-            ts: list[Any] = []
-            wire.encode_args(tuple(var.plan.args), ts)
-            per_variant.append(ts)
-    modes = modes_for(per_variant, freshable)
-    del per_variant
+        del tensors
+    modes = modes_for(_each_variants_tensors(runtime, prep), freshable)
     if not any(modes):
         return Fresh(modes, 0.0, False, "no argument can take fresh values (none is a floating-point input the "
                                         "task lets vary)")
@@ -160,6 +167,15 @@ def choose(runtime: TaskRuntime, prep: Prepared, tol: Tolerance, rebuild: Rebuil
         del a
     return Fresh(modes, ALPHAS[-1], False, f"two calls' references stay within {MARGIN:g}x the tolerance even with "
                                            f"factors of 1 +- {ALPHAS[-1]:g}: the reference barely moves with its inputs")
+
+
+def _each_variants_tensors(runtime: TaskRuntime, prep: Prepared) -> Iterator[list[Any]]:
+    """Each variant's argument tensors on the GPU, one variant at a time."""
+    for v in range(len(prep.variants)):
+        with loaded(runtime, prep, v) as var:
+            ts: list[Any] = []
+            wire.encode_args(tuple(var.plan.args), ts)
+            yield ts
 
 
 def separated(a: tuple, b: tuple, tol: Tolerance) -> bool:
