@@ -382,7 +382,8 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     from engine.pipeline import messages as msg
     from engine.pipeline.analysis import Job
     task = load_task("gelu_bias")
-    monkeypatch.setattr(judge_eval, "prepare", lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)]))
+    monkeypatch.setattr(judge_eval, "prepare",
+                        lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)], flops=0.0))
     monkeypatch.setattr(judge_eval, "plan_message", lambda prep: ({}, []))
     monkeypatch.setattr(judge_eval, "composer", lambda runtime, prep: None)
     monkeypatch.setattr(judge_eval, "footprint", lambda prep: 0)
