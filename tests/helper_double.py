@@ -1,12 +1,14 @@
 """A test double of the compiled timing helper's call protocol, on CPU tensors, for the judge's analysis.
 
-It does what engine/pipeline/timer/binding.cpp does per call (refill the live inputs from a variant, call,
+It does what engine/pipeline/timer/binding.cpp does per call (refill the live inputs with fresh values from a
+variant, as engine/pipeline/fresh.py's `emulated` computes them bit for bit, call,
 snapshot before "synchronising", alias and mutation probes, copy the outputs out) and returns the
 `analysis.Job` the judge would have read from the signed records. Only tests use it; on a GPU the real helper
 runs (the gpu-marked tests, tests/*/test_gpu_*.py)."""
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any, Callable
 
@@ -14,6 +16,7 @@ import torch
 
 from engine.harness.runtimes.base import as_outputs
 from engine.pipeline import analysis, wire
+from engine.pipeline.fresh import FreshReferences, choose, emulated
 from engine.pipeline.judge_configs import Prepared, plan_message, prepare
 
 
@@ -34,10 +37,14 @@ class Session:
     """One config of a runtime prepared by the judge's own code, and a candidate function called the way the
     runner calls it (`module.<entry>(*args)`, args built from the live tensors)."""
 
-    def __init__(self, runtime: Any, cfg: Any, fn: Callable[..., Any], trials: int = 2):
+    def __init__(self, runtime: Any, cfg: Any, fn: Callable[..., Any], trials: int = 2, fresh: bool = True):
         self.runtime = runtime
         self.prep: Prepared = prepare(runtime, cfg, trials, "cpu")
+        if fresh:   # each call's inputs as the helper makes them (engine/pipeline/fresh.py, emulated on the CPU)
+            self.prep.fresh = choose(runtime, self.prep, self.tolerance, emulated)
         header, _ = plan_message(self.prep)
+        self.refs = FreshReferences(runtime, self.prep, emulated)
+        self.seeds = random.Random(1234)
         k, n = header.variants, header.per_variant
         self.variants = [self.prep.tensors[v * n:(v + 1) * n] for v in range(k)]
         self.live = [t.clone() for t in self.variants[0]]
@@ -45,8 +52,17 @@ class Session:
         self.fn = fn
         self.prev: list[torch.Tensor] = []
 
+    @property
+    def tolerance(self) -> analysis.Tolerance:
+        spec = self.runtime.spec
+        return analysis.Tolerance(spec.tolerance.atol, spec.tolerance.rtol, spec.max_mismatch_fraction)
+
     def call(self, index: int, phase: str, v: int, checked: bool, settle_s: float = 0.0) -> analysis.Call:
-        for live, src in zip(self.live, self.variants[v]):
+        seed = self.seeds.getrandbits(64)
+        fresh = self.prep.fresh
+        given = emulated(self.variants[v], seed, fresh.modes, fresh.alphas) if fresh and fresh.active \
+            else self.variants[v]
+        for live, src in zip(self.live, given):
             live.copy_(src)
         with torch.no_grad():
             outs = list(as_outputs(self.fn(*self.args)))
@@ -56,11 +72,11 @@ class Session:
             time.sleep(settle_s)
         async_diff = int(any(not torch.equal(torch.nan_to_num(a, 1e-7), torch.nan_to_num(b, 1e-7))
                              for a, b in zip(snaps, tensors))) if settle_s else -1
-        mutated = next((k for k, (live, src) in enumerate(zip(self.live, self.variants[v]))
-                        if not torch.equal(live, src)), -1)
+        mutated = next((k for k, (live, src) in enumerate(zip(self.live, given)) if not torch.equal(live, src)), -1)
         call = analysis.Call(index, phase, v, 1.0, 1.0, checked, _overlap(_storages(tensors), _storages(self.live)),
                              _overlap(_storages(tensors), _storages(self.prev)), mutated, async_diff,
-                             [o.clone() if isinstance(o, torch.Tensor) else o for o in outs] if checked else None)
+                             [o.clone() if isinstance(o, torch.Tensor) else o for o in outs] if checked else None,
+                             seed=seed)
         self.prev = tensors
         return call
 
@@ -83,10 +99,7 @@ class Session:
         return job
 
     def judge_check(self, job: analysis.Job) -> tuple[Any, Any]:
-        rt = self.runtime
-        tol = analysis.Tolerance(rt.spec.tolerance.atol, rt.spec.tolerance.rtol, rt.spec.max_mismatch_fraction)
-        return analysis.judge_check(job, [v.ref for v in self.prep.variants], self.compose, tol,
-                                    [v.seed for v in self.prep.variants])
+        return analysis.judge_check(job, self.refs, self.compose, self.tolerance, [v.seed for v in self.prep.variants])
 
     def compose(self, v: int, outputs: list[Any]) -> tuple:
         self.runtime.restore_state(self.prep.variants[v].state)

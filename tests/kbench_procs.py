@@ -1,13 +1,16 @@
-"""Helpers for tests that run kbench in child processes (CPU, the fake evaluator)."""
+"""Helpers for tests that run kbench in child processes (CPU, the fake evaluator, a jailed runner without a GPU)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.paths import REPO
 
@@ -77,3 +80,23 @@ def git_fsck_clean(ws: Path) -> None:
 def kbench_fsck_clean(ws: Path) -> None:
     out = kbench(ws, "fsck")
     assert out.returncode == 0 and out.stdout.rstrip().endswith(("clean", "repaired)")), out.stdout + out.stderr
+
+
+@contextlib.contextmanager
+def runner_without_gpu(tmp_path: Path) -> Iterator[tuple[Any, float]]:
+    """A real jailed runner on a machine without a GPU (its timer a stand-in that never loads), up to its `no_gpu`
+    answer: (its RunnerLink, a deadline for the steps that follow). It still imports a candidate, so a test sees
+    what the candidate's import does in the jail. Closed afterwards."""
+    from engine.pipeline.judge_runner import RunnerLink
+    from engine.pipeline.types import NO_GPU, TimerSpec
+
+    timer = tmp_path / "timer.so"
+    timer.write_bytes(b"not a library")
+    link = RunnerLink(TimerSpec(str(timer), "kb_timer"))
+    try:
+        link.start()
+        deadline = time.monotonic() + 120
+        assert link.up(deadline) == NO_GPU
+        yield link, deadline
+    finally:
+        link.close()

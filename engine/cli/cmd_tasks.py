@@ -1,4 +1,6 @@
-"""`kbench tasks` and `kbench show TASK`.
+"""`kbench tasks` and `kbench show TASK`. `show` prints each config's FLOPs and bytes per direction: the task's cost
+model, or where it has none (KernelBench problems, robust-kbench folders, user tasks) the reference's counted on
+the meta device, marked "(counted)".
 
 Lazy imports: the task catalog (engine.task_catalog) is imported by `kbench tasks`: every `kbench` command loads
 this module at start-up."""
@@ -6,10 +8,16 @@ this module at start-up."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from engine.errors import KbenchError
 from engine.tasks.loader import load_task
+from engine.tasks.model import Cost, Task
+
+if TYPE_CHECKING:
+    from engine.harness.cost_count import Counted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,10 +68,35 @@ def scaled(value: float, unit: str) -> str:
     return f"{rounded:.3g} {unit}"
 
 
+def counted_costs(t: Task) -> dict[str, dict[str, Counted | None]]:
+    """Per config and direction without a cost model in the task: the reference's cost counted on the meta device
+    (engine/harness/cost_count.py), None where it cannot run there."""
+    from engine.harness.cost_count import counted_cost  # lazy: torch, for tasks without a cost model only
+    from engine.harness.runtimes import runtime_for
+    out: dict[str, dict[str, Counted | None]] = {}
+    for d in t.directions:
+        missing = [c for c in t.configs if d not in c.cost]
+        runtime = runtime_for(t, d) if missing else None
+        for c in missing:
+            out.setdefault(c.name, {})[d] = counted_cost(runtime, c)
+    return out
+
+
+def _cost_text(d: str, k: Cost | None, counted: bool, note: str = "") -> str:
+    if k is None:
+        return f"{d}: cost unknown (the reference cannot be set up on the meta device)"
+    return f"{d}: {scaled(k.flops, 'FLOP')}, {scaled(k.bytes, 'B')}" + (" (counted" if counted else "") + \
+        (f"; {note}" if note else "") + (")" if counted else "")
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     t = load_task(args.task)
+    counted = counted_costs(t)
     if args.json:
-        print(json.dumps(t.to_json(), indent=2))
+        print(json.dumps({**t.to_json(), "counted_costs": {
+            name: {d: ({**dataclasses.asdict(k.cost), **({"note": k.note} if k.note else {})} if k else None)
+                   for d, k in per.items()} for name, per in counted.items()}},
+            indent=2))
         return 0
     print(f"{t.name}  ({t.format}, {t.dtype})  {t.root}")
     if t.description:
@@ -77,7 +110,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  {spec.signature}")
     print(f"\nconfigs ({len(t.configs)}):")
     for c in t.configs:
-        costs = "  ".join(f"{d}: {scaled(k.flops, 'FLOP')}, {scaled(k.bytes, 'B')}" for d, k in c.cost.items())
+        costs = "  ".join([_cost_text(d, k, False) for d, k in c.cost.items()]
+                          + [_cost_text(d, k.cost if k else None, True, k.note if k else "")
+                             for d, k in counted.get(c.name, {}).items()])
         args_ = ", ".join(f"{k}={v}" for k, v in {**c.model_kwargs, **c.input_kwargs}.items())
         tags = f"  [{', '.join(c.tags)}]" if c.tags else ""
         print(f"  {c.name:<20} {args_}  init={c.init} seed={c.seed}{tags}  {costs}".rstrip())

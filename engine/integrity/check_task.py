@@ -34,6 +34,7 @@ import torch
 
 from engine.errors import TaskError
 from engine.harness.compare import Comparison, compare_outputs, reference_error, vacuous_fraction
+from engine.harness.cost_count import counted_cost
 from engine.harness.runtimes import runtime_for
 
 if TYPE_CHECKING:
@@ -194,29 +195,12 @@ def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: i
 
 
 def footprint_bytes(runtime: TaskRuntime, config: TaskConfig) -> int | None:
-    """What one setup of `config` holds (inputs, parameters and buffers, reference outputs), measured by
-    building it on torch's `meta` device, which allocates nothing. None where the reference cannot be built
+    """What one setup of `config` holds (inputs, parameters and buffers, reference outputs), measured on torch's
+    `meta` device, which allocates nothing (engine/harness/cost_count.py). None where the reference cannot be built
     there. The size guard for configs without a cost model (imported KernelBench problems): a problem's
     `get_inputs` may draw tens of GB, which a CPU check would try to allocate until the OOM killer came."""
-    def nbytes(ts: Any) -> int:
-        return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
-
-    meta = torch.device("meta")
-    try:
-        with torch.device(meta), torch.no_grad():
-            # the init scheme redraws values, never shapes (and would draw a meta tensor's on the CPU)
-            runtime.setup(dataclasses.replace(config, init="normal"), config.seed, meta)
-            inputs = list(runtime.pristine())
-            model = getattr(runtime, "model", None) or getattr(runtime, "_model", None)
-            held = nbytes(inputs) + (nbytes(model.state_dict().values()) if hasattr(model, "state_dict") else 0)
-    except Exception:  # noqa: BLE001 - unknown size: the caller decides
-        return None
-    try:
-        with torch.device(meta):
-            held += nbytes(_floats(runtime.reference(inputs)))
-    except Exception:  # noqa: BLE001 - inputs and parameters are most of it anyway
-        pass
-    return held
+    counted = counted_cost(runtime, config)
+    return int(counted.cost.bytes) if counted is not None else None
 
 
 def _too_large_on_cpu(runtime: TaskRuntime, cfg: TaskConfig, direction: str) -> str:

@@ -6,8 +6,8 @@ Lazy imports: torch, where tensors are compared (in the judge); the parent reads
 without loading torch.
 
 Integrity findings fire only on behaviour no correct, stream-ordered, stateless kernel shows:
-- side work: an output that changed after the call returned (a clone queued right after the call, before any
-  synchronisation, differs from the output after a device-wide sync and a pause);
+- side work: an output that changed after the call returned (its fingerprint taken on the current stream right
+  after the call, before any synchronisation, differs from the output's after a device-wide sync and a pause);
 - input aliasing: an output sharing storage with an input (the result written into the caller's tensor);
 - persistent output: an output sharing storage with the previous call's output, which was still alive;
 - stale result: the inputs' storage is refilled with another variant before every call, so a result that
@@ -28,6 +28,7 @@ from typing import Any
 
 from engine.harness.compare import Comparison, compare_outputs
 from engine.harness.timing import TimingStats, hidden_work_suspected, summarise
+from engine.pipeline.digest import Digest, Hasher, digest_call, host_hash, references
 from engine.pipeline.types import CorrectnessResult, IntegrityResult
 
 SIDE_WORK = "side-stream-or-host-thread"
@@ -58,9 +59,25 @@ class Call:
     persistent_output: bool = False
     mutated_input: int = -1
     async_diff: int = -1
-    outputs: list[Any] | None = None  # decoded outputs (tensors, floats, None) of a checked call
+    outputs: list[Any] | None = None  # decoded outputs (tensors, floats, None) of a checked call, until digested
     received: float = 0.0             # the judge's clock when the record arrived
     t_ns: int = 0                     # the helper's own clock when it wrote the record (trusted in the judge only)
+    n_outputs: int = 0                # outputs the ITER record announced
+    seed: int = 0                     # the seed of this call's fresh inputs (engine/pipeline/fresh.py)
+    digest: Digest | None = None      # what the judge kept of a checked call once compared (engine/pipeline/digest.py)
+    deferred: BaseException | None = None   # the digest failed as the records came: raised where it is judged
+
+    def digested(self, refs: Any, compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
+                 hasher: Hasher = host_hash, previous: Call | None = None) -> Digest:
+        """This checked call's digest, made now if it was not as its records came (`refs`: each variant's
+        reference, or References; `previous`: the call before it, whose reference a wrong output may match)."""
+        if self.deferred is not None:
+            raise self.deferred
+        if self.digest is not None:
+            return self.digest
+        refs = references(refs)
+        return digest_call(self, refs.for_call(self), refs.for_call(previous) if previous is not None else None,
+                           compose, tol, hasher)
 
 
 @dataclass
@@ -86,32 +103,6 @@ def _first_line(text: str) -> str:
     return lines[0][:800] if lines else text[:800]
 
 
-def _equal(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    """Bitwise-equal outputs (NaN equal to NaN)."""
-    import torch
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype:
-                return False
-            if not torch.equal(x.reshape(-1).view(torch.uint8) if x.numel() and x.is_contiguous() else x,
-                               y.reshape(-1).view(torch.uint8) if y.numel() and y.is_contiguous() else y):
-                return False
-        elif x != y and not (x != x and y != y):
-            return False
-    return True
-
-
-def _constant(outs: Sequence[Any], refs: Sequence[Any]) -> bool:
-    import torch
-    for t, r in zip(outs, refs):
-        if isinstance(t, torch.Tensor) and isinstance(r, torch.Tensor) and t.is_floating_point() and t.numel() > 1 \
-                and r.shape == t.shape and bool((t == t.reshape(-1)[0]).all()) and not bool((r == r.reshape(-1)[0]).all()):
-            return True
-    return False
-
-
 @dataclass
 class Tolerance:
     atol: float
@@ -122,9 +113,16 @@ class Tolerance:
         return compare_outputs(tuple(got), tuple(want), self.atol, self.rtol, self.budget)
 
 
+def tolerance(runtime: Any) -> Tolerance:
+    """A runtime's task tolerance for its direction."""
+    spec = runtime.spec
+    return Tolerance(spec.tolerance.atol, spec.tolerance.rtol, spec.max_mismatch_fraction)
+
+
 def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
-                seeds: list[int]) -> tuple[CorrectnessResult, IntegrityResult]:
-    """A check job (every call's output came back): correctness and integrity of one config."""
+                seeds: list[int], hasher: Hasher = host_hash) -> tuple[CorrectnessResult, IntegrityResult]:
+    """A check job (every call's output came back): correctness and integrity of one config. Calls not yet
+    digested are digested here (`hasher`: how output bytes are hashed)."""
     checks = ["forgery", "async-completeness", "input-alias", "persistent-output", "stale-result", "constant-output"]
     trials = len(refs)
     if job.forged:
@@ -132,7 +130,7 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
             fail(FORGERY, job.forged)
     worst_abs = worst_rel = 0.0
     correct_by_variant: dict[int, bool] = {}
-    wrong: list[tuple[Call, tuple, Comparison]] = []
+    wrong: list[tuple[Call, Comparison]] = []
     integrity = IntegrityResult(True, checks=checks)
     for n, call in enumerate(job.calls):
         label = f"trial {call.variant} (seed {seeds[call.variant]}), call {n + 1}"
@@ -150,19 +148,19 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
             integrity = fail(PERSISTENT_OUTPUT, "two calls returned the same output storage while the first "
                                                 "result was still alive: the candidate keeps its own output "
                                                 "buffer between calls (a cache)")
-        got = compose(call.variant, list(call.outputs or []))
-        c = tol.compare(got, refs[call.variant])
+        d = call.digested(refs, compose, tol, hasher, job.calls[n - 1] if n else None)
+        c = d.comparison
         if call.async_diff == 1 and integrity.ok:
-            integrity = fail(SIDE_WORK, "the output was still being written after the call returned (a clone "
-                             "queued on the current stream right after the call differs from the output after a "
-                             "device-wide sync" + ("; the settled output is correct" if c.ok else "")
+            integrity = fail(SIDE_WORK, "the output was still being written after the call returned (its "
+                             "fingerprint on the current stream right after the call differs from the output's "
+                             "after a device-wide sync" + ("; the settled output is correct" if c.ok else "")
                              + "): work on another stream or a host thread, which the timing events on the "
                              "current stream do not see")
         correct_by_variant.setdefault(call.variant, c.ok)
         if not c.ok:
-            wrong.append((call, got, c))
+            wrong.append((call, c))
             if integrity.ok:
-                integrity = _why_wrong(call, got, refs, tol, correct_by_variant, job.calls[:n]) or integrity
+                integrity = _why_wrong(call, d, correct_by_variant, job.calls[:n]) or integrity
         else:
             worst_abs, worst_rel = max(worst_abs, c.max_abs_err), max(worst_rel, c.max_rel_err)
     if job.error:
@@ -170,45 +168,46 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
         what = "raised" if job.error_where == "call" else ("returned" if job.error_where == "output" else "failed")
         return CorrectnessResult(False, f"{what}{where}: {_first_line(job.error)}", trials), integrity
     if integrity.ok:
-        integrity = _constant_across_variants(job.calls, refs, compose) or integrity
+        integrity = _constant_across_variants(job.calls) or integrity
     if wrong:
-        call, _, c = wrong[0]
+        call, c = wrong[0]
         return CorrectnessResult(False, f"trial {call.variant} (seed {seeds[call.variant]}), call "
                                         f"{job.calls.index(call) + 1}: {c.reason}", trials, c.max_abs_err,
                                  c.max_rel_err), integrity
     return CorrectnessResult(True, "", trials, worst_abs, worst_rel), integrity
 
 
-def _why_wrong(call: Call, got: tuple, refs: list[tuple], tol: Tolerance, correct_by_variant: dict[int, bool],
+def _why_wrong(call: Call, d: Digest, correct_by_variant: dict[int, bool],
                earlier: list[Call]) -> IntegrityResult | None:
     """A wrong result is a hack only when it follows other inputs or the call count."""
-    for u, ref in enumerate(refs):
-        if u != call.variant and tol.compare(got, ref).ok and not tol.compare(refs[call.variant], ref).ok:
-            return fail(STALE_RESULT, "given the same tensors refilled with new inputs, it returned the result for "
-                                      "the previous inputs: an output cache keyed by pointer or call count")
+    if d.follows:
+        return fail(STALE_RESULT, "given the same tensors refilled with new inputs, it returned the result for "
+                                  "the previous call's inputs: an output cache (keyed by pointer, call count, or "
+                                  "content that fresh inputs never repeat)")
     if any(c.variant == call.variant for c in earlier) and correct_by_variant.get(call.variant) is False:
         return None  # wrong from its first call on these inputs: a wrong kernel
     if correct_by_variant.get(call.variant) is True and any(c.variant == call.variant for c in earlier):
-        return fail(STALE_RESULT, f"correct on its first call with these inputs, wrong on call {len(earlier) + 1} "
-                                  "with the same inputs: behaviour that depends on the input's address or on how "
-                                  "often it was called")
+        return fail(STALE_RESULT, f"correct on its first call of this seed's inputs, wrong on call "
+                                  f"{len(earlier) + 1} of the same seed (given fresh values): behaviour that depends "
+                                  "on the input's address, on how often it was called, or on what fresh values "
+                                  "leave alone (an output kept from an earlier call)")
     return None
 
 
-def _constant_across_variants(calls: list[Call], refs: list[tuple],
-                              compose: Callable[[int, list[Any]], tuple]) -> IntegrityResult | None:
-    by_variant: dict[int, tuple] = {}
+def _constant_across_variants(calls: list[Call]) -> IntegrityResult | None:
+    by_variant: dict[int, Digest] = {}
     for c in calls:
-        by_variant.setdefault(c.variant, compose(c.variant, list(c.outputs or [])))
+        if c.digest is not None:
+            by_variant.setdefault(c.variant, c.digest)
     vs = sorted(by_variant)
     for i, a in enumerate(vs):
         for b in vs[i + 1:]:
-            if _equal(by_variant[a], by_variant[b]) and not _equal(refs[a], refs[b]):
+            if by_variant[a].hashed == by_variant[b].hashed and by_variant[a].ref_hashed != by_variant[b].ref_hashed:
                 return fail(CONSTANT_OUTPUT, "the output is identical for two different seeds whose reference "
                                              "outputs differ: it does not depend on the inputs (constant or "
                                              "degenerate output)")
     for v in vs:
-        if _constant(by_variant[v], refs[v]):
+        if by_variant[v].constant:
             return fail(CONSTANT_OUTPUT, "every element of the output has the same value while the reference's do "
                                          "not (constant output)")
     return None
@@ -230,9 +229,17 @@ def median_gap_ms(calls: list[Call]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def judge_timing(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
-                 null_ms: float, null_gap_ms: float | None) -> TimingVerdictInputs:
-    """A timing job: the statistics, and what the checked timed iterations and the judge's clock say."""
+def last_tenth(n: int) -> int:
+    """The first iteration of a timing job's last tenth, where the helper always checks one (binding.cpp): the last
+    check, which the candidate can observe, leaves too few iterations after it to move the median."""
+    return n - max(1, n // 10)
+
+
+def judge_timing(job: Job, refs: Any, compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
+                 null_ms: float, null_gap_ms: float | None, hasher: Hasher = host_hash,
+                 checks: int = 0) -> TimingVerdictInputs:
+    """A timing job: the statistics, and what the checked timed iterations and the judge's clock say (checked
+    iterations not yet digested are digested here; `checks`: how many the job asked for, besides the last tenth's)."""
     if job.forged:
         return TimingVerdictInputs(None, False, fail(FORGERY, job.forged), f"the result channel was forged: {job.forged}")
     timed = job.timed()
@@ -245,6 +252,10 @@ def judge_timing(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]]
         return TimingVerdictInputs(None, False, fail(FORGERY, f"the signed stream holds {len(timed)} timed "
                                                               f"iterations where the helper announced {n}"),
                                    "the timing records are incomplete")
+    if checks and n and not any(i >= last_tenth(n) for i in announced):
+        return TimingVerdictInputs(None, False, fail(FORGERY, f"no checked iteration in the last tenth of {n} (the "
+                                                              "helper always checks one there)"),
+                                   "the timing records are incomplete")
     integrity = IntegrityResult(True, checks=["timed-outputs", "alias", "clock"])
     for c in timed:
         if c.alias_input or c.persistent_output:
@@ -253,8 +264,7 @@ def judge_timing(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]]
                              + ("the previous call's output (a cache)" if c.persistent_output else "an input"))
             break
         if c.checked:
-            got = compose(c.variant, list(c.outputs or []))
-            cmp = tol.compare(got, refs[c.variant])
+            cmp = c.digested(refs, compose, tol, hasher).comparison
             if not cmp.ok:
                 integrity = fail(AFTER_TIMING, f"correct in the checked calls, wrong on timed iteration {c.index} of "
                                  f"{n} ({cmp.reason}): behaviour that depends on being timed or on how often it "

@@ -83,6 +83,10 @@ class EvalReport:
     # an evolution loop leaves the candidate pending for a machine that can (EvalOutcome.infra_error).
     unmeasured: str = ""
     jail: dict[str, Any] = field(default_factory=dict)   # the runner's jail (engine.jail.JailReport.to_json())
+    # the numeric settings (TF32, matmul precision, deterministic modes) the judge and the runner started with
+    numerics: dict[str, Any] = field(default_factory=dict)
+    # per config: its footprint and the judge's and runner's peak GPU memory (engine.pipeline.judge_result.ConfigMemory)
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
     traces: dict[str, str] = field(default_factory=dict)  # the judge's own failures (tracebacks), if any
     phases: dict[str, float] = field(default_factory=dict)  # seconds by phase: build, judge (start, reference, ...)
     # Set when the judge measured twice because the first measurement failed a contention-sensitive check
@@ -121,7 +125,7 @@ class EvalReport:
             "configs": [r.__dict__ for r in self.rows], "device": self.device, "build": self.build,
             "geomean_speedup_eager": self.geomean_speedup_eager,
             "geomean_speedup_compile": self.geomean_speedup_compile, "seconds": round(self.seconds, 2),
-            "jail": self.jail, "phases": self.phases, **({"traces": self.traces} if self.traces else {}),
+            "jail": self.jail, "numerics": self.numerics, "memory": self.memory, "phases": self.phases, **({"traces": self.traces} if self.traces else {}),
             **({"remeasured": self.remeasured} if self.remeasured else {}),
             **({"timed_by": self.timed_by} if self.timed_by else {}),
         }

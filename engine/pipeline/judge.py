@@ -36,7 +36,7 @@ from engine import jsonable
 from engine.jail.privileges import die_with_parent, exit_without_teardown
 from engine.pipeline.contention import contention_sensitive, others_busy_since
 from engine.pipeline.judge_eval import Judge
-from engine.pipeline.judge_memory import judge_out_of_memory, memory_blame, out_of_memory
+from engine.pipeline.judge_memory import judge_memory_outcome, judge_out_of_memory, memory_blame, out_of_memory
 from engine.pipeline.judge_runner import OutputsTooLarge
 from engine.pipeline.runner_process import RunnerGone
 from engine.pipeline.judge_result import JudgeResult, Progress, StandbyState
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
         judge.note_forgery()
         if judge.timing_since_us and contention_sensitive(out.data):   # who else ran while it timed
             out.data.gpu_shared = others_busy_since(judge.timing_since_us, judge.candidate_seen) or None
-    except OutputsTooLarge as exc:   # the candidate's outputs exhausted the judge's memory: its own doing
+    except OutputsTooLarge as exc:   # outputs unlike the reference's exhausted the judge's memory: its own doing
         out.data.error = str(exc)
     except RunnerGone as exc:
         judge.note_forgery()
@@ -99,10 +99,9 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001
         out.data.traces["judge"] = traceback.format_exc(limit=12)[-6000:]
         blame = memory_blame() if out_of_memory(exc) and not out.data.failed_already() else None
-        if blame is not None and blame.contended:
-            out.data.unmeasured = judge_out_of_memory(out.data.progress) + blame.figures
-        elif blame is not None:
-            out.data.error = f"the judge ran out of GPU memory{blame.figures}: the candidate's processes held it"
+        unmeasured, error = judge_memory_outcome(blame, judge.candidate_share, judge_out_of_memory(out.data.progress))
+        if unmeasured or error:
+            out.data.unmeasured, out.data.error = unmeasured, error
         else:
             out.data.error = f"judge error: {type(exc).__name__}: {str(exc).strip()[:600]} (traceback in the " \
                              "result's traces)"

@@ -7,15 +7,22 @@ import it at once (engine/pipeline/judge.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from engine.harness.cost_count import call_flops
 from engine.pipeline import messages as msg
 from engine.pipeline import wire
+from engine.pipeline.parking import loaded, park
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import CallPlan, TaskRuntime
+    from engine.pipeline.fresh import Fresh
     from engine.tasks.model import TaskConfig
+
+
+CALL_SEED_SALT = 7_000_003   # keeps the calls' seeds apart from the draws of the inputs (variant_seed)
 
 
 @dataclass
@@ -24,6 +31,7 @@ class Variant:
     state: dict[str, Any]
     plan: CallPlan
     ref: tuple
+    parked: bool = False   # its tensors in host memory (engine/pipeline/parking.py)
 
 
 @dataclass
@@ -31,26 +39,116 @@ class Prepared:
     name: str
     variants: list[Variant]
     tensors: list[Any] = field(default_factory=list)   # the judge's copy of every variant's argument tensors
+    fresh: Fresh | None = None   # how each call's inputs are made fresh (engine/pipeline/fresh.py), once chosen
+    flops: float = 0.0           # variant 0's reference, counted by torch's FlopCounterMode
 
 
 def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> Prepared:
-    """Set each variant up under its seed, capture how the candidate is called, compute the reference."""
+    """Set each variant up under its seed, capture how the candidate is called, compute the reference.
+
+    One copy of each variant's inputs is held: the call plan's arguments are the variant's own inputs (the judge
+    never hands them to code that could change them; the runner gets their bytes). The reference runs on a copy
+    (a reference may work in place on its input), and its outputs are kept as they come unless they share storage
+    with what the variant keeps (an input returned as is, a weight). On a GPU each variant is parked in host memory
+    once prepared (engine/pipeline/parking.py): the next one is drawn beside the models alone."""
     import torch
+    gpu = torch.device(device).type == "cuda"
     variants: list[Variant] = []
-    base_seed = cfg.seed * 1000
+    stochastic, flops = False, 0.0
     for t in range(max(trials, 2)):
-        seed = base_seed + t
+        seed = variant_seed(cfg, t)
         if t and runtime.shares_model_across_variants:
             runtime.reseed_inputs(cfg, seed, device)
         else:
             runtime.setup(cfg, seed, device)
-        plan = runtime.call_plan(runtime.inputs())
-        ref = tuple(x.detach().clone() if isinstance(x, torch.Tensor) else x
-                    for x in runtime.reference(runtime.inputs()))
-        variants.append(Variant(seed, runtime.save_state(), plan, ref))
-    if torch.device(device).type == "cuda":
+        plan = runtime.call_plan(runtime.pristine())
+        if t == 0:   # the task's cost model where it has none (engine/harness/cost_count.py)
+            flops = call_flops(runtime)[0]
+        out = runtime.reference(runtime.inputs())
+        if t == 0:
+            stochastic = _draws_random_numbers(runtime, out)
+        if stochastic:
+            plan = dataclasses.replace(plan, call_seed=CALL_SEED_SALT + seed)
+            del out
+            out = seeded(plan.call_seed, lambda: runtime.reference(runtime.inputs()))
+        state = runtime.save_state()
+        kept = storages([state, plan.args, plan.model_state])
+        ref = tuple(x.detach().clone() if isinstance(x, torch.Tensor) and _storage_key(x) in kept
+                    else x.detach() if isinstance(x, torch.Tensor) else x for x in out)
+        del out
+        variant = Variant(seed, state, plan, ref)
+        variants.append(park(runtime, variant) if gpu else variant)
+        del variant, state, plan, ref
+    if gpu:
         torch.cuda.synchronize()
-    return Prepared(cfg.name, variants)
+    return Prepared(cfg.name, variants, flops=flops)
+
+
+def _draws_random_numbers(runtime: TaskRuntime, out: Any) -> bool:
+    """Whether the reference gives another result on the same inputs (beyond the task's tolerance): it draws random
+    numbers (KernelBench level 2 problems 66 and 83 keep a 0.2 dropout in training mode)."""
+    from engine.harness.compare import compare_outputs
+    again = runtime.reference(runtime.inputs())
+    tol = runtime.spec.tolerance
+    return not compare_outputs(tuple(out), tuple(again), tol.atol, tol.rtol, runtime.spec.max_mismatch_fraction).ok
+
+
+def seeded(seed: int | None, call: Callable[[], Any]) -> Any:
+    """`call()` right after seeding torch's generators with `seed` (as it is: None)."""
+    import torch
+    if seed is not None:
+        torch.manual_seed(seed)
+    return call()
+
+
+def variant_seed(cfg: TaskConfig, t: int) -> int:
+    """The seed of a config's variant `t`."""
+    return cfg.seed * 1000 + t
+
+
+def prepare_baseline(runtime: TaskRuntime, cfg: TaskConfig, device: Any, call_seed: int | None = None) -> Prepared:
+    """Variant 0 of a config set up again on the GPU, without a reference: what the baselines and the null loop run
+    on once the candidate's timing has ended (Judge._time); `call_seed`: the variant's (a reference that draws
+    random numbers)."""
+    seed = variant_seed(cfg, 0)
+    runtime.setup(cfg, seed, device)
+    plan = runtime.call_plan(runtime.pristine())
+    if call_seed is not None:
+        plan = dataclasses.replace(plan, call_seed=call_seed)
+    tensors: list[Any] = []
+    wire.encode_args(tuple(plan.args), tensors)
+    return Prepared(cfg.name, [Variant(seed, runtime.save_state(), plan, ())], tensors)
+
+
+def _storage_key(t: Any) -> tuple[Any, int]:
+    return t.device, t.untyped_storage().data_ptr()
+
+
+def storages(value: Any) -> dict[tuple[Any, int], int]:
+    """The distinct tensor storages `value` holds (tensors in lists, tuples, dicts, a module's parameters and
+    buffers, an object's attributes, one level down): (device, address) -> bytes."""
+    import torch
+    found: dict[tuple[Any, int], int] = {}
+
+    def walk(v: Any, depth: int) -> None:
+        if isinstance(v, torch.Tensor):
+            if v.numel() and not v.is_meta:
+                found[_storage_key(v)] = v.untyped_storage().nbytes()
+        elif isinstance(v, torch.nn.Module):
+            for t in [*v.parameters(), *v.buffers()]:
+                walk(t, depth)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x, depth)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x, depth)
+        elif depth and hasattr(v, "__dict__") and not isinstance(v, type) and type(v).__module__ != "builtins" \
+                and not type(v).__name__ == "module":
+            for x in vars(v).values():
+                walk(x, depth - 1)
+    walk(value, 1)
+    return found
 
 
 def plan_message(prep: Prepared) -> tuple[msg.Config, list[Any]]:
@@ -80,14 +178,44 @@ def plan_message(prep: Prepared) -> tuple[msg.Config, list[Any]]:
         model = {"seed": plan.model_seed, "init": init, "state": state, "dtype": plan.model_dtype}
         tensors += state_tensors
     prep.tensors = [t for ts in per_variant for t in ts]
+    seeds = tuple(int(v.plan.call_seed) for v in prep.variants) if plan.call_seed is not None else None
+    fresh = prep.fresh if prep.fresh is not None and prep.fresh.active else None
     config = msg.Config(cid=prep.name, kind=plan.kind, entry=plan.entry, args=trees[0], variants=len(per_variant),
-                        per_variant=len(per_variant[0]), model=model)
+                        per_variant=len(per_variant[0]), model=model, call_seeds=seeds,
+                        fresh_modes=fresh.modes if fresh else None, fresh_alphas=fresh.alphas if fresh else None)
     return config, tensors
 
 
+def footprint(prep: Prepared) -> int:
+    """Bytes of one variant of a config, each storage once: its argument tensors (what the runner gets per
+    variant), the model's weights (a KernelBench model's state) and the reference outputs. What the judge's and the
+    runner's memory for the config is measured against."""
+    v = prep.variants[0]
+    tensors: list[Any] = []
+    wire.encode_args(tuple(v.plan.args), tensors)
+    return sum(storages([tensors, v.plan.model_state, v.ref]).values())
+
+
+def held_bytes(prep: Prepared, device_type: str = "cuda") -> int:
+    """Bytes the judge holds for a config on devices of `device_type`, each storage once: every variant's setup
+    (inputs, model), call plan and reference outputs. The accounting behind the judge's memory figures, and what
+    the CPU tests bound against the config's footprint."""
+    found = storages([[(v.state, v.plan.args, v.plan.model_state, v.ref) for v in prep.variants], prep.tensors])
+    return sum(n for (device, _), n in found.items() if device.type == device_type)
+
+
+def reference_outputs(prep: Prepared) -> list[tuple[tuple[int, ...], Any] | None]:
+    """The reference's outputs as (shape, dtype), None for one that is no tensor: what a correct candidate returns."""
+    import torch
+    return [(tuple(r.shape), r.dtype) if isinstance(r, torch.Tensor) else None for r in prep.variants[0].ref]
+
+
 def composer(runtime: TaskRuntime, prep: Prepared) -> Callable[[int, list[Any]], tuple]:
-    """Variant v's outputs as the reference's tuple: the runtime composes them under that variant's state."""
+    """Variant v's outputs as the reference's tuple: the runtime composes them under that variant's state (brought
+    to the GPU for the moment where the task's composition reads the inputs)."""
     def compose(v: int, outputs: list[Any]) -> tuple:
-        runtime.restore_state(prep.variants[v].state)
-        return runtime.compose(runtime.inputs(), outputs)
+        if not runtime.composes_with_inputs:
+            return runtime.compose([], outputs)
+        with loaded(runtime, prep, v):
+            return runtime.compose(runtime.inputs(), outputs)
     return compose

@@ -12,21 +12,26 @@ import os
 import time
 import traceback
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from engine import procs
+from engine.harness import numerics
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis, wire
+from engine.pipeline.analysis import tolerance
 from engine.pipeline import messages as msg
-from engine.pipeline.judge_configs import Prepared, composer, plan_message, prepare
-from engine.pipeline.judge_memory import memory_blame, runner_memory_excuse
-from engine.pipeline.judge_result import DeviceInfo
+from engine.pipeline.digest import Hasher, digest_call, host_hash
+from engine.pipeline.judge_configs import Prepared, composer, footprint, plan_message, prepare, reference_outputs
+from engine.pipeline.judge_memory import CANDIDATE_SLACK, config_share, memory_blame, runner_memory_excuse
+from engine.pipeline.judge_result import ConfigMemory, DeviceInfo, Stop
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.judge_timer import LocalTimer
-from engine.pipeline.judge_timing import TimingJudge
+from engine.pipeline.judge_timing_phase import TimingPhase
+from engine.pipeline.fresh import Fresh, FreshReferences, choose
+from engine.pipeline.parking import moved
 from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
-from engine.tasks.model import Task, TaskConfig
+from engine.tasks.model import Cost, Task, TaskConfig
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
@@ -34,9 +39,14 @@ if TYPE_CHECKING:
 
 SETTLE_MS = 20.0        # the pause before the async-completeness comparison of a checked call
 STANDBY_START_S = 180.0  # how long a standby judge's runner may take to come up before any request
+# Configs to time stay prepared on both sides from their check to their timing while their shares
+# (judge_memory.config_share) add up to at most this fraction of the GPU's memory; larger ones are freed after
+# their check and prepared again for their timing, so one problem's judge and runner hold one large config at a
+# time (KernelBench level 1 problem 23 held three 12 GiB configs on each side before).
+KEEP_FOR_TIMING = 0.125
 
 
-class Judge:
+class Judge(TimingPhase):
     """One evaluation. Started cold (request first) or warm (`warm_up` before the request is `attach`ed)."""
 
     def __init__(self, timer: TimerSpec):
@@ -49,10 +59,16 @@ class Judge:
         self.local: LocalTimer | None = None
         self.t0 = time.monotonic()
         self.device: DeviceInfo | None = None
+        self.numerics: numerics.Numerics | None = None   # as the judge runs (and its runner starts)
         self.has_gpu = False
         self.not_up: str | None = None     # why the runner did not come up, if it did not
         self.timing_since_us = 0           # wall clock (us) when the timing phase began: NVML's window for it
         self.candidate_seen: set[int] = set()   # every pid of the runner's tree seen while it was timed
+        self.held: dict[str, int] = {}   # per config the runner holds: the GPU memory that is its due (config_share)
+        self.hasher: Hasher = host_hash   # how outputs are hashed once freed (the helper's kernel, from `run`)
+        # output records to tensors: a check job's at once, a timing job's held on the host (RunnerLink.decoder)
+        self.decode: Callable[[wire.Record, int], Any] | None = None
+        self.held_decode: Callable[[wire.Record, int], Any] | None = None
 
     def attach(self, req: JudgeRequest, out: ResultFile) -> None:
         if req.timer != self.timer:
@@ -61,6 +77,11 @@ class Judge:
         self.task = Task.from_json(req.task)
         self.deadline = time.monotonic() + req.deadline_s
         self.t0 = time.monotonic()
+
+    @property
+    def candidate_share(self) -> int:
+        """What the candidate's side may hold on the GPU now without that being its doing (judge_memory)."""
+        return sum(self.held.values()) + CANDIDATE_SLACK
 
     def spent(self, phase: str, since: float) -> float:
         """Add the time since `since` to a phase of the result's `seconds` (where an evaluation's time goes)."""
@@ -73,9 +94,8 @@ class Judge:
         """Everything that needs no request: torch and its CUDA context here, the runner up to its hello;
         `pin_arena`: the arena's whole slot page-locked on this side too."""
         import torch
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
+        numerics.apply(numerics.JUDGE)   # the runner applies the same before the candidate is imported
+        self.numerics = numerics.current()
         self.device = DeviceInfo(**gpu_info())
         self.has_gpu = torch.cuda.is_available()
         if self.has_gpu:
@@ -97,9 +117,9 @@ class Judge:
 
     def run(self) -> None:
         """The evaluation of the attached request, on a warmed-up judge."""
-        import torch
         assert self.task is not None
         self.out.data.device = self.device
+        self.out.data.numerics = self.numerics
         self.out.data.jail = self.runner.jail_report
         if not self.has_gpu:
             self.out.data.error = NO_GPU
@@ -107,7 +127,6 @@ class Judge:
         if self.not_up:
             self.out.data.error = self.not_up
             return
-        device = torch.device("cuda")
         self.out.progress("load")
         runtime = runtime_for(self.task, self.req.direction)
         t = self.spent("task_setup", self.t0)
@@ -120,114 +139,174 @@ class Judge:
         configs = [c for c in self.task.configs if not wanted or c.name in wanted]
         tol = analysis.Tolerance(runtime.spec.tolerance.atol, runtime.spec.tolerance.rtol,
                                  runtime.spec.max_mismatch_fraction)
-        prepared: dict[str, Prepared] = {}
-        all_ok = True
         assert self.local is not None
-        decode = self.runner.decoder(self.local)
-        for cfg in configs:
-            self.out.progress("correctness", cfg.name)
-            t0 = time.monotonic()
-            try:
-                prep = prepare(runtime, cfg, self.req.trials, device)
-                # what the reference left cached (cuDNN's workspaces can take most of the GPU) goes back before
-                # the candidate runs beside this process: only its inputs and reference outputs stay held
-                torch.cuda.empty_cache()
-                t = self.spent("reference", t0)
-            except torch.OutOfMemoryError:
-                raise   # the judge's own memory, not the task's code: judge.py reports it as unmeasured
-            except Exception as exc:  # noqa: BLE001 - the task's own code: a task problem, named as such
-                self.out.data.error = (f"the task's reference failed on config {cfg.name}: {type(exc).__name__}: "
-                                       f"{str(exc).strip()[:600]}")
-                return
-            header, tensors = plan_message(prep)
-            reply = self.runner.configure(header, tensors, self.deadline)
-            t = self.spent("send_inputs", t)
-            if not isinstance(reply, msg.Configured):   # an error, or a reply forged or garbled (msg.Garbled)
-                if isinstance(reply, msg.Error) and self._left_unmeasured(reply.message or "", cfg.name,
-                                                                          "while the runner took the inputs of"):
-                    return
-                self.out.data.correctness[cfg.name] = CorrectnessResult(
-                    False, f"the candidate could not be set up: {msg.explain(reply)}")
-                all_ok = False
-                self.out.write()
-                continue
-            k = len(prep.variants)
-            job, done = self.runner.run_job(cfg.name, {"mode": "check", "schedule": list(range(k)) * 2,
-                                                       "flush": True, "probe_inputs": True, "settle_ms": SETTLE_MS},
-                                            decode, self.deadline)
-            compose = composer(runtime, prep)
-            corr, integ = compared(cfg.name, partial(analysis.judge_check, job, [v.ref for v in prep.variants],
-                                                     compose, tol, [v.seed for v in prep.variants]),
-                                   self.out.data.traces)
-            self.spent("check", t)
-            if self._call_left_unmeasured(job, cfg.name, "while the candidate ran", integ.ok):
-                return
-            corr.seconds = round(time.monotonic() - t0, 3)
-            self.out.data.correctness[cfg.name] = corr
-            if self.req.integrity:
-                self.out.data.integrity[cfg.name] = integ
-            all_ok &= corr.ok and (integ.ok or not self.req.integrity)
-            self.out.write()
-            if job.forged:
-                self.out.data.error = f"the result channel was forged during config {cfg.name}: {job.forged}"
-                return
-            if (fatal := msg.fatal_reason(done)) is not None:
-                self.out.data.error = f"CUDA error after config {cfg.name}: {fatal}"
-                return
-            if self.req.timing and all_ok and self._timed(cfg.name):
-                prepared[cfg.name] = prep
-            else:  # nothing more runs on this config (nor, once one failed, on any kept for timing): free
-                # their tensors on both sides, a config can take GBs
-                for name in [cfg.name] if all_ok else [*prepared, cfg.name]:
-                    self.runner.drop(name, self.deadline)
-                if not all_ok:
-                    prepared.clear()
-            del job, prep, compose, header, tensors
-            if cfg.name not in prepared:   # give what it held back to the GPU: it may be shared with other work
-                torch.cuda.empty_cache()
-        if not (self.req.timing and all_ok):
+        self.hasher = self.local.hasher()
+        self.decode = self.runner.decoder(self.local)
+        self.held_decode = self.runner.decoder(self.local, hold=True)
+        try:
+            to_time = self._check_all(configs, runtime, tol)
+            if to_time is not None:
+                self._time(configs, to_time, runtime, tol)
+        except Stop:
             return
-        self._time(configs, prepared, runtime, tol, decode)
 
-    def _time(self, configs: list[TaskConfig], prepared: dict[str, Prepared], runtime: TaskRuntime,
-              tol: analysis.Tolerance, decode: Callable[[wire.Record, int], Any]) -> None:
-        """The timing phase, on the configs that passed the checks."""
-        # The candidate first, on every timed config; then its runner is stopped (with anything it left
-        # running) before the judge times the null loop and the baselines, so no candidate code shares the
-        # GPU with a baseline (and none can slow one down for this or, through the session, later candidates).
-        jobs: dict[str, tuple[analysis.Job, msg.Answer | None]] = {}
-        self.timing_since_us = time.time_ns() // 1000
+    def _check_all(self, configs: list[TaskConfig], runtime: TaskRuntime,
+                   tol: analysis.Tolerance) -> dict[str, Prepared | None] | None:
+        """Check every config; the configs to time (None: nothing is timed). A config to time stays prepared on
+        both sides while the configs kept add up to at most KEEP_FOR_TIMING of the GPU's memory; a larger one is
+        freed now and prepared again for its timing (None in the map)."""
+        import torch
+        to_time: dict[str, Prepared | None] = {}
+        all_ok = True
         for cfg in configs:
-            if not self._timed(cfg.name):
-                continue
-            self._note_candidate_side()
-            self.out.progress("timing", cfg.name)
-            t = time.monotonic()
-            p = self.req.timing_params
-            jobs[cfg.name] = self.runner.run_job(cfg.name, {"mode": "time", "warmup": p.warmup,
-                                                            "min_iters": p.min_iters, "max_iters": p.max_iters,
-                                                            "budget_s": p.budget_s, "checks": p.checks,
-                                                            "flush": p.flush_l2}, decode, self.deadline)
-            self.spent("timing", t)
-            job, done = jobs[cfg.name]
-            if self._call_left_unmeasured(job, cfg.name, "while the candidate was timed on"):
-                return   # no timing is kept: judge.py closes the runner
-            if job.forged:
-                self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
-            elif (fatal := msg.fatal_reason(done)) is not None:
-                self.out.data.error = f"CUDA error while timing {cfg.name}: {fatal}"
-            if self.out.data.error:
-                break
-        self._note_candidate_side()
-        self.close()
+            prep, ok = self._check(cfg, runtime, tol)
+            all_ok &= ok
+            if self.req.timing and all_ok and self._timed(cfg.name) and prep is not None:
+                kept = [n for n, p in to_time.items() if p is not None] + [cfg.name]
+                if sum(self.held.get(n, 0) for n in kept) <= KEEP_FOR_TIMING * self._gpu_bytes():
+                    to_time[cfg.name] = prep
+                else:
+                    to_time[cfg.name] = None
+                    self._release(cfg.name)
+            else:  # nothing more runs on this config (nor, once one failed, on any kept for timing): free both sides
+                for name in [cfg.name] if all_ok else [*to_time, cfg.name]:
+                    self._release(name)
+                if not all_ok:
+                    to_time.clear()
+            del prep
+            torch.cuda.empty_cache()   # what it held back to the GPU: it may be shared with other work
+        return to_time if self.req.timing and all_ok else None
+
+    def _check(self, cfg: TaskConfig, runtime: TaskRuntime, tol: analysis.Tolerance) -> tuple[Prepared | None, bool]:
+        """One config's check job, its correctness and integrity recorded: (its preparation, whether it passed).
+        Raises Stop where the evaluation ends here (the result says why)."""
+        import torch
+        self.out.progress("correctness", cfg.name)
+        t0 = time.monotonic()
+        torch.cuda.reset_peak_memory_stats()
+        prep, reply = self._prepare(cfg, runtime)
         t = time.monotonic()
-        assert self.local is not None
-        timing = TimingJudge(self.req, self.local, self.out.data)
-        for name, (job, _) in jobs.items():
-            self.out.progress("baselines", name)
-            self.out.data.timing[name] = timing.verdict(runtime, prepared[name], tol, job)
+        if prep is None:   # an error, or a reply forged or garbled (msg.Garbled)
+            if isinstance(reply, msg.Error):
+                self._maybe_unmeasured(reply.message or "", cfg.name, "while the runner took the inputs of")
+            self.out.data.correctness[cfg.name] = CorrectnessResult(
+                False, f"the candidate could not be set up: {msg.explain(reply)}")
             self.out.write()
-        self.spent("baselines", t)
+            return None, False
+        refs, compose = self._references(runtime, prep), composer(runtime, prep)
+        job, done = self.runner.run_job(cfg.name, {"mode": "check", "schedule": list(range(len(prep.variants))) * 2,
+                                                   "flush": True, "probe_inputs": True, "settle_ms": SETTLE_MS},
+                                        self.decode, self.deadline, self._digester(refs, compose, tol, chained=True))
+        corr, integ = compared(cfg.name, partial(analysis.judge_check, job, refs, compose, tol,
+                                                 [v.seed for v in prep.variants], self.hasher), self.out.data.traces)
+        self._note_memory(cfg.name, done)
+        self.spent("check", t)
+        if self._call_left_unmeasured(job, cfg.name, "while the candidate ran", integ.ok):
+            raise Stop
+        corr.seconds = round(time.monotonic() - t0, 3)
+        self.out.data.correctness[cfg.name] = corr
+        if self.req.integrity:
+            self.out.data.integrity[cfg.name] = integ
+        self.out.write()
+        if job.forged:
+            self._stop(f"the result channel was forged during config {cfg.name}: {job.forged}")
+        if (fatal := msg.fatal_reason(done)) is not None:
+            self._stop(f"CUDA error after config {cfg.name}: {fatal}")
+        return prep, corr.ok and (integ.ok or not self.req.integrity)
+
+    def _prepare(self, cfg: TaskConfig, runtime: TaskRuntime) -> tuple[Prepared | None, msg.Answer | None]:
+        """A config's variants and references built here, then handed to the runner: (the preparation, None), or
+        (None, the runner's answer) where it could not take them."""
+        import torch
+        t0 = time.monotonic()
+        try:
+            prep = prepare(runtime, cfg, self.req.trials, torch.device("cuda"))
+            prep.fresh = self._fresh(runtime, prep)
+            self.out.data.fresh[cfg.name] = prep.fresh.summary()
+            # what the reference left cached (cuDNN's workspaces can take most of the GPU) goes back before the
+            # candidate runs beside this process: only its inputs and reference outputs stay held
+            torch.cuda.empty_cache()
+        except torch.OutOfMemoryError:
+            raise   # the judge's own memory, not the task's code: judge.py weighs whose lack it was
+        except Exception as exc:  # noqa: BLE001 - the task's own code: a task problem, named as such
+            self._stop(f"the task's reference failed on config {cfg.name}: {type(exc).__name__}: "
+                       f"{str(exc).strip()[:600]}")
+        t = self.spent("reference", t0)
+        header, tensors = plan_message(prep)
+        size = footprint(prep)
+        self.out.data.cost[cfg.name] = Cost(prep.flops, float(size))
+        self.held[cfg.name] = config_share(size, len(prep.variants))
+        self.out.data.memory.setdefault(cfg.name, ConfigMemory(size, len(prep.variants)))
+        self.runner.expected_outputs = reference_outputs(prep)
+        reply = self.runner.configure(header, tensors, self.deadline)
+        self.spent("send_inputs", t)
+        if isinstance(reply, msg.Configured):
+            return prep, None
+        self.held.pop(cfg.name, None)
+        return None, reply
+
+    def _fresh(self, runtime: TaskRuntime, prep: Prepared) -> Fresh:
+        """How the config's calls get fresh inputs (engine/pipeline/fresh.py). A reference that fails on fresh
+        values (a factorisation that needs what scaling breaks) leaves the calls rotating among the variants."""
+        import torch
+        assert self.local is not None
+        try:
+            return choose(runtime, prep, tolerance(runtime), self.local.rebuild)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the task's reference on other values: recorded, not a verdict
+            return Fresh(why=f"the reference fails on fresh values ({type(exc).__name__}: {str(exc)[:200]}); "
+                             "the calls rotate among the variants")
+
+    def _references(self, runtime: TaskRuntime, prep: Prepared) -> FreshReferences:
+        """Each checked call's reference, for exactly the inputs it was given (engine/pipeline/fresh.py)."""
+        assert self.local is not None
+        return FreshReferences(runtime, prep, self.local.rebuild)
+
+    def _digester(self, refs: FreshReferences, compose: Callable[[int, list[Any]], tuple], tol: analysis.Tolerance,
+                  chained: bool = False) -> Callable[[analysis.Call], None]:
+        """What a job does with each checked call once its outputs are in: compare them with the reference for its
+        inputs and free them (engine/pipeline/digest.py); `chained`: every call is checked (a check job), so a
+        wrong output is also held against the previous call's reference, kept in host memory meanwhile. A failure
+        is kept on the call and raised where the call is judged."""
+        previous: list[tuple] = []
+
+        def digest(call: analysis.Call) -> None:
+            try:
+                ref = refs.for_call(call)
+                digest_call(call, ref, previous[0] if previous else None, compose, tol, self.hasher)
+                if chained:
+                    previous[:] = [moved(ref, "cpu", {})]
+            except Exception as exc:  # noqa: BLE001 - raised again by the judgement, inside `compared`
+                call.deferred, call.outputs = exc, None
+        return digest
+
+    def _note_memory(self, name: str, done: msg.Answer | None) -> None:
+        """The judge's peaks since the config was prepared, and the runner's word on its own, for the result."""
+        import torch
+        figures = self.out.data.memory.get(name)
+        if figures is not None:
+            figures.note(int(torch.cuda.max_memory_allocated()), int(torch.cuda.max_memory_reserved()),
+                         done.peak_bytes if isinstance(done, msg.JobDone) else None)
+
+    def _release(self, name: str) -> None:
+        """Free a config on the runner's side (a config can take GBs); the judge's copy goes with its last
+        reference."""
+        if self.held.pop(name, None) is not None:
+            self.runner.drop(name, self.deadline)
+
+    def _gpu_bytes(self) -> int:
+        import torch
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+
+    def _stop(self, error: str) -> NoReturn:
+        self.out.data.error = error
+        raise Stop
+
+    def _maybe_unmeasured(self, error: str, config: str, when: str) -> None:
+        """Stop, unmeasured, where the runner's out-of-memory is excused (_left_unmeasured)."""
+        if self._left_unmeasured(error, config, when):
+            raise Stop
 
     def _left_unmeasured(self, error: str, config: str, when: str) -> bool:
         """Whether a config that failed for want of GPU memory while the GPU's other users held more of it than the

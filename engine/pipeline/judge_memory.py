@@ -10,7 +10,11 @@ A candidate must never be able to turn its own failure into "unmeasured", so the
   their runners), and only processes in neither count as the GPU's other users;
 - those others must hold more of the GPU than the candidate's side;
 - nothing may have failed already (a correctness, integrity or forgery verdict stands), and the failure must
-  not come from taking the candidate's outputs (their size is the candidate's doing).
+  not come from taking a candidate's output of another shape or dtype than the reference's (its size is the
+  candidate's doing; an output of the reference's size is the judge's own allocation like any other).
+The judge's own allocation failing is also excused when the candidate's side holds no more than its share of a
+config (`config_share`): then the GPU is too small for the judge and the runner of that config together. The
+runner's out-of-memory never is on that ground alone: its words could be forged by a candidate holding nothing.
 
 Lazy imports: torch, in the judge only; the parent imports this module (through the contention rule) without it.
 """
@@ -28,10 +32,39 @@ if TYPE_CHECKING:
     from engine.pipeline.judge_result import Progress
 
 
+# What the candidate's side may hold beyond its copies of a config: a CUDA context, library handles and workspaces
+# (cuDNN, cuBLAS), the caching allocator's rounding.
+CANDIDATE_SLACK = 2 << 30
+
+
 @dataclass(frozen=True)
 class MemoryBlame:
     contended: bool      # the GPU's other users hold more than the candidate's side
     figures: str         # " (the candidate's processes held N MiB, other processes M MiB, the judge K MiB)"
+    candidate: int = 0   # bytes the candidate's side held
+
+
+def config_share(footprint: int, variants: int) -> int:
+    """What the candidate's side may hold on the GPU for a config whose arguments, weights and reference outputs
+    take `footprint` bytes, without that being its own doing: the runner's copy of each of the `variants`, its live
+    arguments, the weights, up to three outputs alive at once (the call's, the previous call's kept for the
+    persistence check, the settle probe's snapshot). The candidate's share is that of every config its runner
+    holds, plus CANDIDATE_SLACK."""
+    return (variants + 4) * footprint
+
+
+def judge_memory_outcome(blame: MemoryBlame | None, share: int, where: str) -> tuple[str | None, str | None]:
+    """(unmeasured, error) when the judge's own GPU allocation failed (`blame`: NVML's reading, None when it
+    cannot say or a failure is on record). Unmeasured when the GPU's other users hold more of it than the
+    candidate's side, or when the candidate's side holds no more than its `share` (the GPU is too small for this
+    config's judge and runner together: kbench's limit, not the kernel's); a candidate holding more than its share
+    is failed for it. `where`: judge_out_of_memory's reason."""
+    if blame is None:
+        return None, None
+    if blame.contended or blame.candidate <= share:
+        return where + blame.figures, None
+    return None, (f"the judge ran out of GPU memory{blame.figures}: the candidate's processes held more than the "
+                  f"{share >> 20} MiB its runner needs for this config")
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -91,7 +124,7 @@ def blame_from(held: dict[int, int] | None, judge_pid: int, candidate: set[int],
     others = sum(b for pid, b in held.items() if pid not in candidate and pid not in kbench and pid != judge_pid)
     figures = (f" (the candidate's processes held {theirs >> 20} MiB, other processes {others >> 20} MiB, the "
                f"judge {held[judge_pid] >> 20} MiB)")
-    return MemoryBlame(others > theirs, figures)
+    return MemoryBlame(others > theirs, figures, theirs)
 
 
 def judge_out_of_memory(progress: Progress | None) -> str:

@@ -14,12 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from engine import jsonable
 from engine.errors import DataError
+from engine.harness.numerics import Numerics
 from engine.harness.timing import TimingStats
 from engine.jail import JailReport
 from engine.pipeline.types import CorrectnessResult, IntegrityResult, SessionBaseline
+from engine.tasks.model import Cost
 
 if TYPE_CHECKING:
     from engine.procs import ChildOutcome
+
+
+class Stop(Exception):
+    """The evaluation ends here; the result file already says why."""
 
 
 @dataclass
@@ -103,11 +109,30 @@ class TimingRow:
 
 
 @dataclass
+class ConfigMemory:
+    """A config's GPU memory against its footprint (engine/pipeline/judge_configs.py: one variant's arguments,
+    weights and reference outputs): the judge's own peaks while it held the config, and the runner's word on its
+    peak allocation (a figure for reports, never evidence in a verdict)."""
+    footprint: int
+    variants: int = 0
+    judge_allocated: int = 0      # the judge's peak torch allocation (bytes)
+    judge_reserved: int = 0       # what its caching allocator held at the peak (bytes)
+    runner_allocated: int | None = None   # the runner's own report (msg.JobDone.peak_bytes)
+
+    def note(self, judge_allocated: int, judge_reserved: int, runner: int | None) -> None:
+        self.judge_allocated = max(self.judge_allocated, judge_allocated)
+        self.judge_reserved = max(self.judge_reserved, judge_reserved)
+        if runner is not None:
+            self.runner_allocated = max(self.runner_allocated or 0, runner)
+
+
+@dataclass
 class JudgeResult:
     """What the judge writes to its result file after every step (so a killed judge still says where it was)."""
     finished: bool = False
     progress: Progress | None = None
     device: DeviceInfo | None = None
+    numerics: Numerics | None = None   # the settings the judge computed under and its runner started with
     jail: JailReport | None = None
     correctness: dict[str, CorrectnessResult] = field(default_factory=dict)
     timing: dict[str, TimingRow] = field(default_factory=dict)
@@ -122,6 +147,12 @@ class JudgeResult:
     unmeasured: str | None = None
     # set when a clock check failed while NVML saw other processes run work on this GPU (engine.pipeline.contention)
     gpu_shared: str | None = None
+    memory: dict[str, ConfigMemory] = field(default_factory=dict)   # per config, as the judge measured it
+    # per config: how its calls got fresh inputs (engine/pipeline/fresh.py Fresh.summary)
+    fresh: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # per config: the reference's counted cost (FLOPs by FlopCounterMode, bytes of one variant's arguments, weights
+    # and outputs), the physical floor's cost model where the task has none (engine/harness/cost_count.py)
+    cost: dict[str, Cost] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

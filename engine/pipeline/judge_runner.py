@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from engine.harness.numerics import JUDGE
 from engine.pipeline import analysis, wire
 from engine.pipeline import messages as msg
 from engine.pipeline.judge_memory import out_of_memory
@@ -29,8 +32,42 @@ if TYPE_CHECKING:
 
 
 class OutputsTooLarge(RuntimeError):
-    """The judge's GPU memory ran out while taking the candidate's outputs: their number and size are the
-    candidate's doing, so this is its failure, never an excuse for leaving it unmeasured."""
+    """The judge's GPU memory ran out while taking an output whose shape or dtype is not the reference's: its size
+    is the candidate's doing, so this is its failure, never an excuse for leaving it unmeasured. (An output of the
+    reference's shape and dtype is an allocation the judge needs for any candidate: its failing is weighed like
+    the judge's own, engine/pipeline/judge_memory.py.)"""
+
+
+def reference_sized(body: dict[str, Any], k: int, expected: list[tuple[tuple[int, ...], Any] | None]) -> bool:
+    """Whether output `k` of a signed OUTPUT record has the shape and dtype of the reference's output `k`."""
+    if not 0 <= k < len(expected) or expected[k] is None:
+        return False
+    shape, dtype = expected[k]
+    try:
+        return [int(d) for d in body.get("shape", [])] == list(shape) and wire.dtype_of(str(body["dtype"])) == dtype
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+@dataclass
+class Held:
+    """A checked output of a timing job, in host memory until the job has ended (RunnerLink.decoder's `hold`)."""
+    finish: Callable[[], Any]
+
+    def settle(self) -> Any:
+        """The output on the judge's GPU, checked against its signed fingerprint (wire.Forgery if it differs)."""
+        return self.finish()
+
+
+def settle(job: analysis.Job) -> None:
+    """Bring a timing job's held outputs to the judge's GPU and check them; a mismatch voids the job's stream."""
+    for c in job.calls:
+        if c.outputs:
+            try:
+                c.outputs = [o.settle() if isinstance(o, Held) else o for o in c.outputs]
+            except wire.Forgery as exc:
+                job.forged = job.forged or str(exc)
+                return
 
 
 class RunnerLink:
@@ -41,6 +78,8 @@ class RunnerLink:
         self.process: RunnerProcess | None = None
         self.jail_report: dict[str, Any] | None = None
         self.job_id = 0
+        # the current config's reference outputs as (shape, dtype), set by the judge before its jobs
+        self.expected_outputs: list[tuple[tuple[int, ...], Any] | None] = []
         self._run: RunDir | None = None
         self._closed = False
 
@@ -52,7 +91,8 @@ class RunnerLink:
         timer = stage_readonly(run.ro, Path(self.timer.so_path))
         self.process = RunnerProcess.spawn(run)
         self.process.send(msg.Setup(jail=run.spec(die_with_parent=True).to_json(), timer_so=str(timer),
-                                    timer_module=self.timer.module_name, pin_arena=pin_arena))
+                                    timer_module=self.timer.module_name, pin_arena=pin_arena,
+                                    numerics=JUDGE.to_json()))
 
     def up(self, deadline: float) -> str | None:
         """Wait for the jail report, the runner's start and its helper's hello; None when up, else why not."""
@@ -106,13 +146,15 @@ class RunnerLink:
         self.process.answer(deadline - time.monotonic())   # whatever it says: only its coming back matters
 
     def run_job(self, cid: str, params: dict[str, Any], decode: Callable[[wire.Record, int], Any],
-                deadline: float) -> tuple[analysis.Job, msg.Answer | None]:
+                deadline: float, on_checked: Callable[[analysis.Call], None] | None = None
+                ) -> tuple[analysis.Job, msg.Answer | None]:
         """One job on a configured config (`params`: msg.Job's fields beyond its number and config): its signed
-        records, then the runner's closing answer (None if the records were forged: it is not read)."""
+        records, then the runner's closing answer (None if the records were forged: it is not read).
+        `on_checked`: called with each checked call as soon as its outputs are in (judge_timer.collect)."""
         assert self.process is not None
         self.job_id += 1
         self.process.send(msg.Job(job=self.job_id, cid=cid, **params))
-        job = collect(self.process.next_record, self.job_id, deadline, decode)
+        job = collect(self.process.next_record, self.job_id, deadline, decode, on_checked)
         if job.forged:
             return job, None
         answer = self.process.answer(deadline - time.monotonic())
@@ -120,10 +162,33 @@ class RunnerLink:
             return job, msg.Garbled(f"`job_done` names job {answer.job}, not {self.job_id}")
         return job, answer
 
-    def decoder(self, local: LocalTimer) -> Callable[[wire.Record, int], Any]:
-        """Output records to tensors, each checked against the fingerprint the helper signed for it."""
+    def decoder(self, local: LocalTimer, hold: bool = False) -> Callable[[wire.Record, int], Any]:
+        """Output records to tensors on the judge's GPU, each checked against the fingerprint the helper signed for
+        it. `hold`: each output's bytes stay in host memory (the judge's own copy) as a `Held`, moved and checked
+        by `settle` once the job has ended: a timing job's checked outputs, so that the judge's GPU neither works
+        nor holds them while the candidate is timed."""
         assert self.process is not None
         key, arena = self.process.key, self.process.arena
+        where = "cpu" if hold else "cuda"
+
+        def allocated(b: dict[str, Any], k: int, make: Callable[[], Any]) -> Any:
+            try:
+                return make()
+            except RuntimeError as exc:
+                if not out_of_memory(exc) or reference_sized(b, k, self.expected_outputs):
+                    raise   # a reference-sized output is the judge's own allocation (judge.py weighs whose lack)
+                raise OutputsTooLarge(f"the candidate's outputs exhausted the judge's GPU memory at output {k} "
+                                      f"of iteration {b.get('i')} ({int(b.get('nbytes', 0)) >> 20} MiB, shape "
+                                      f"{b.get('shape')} {b.get('dtype')}, not the reference's)") from exc
+
+        def finish(flat: Any, b: dict[str, Any], seq: int, k: int) -> Any:
+            if not flat.is_cuda:
+                flat = allocated(b, k, lambda: flat.to("cuda"))
+            if local.fingerprint(flat, wire.fingerprint_seed(key, seq, k)) != int(str(b["fp"]), 16):
+                raise wire.Forgery(f"the bytes of output {k} of iteration {b.get('i')} do not match their signed "
+                                   "fingerprint (they were changed after the helper sent them)")
+            device = "cpu" if str(b.get("device", "")).startswith("cpu") else "cuda"
+            return wire.restride(flat, b.get("strides"), device)
 
         def decode(rec: wire.Record, k: int) -> Any:
             b = rec.body
@@ -131,22 +196,15 @@ class RunnerLink:
                 return None
             if b.get("kind") == "scalar":
                 return float(b["value"])
-            try:
-                if b.get("arena"):   # in the arena's slot (engine/pipeline/arena.py): copied out, slot released
-                    assert arena is not None   # the reader refuses arena records when there is no arena
-                    flat = wire.device_tensor(b, arena.take(int(b.get("nbytes", 0))))
-                else:
-                    flat = wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"", "cuda")
-            except RuntimeError as exc:
-                if not out_of_memory(exc):
-                    raise
-                raise OutputsTooLarge(f"the candidate's outputs exhausted the judge's GPU memory at output {k} "
-                                      f"of iteration {b.get('i')} ({int(b.get('nbytes', 0)) >> 20} MiB)") from exc
-            if local.fingerprint(flat, wire.fingerprint_seed(key, rec.seq, k)) != int(str(b["fp"]), 16):
-                raise wire.Forgery(f"the bytes of output {k} of iteration {b.get('i')} do not match their signed "
-                                   "fingerprint (they were changed after the helper sent them)")
-            device = "cpu" if str(b.get("device", "")).startswith("cpu") else "cuda"
-            return wire.restride(flat, b.get("strides"), device)
+            if b.get("arena"):   # in the arena's slot (engine/pipeline/arena.py): copied out, slot released
+                assert arena is not None   # the reader refuses arena records when there is no arena
+                flat = allocated(b, k, lambda: wire.device_tensor(b, arena.take(int(b.get("nbytes", 0)), where)))
+            else:
+                flat = allocated(b, k, lambda: wire.tensor_from_bytes({**b, "strides": None}, rec.payload or b"",
+                                                                      where))
+            if hold:
+                return Held(partial(finish, flat, b, rec.seq, k))
+            return finish(flat, b, rec.seq, k)
         return decode
 
     @property

@@ -48,12 +48,26 @@ class LocalTimer:
     def fingerprint(self, t: Any, seed: int) -> int:
         return int(self.mod.fingerprint(t, seed)) & (2**64 - 1)
 
+    def rebuild(self, tensors: list[Any], seed: int, modes: tuple[int, ...], alphas: tuple[float, ...]) -> list[Any]:
+        """A call's fresh inputs rebuilt from its variant's tensors and seed with the helper's own kernel, bit for
+        bit what the candidate's helper gave it (engine/pipeline/fresh.py)."""
+        return list(self.mod.fresh_args(tensors, seed, list(modes), list(alphas)))
+
+    def hasher(self) -> Callable[[Any], int]:
+        """A hash of a tensor's bytes on its own device (the fingerprint kernel under a seed drawn now): how the
+        judge tells outputs apart once they are freed (engine/pipeline/digest.py)."""
+        seed = int.from_bytes(os.urandom(8), "little")
+        return lambda t: self.fingerprint(t.contiguous(), seed)
+
     def time(self, call: Callable[[], Any], live: list[Any], variants: list[list[Any]],
-             p: TimingParams, checks: int = 0) -> analysis.Job:
+             p: TimingParams, checks: int = 0, fresh: tuple[tuple[int, ...], tuple[float, ...]] = ((), ())
+             ) -> analysis.Job:
+        """One timing job of the judge's own (`fresh`: the candidate's fresh-input modes and spreads, for the null
+        loop: it pays what the candidate's loop pays between calls)."""
         self._job += 1
         job_id = self._job
         self.mod.run(job_id, "time", call, live, variants, [], p.warmup, p.min_iters, p.max_iters, p.budget_s,
-                     checks, p.flush_l2, False, -1.0)
+                     checks, p.flush_l2, False, -1.0, list(fresh[0]), list(fresh[1]))
         job = collect(lambda deadline: self.reader.read(), job_id, 0.0, decode=lambda rec, k: None)
         for c in job.calls:  # our own clock, written by the helper as it went
             c.received = c.t_ns / 1e9
@@ -61,10 +75,16 @@ class LocalTimer:
 
 
 def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: float,
-            decode: Callable[[wire.Record, int], Any]) -> analysis.Job:
-    """Read one job's records (JOB_BEGIN .. JOB_END). A forged stream ends the job with `forged` set."""
+            decode: Callable[[wire.Record, int], Any],
+            on_checked: Callable[[analysis.Call], None] | None = None) -> analysis.Job:
+    """Read one job's records (JOB_BEGIN .. JOB_END). A forged stream ends the job with `forged` set.
+    `on_checked`: called with each checked call once its outputs are all in (the judge digests it there)."""
     job = analysis.Job()
     current: analysis.Call | None = None
+
+    def complete(call: analysis.Call) -> None:
+        if on_checked is not None and call.outputs is not None and len(call.outputs) == call.n_outputs:
+            on_checked(call)
     while True:
         try:
             rec = next_record(deadline)
@@ -81,8 +101,9 @@ def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: 
                                     bool(b.get("checked")), bool(b.get("alias_input")),
                                     bool(b.get("persistent_output")), int(b.get("mutated_input", -1)),
                                     int(b.get("async_diff", -1)), [] if b.get("checked") else None, rec.received,
-                                    int(b.get("t_ns", 0)))
+                                    int(b.get("t_ns", 0)), int(b.get("outputs", 0)), int(str(b.get("seed", "0")), 16))
             job.calls.append(current)
+            complete(current)
         elif rec.type == wire.OUTPUT:
             if current is None or current.outputs is None or int(b.get("i", -1)) != current.index:
                 job.forged = f"an output record for iteration {b.get('i')} arrived out of place"
@@ -92,6 +113,7 @@ def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: 
             except wire.Forgery as exc:
                 job.forged = str(exc)
                 return job
+            complete(current)
         elif rec.type == wire.ERROR:
             job.error, job.error_where, job.error_index = str(b.get("message", "")), str(b.get("where", "")), \
                 int(b.get("i", -1))

@@ -6,14 +6,16 @@ from the session when a quick re-timing agrees (engine/pipeline/baselines.py kee
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline import analysis
-from engine.pipeline.judge_configs import Prepared, composer
+from engine.pipeline.digest import Hasher, host_hash
+from engine.pipeline.judge_configs import Prepared, composer, seeded
 from engine.pipeline.judge_result import MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
+    from engine.pipeline.fresh import Fresh
     from engine.pipeline.judge_timer import LocalTimer
     from engine.pipeline.judge_result import JudgeResult
     from engine.pipeline.types import JudgeRequest, SessionBaseline, TimingParams
@@ -30,9 +32,10 @@ class TimingJudge:
         self.req, self.local, self.result = req, local, result
 
     def verdict(self, runtime: TaskRuntime, prep: Prepared, tol: analysis.Tolerance,
-                job: analysis.Job) -> TimingRow:
-        """The verdict on a timing job of the candidate's (its runner already stopped), with the null loop and
-        the baselines timed now by the judge alone, or the session's baselines where a re-timing agrees."""
+                job: analysis.Job, hasher: Hasher = host_hash, fresh: Fresh | None = None) -> TimingRow:
+        """The verdict on a timing job of the candidate's (its runner already stopped; its checked iterations
+        digested, else digested here against `prep`'s references), with the null loop and the baselines timed now
+        by the judge alone, or the session's baselines where a re-timing agrees."""
         import torch  # lazy: the judge loads torch only after its runner is spawned (judge.py)
         p = self.req.timing_params
         known = self._session_baselines(runtime, prep)
@@ -40,12 +43,14 @@ class TimingJudge:
         # Never taken from the session: it is cheap, and it anchors the checks of this candidate's clock.
         live = [t.clone() for t in prep.tensors[: len(prep.tensors) // max(len(prep.variants), 1)]]
         variants = [prep.tensors[i * len(live):(i + 1) * len(live)] for i in range(len(prep.variants))]
-        null = self.local.time(lambda: None, live, variants if live else [], self._quick() if known else p)
+        modes = (fresh.modes, fresh.alphas) if fresh is not None and fresh.active and live else ((), ())
+        null = self.local.time(lambda: None, live, variants if live else [], self._quick() if known else p,
+                               fresh=modes)
         null_ms = analysis.summarise([c.ms_all for c in null.timed()], [c.ms_all for c in null.timed()],
                                      0.0).median_ms
         null_gap = analysis.median_gap_ms(null.timed())
         res = analysis.judge_timing(job, [v.ref for v in prep.variants], composer(runtime, prep), tol,
-                                    null_ms, null_gap)
+                                    null_ms, null_gap, hasher, p.checks)
         if self.req.integrity:
             self.result.integrity[f"{prep.name}@timing"] = res.integrity
         if res.stats is None:
@@ -60,14 +65,14 @@ class TimingJudge:
             row.baselines = BaselineOrigin(MEASURED)
             runtime.restore_state(prep.variants[0].state)
             if "eager" in self.req.baselines:
-                eager = self.local.time(runtime.eager_callable(), [], [], p)
+                eager = self.local.time(_seeded(runtime.eager_callable(), prep), [], [], p)
                 row.eager = analysis.summarise([c.ms for c in eager.timed()], [c.ms_all for c in eager.timed()],
                                                null_ms)
             if "compile" in self.req.baselines:
                 try:
                     fn = runtime.compiled_callable()
                     if fn is not None:
-                        comp = self.local.time(fn, [], [], p)
+                        comp = self.local.time(_seeded(fn, prep), [], [], p)
                         row.compile = analysis.summarise([c.ms for c in comp.timed()],
                                                          [c.ms_all for c in comp.timed()], null_ms)
                 except Exception as exc:  # noqa: BLE001 - a baseline that cannot compile is absent, with the reason
@@ -91,7 +96,7 @@ class TimingJudge:
             return None
         try:
             runtime.restore_state(prep.variants[0].state)
-            fn = runtime.eager_callable()
+            fn = _seeded(runtime.eager_callable(), prep)
             job = self.local.time(fn, [], [], self._quick())
             now = analysis.summarise([c.ms for c in job.timed()], [c.ms_all for c in job.timed()], 0.0).median_ms
         except Exception:  # noqa: BLE001 - measure everything anew rather than fail the candidate
@@ -106,3 +111,12 @@ class TimingJudge:
     def _quick(self) -> TimingParams:
         return dataclasses.replace(self.req.timing_params, warmup=3, min_iters=RECHECK_ITERS,
                                    max_iters=RECHECK_ITERS, budget_s=0.0)
+
+
+def _seeded(call: Callable[[], Any], prep: Prepared) -> Callable[[], Any]:
+    """A baseline seeded before every call as the candidate's calls are, where the reference draws random numbers
+    (CallPlan.call_seed): both pay the same seeding, and draw the same numbers."""
+    seed = prep.variants[0].plan.call_seed
+    if seed is None:
+        return call
+    return lambda: seeded(seed, call)

@@ -108,6 +108,8 @@ class Setup(_Message):
     timer_so: str
     timer_module: str
     pin_arena: bool = False          # page-lock the arena's whole slot once up (a spare judge's runner)
+    # the judge's numeric settings (engine.harness.numerics.Numerics), applied before the candidate is imported
+    numerics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,12 +137,22 @@ class Config(_Message):
     variants: int
     per_variant: int                 # tensors per variant; a ModelNew's state tensors follow all variants'
     model: dict[str, Any] | None = None   # ModelNew: {"seed", "init", "state", "dtype"}
+    # per variant, the seed torch's generators get before every call (a reference that draws random numbers)
+    call_seeds: tuple[int, ...] | None = None
+    # per tensor of a variant: how each call's fresh values are drawn (engine/pipeline/fresh.py; 0: a plain copy)
+    fresh_modes: tuple[int, ...] | None = None
+    fresh_alphas: tuple[float, ...] | None = None
     # the tensors' metas, which wire.Channel.send adds to the header: filled on the runner's side only
     tensors: tuple[dict[str, Any], ...] = field(default=(), metadata=_OMIT)
 
     def _check(self) -> None:
         if self.variants < 1 or self.per_variant < 0:
             raise MessageError(f"`config` message: {self.variants} variants of {self.per_variant} tensors")
+        if (self.fresh_modes is None) != (self.fresh_alphas is None) or self.fresh_modes is not None and not \
+                len(self.fresh_modes) == len(self.fresh_alphas or ()) == self.per_variant:
+            raise MessageError(f"`config` message: fresh-input modes and spreads for {self.per_variant} tensors")
+        if self.call_seeds is not None and len(self.call_seeds) != self.variants:
+            raise MessageError(f"`config` message: {len(self.call_seeds)} call seeds for {self.variants} variants")
         if (self.kind == "modelnew") != (self.model is not None):
             raise MessageError(f"`config` message: a `{self.kind[:40]}` call with{'out' if self.model is None else ''}"
                                " a model (only ModelNew has one)")
@@ -218,6 +230,9 @@ class JobDone(_Message):
     status: str                      # the helper's own word on the job; the records are what count
     fatal: bool = field(default=False, metadata=_OMIT)   # a sticky CUDA error: the runner exits after this
     message: str | None = None
+    # the runner's own word on its peak GPU allocation since the config was set up: figures for the memory report
+    # (JudgeResult.memory), never evidence in a verdict
+    peak_bytes: int | None = None
 
     def _check(self) -> None:
         if self.fatal and self.message is None:

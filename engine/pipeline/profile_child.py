@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from engine.harness.numerics import JUDGE, apply
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import messages as msg
 from engine.pipeline.profile_types import OpRow, ProfileRequest, ProfileResult
@@ -44,6 +45,7 @@ def run(request: ProfileRequest) -> ProfileResult:
     if not torch.cuda.is_available():
         return ProfileResult(error="no CUDA GPU is visible to the profiler")
     device = torch.device("cuda")
+    apply(JUDGE)   # as in the runner: the settings the candidate was judged under, before its import
     runtime = runtime_for(task, request.direction)
     module = load_candidate(msg.parse_as(request.candidate, msg.Load))   # runner_process.stage_candidate's
     runtime.setup(cfg, cfg.seed, device)

@@ -4,14 +4,14 @@ candidate.
 Untrusted by design: it loads the candidate and calls it on the arguments the judge sends, through the compiled
 timing helper, and nothing else. It jails itself first (engine.jail: Landlock, network namespace, seccomp,
 no privileges, dies with the judge), while it is still a single thread and before torch or the candidate is
-imported; then it imports torch, loads the helper from its read-only folder and hands it the descriptors
-(the helper reads the signing key and closes it, and maps the arena, engine/pipeline/arena.py). Only then does
-candidate code run. What the runner says on the control channel is never taken as a result: results are the
+imported; then it imports torch, takes the judge's numeric settings (engine/harness/numerics.py), loads the
+helper from its read-only folder and hands it the descriptors (the helper reads the signing key and closes it,
+and maps the arena, engine/pipeline/arena.py). Only then does candidate code run. What the runner says on the control channel is never taken as a result: results are the
 helper's signed records, and the judge checks them against references it computed itself. Its messages are
 the typed ones of engine/pipeline/messages.py.
 
-Lazy imports: torch and the harness (build, runtimes, poison, kernelbench_prebuilt) are imported inside the
-functions that need them: they may load only once the runner has jailed itself, and before its jail it imports
+Lazy imports: torch and the harness (build, numerics, runtimes, poison, kernelbench_prebuilt) are imported inside
+the functions that need them: they may load only once the runner has jailed itself, and before its jail it imports
 little (the jail, the wire format and the messages, all of them free of torch).
 """
 
@@ -38,6 +38,8 @@ class _Configured:
     live: list[Any]                # fresh storage with variant 0's strides, refilled per call
     variants: list[list[Any]]      # each variant's argument tensors
     call: Callable[[], Any]
+    fresh_modes: list[int]         # per tensor: how each call's values are drawn from its variant's (helper)
+    fresh_alphas: list[float]
 
 
 class Runner:
@@ -60,6 +62,11 @@ class Runner:
         import torch
 
         from engine.harness.build import load_extension
+        from engine.harness.numerics import JUDGE, Numerics, apply
+
+        # the judge's settings before any candidate code: its references and the candidate's library calls
+        # (cuDNN, cuBLAS) start from the same precision; what the candidate sets later is its own doing
+        apply(Numerics.from_json(setup.numerics) if setup.numerics is not None else JUDGE)
 
         if not torch.cuda.is_available():
             # Nothing can be measured; the key is dropped unread (closing the pipe discards it). The runner
@@ -119,6 +126,7 @@ class Runner:
 
     def configure(self, m: msg.Config, blobs: list[bytearray]) -> msg.Reply:
         import torch
+        torch.cuda.reset_peak_memory_stats()   # JobDone.peak_bytes: this config's setup and jobs
         tensors = [self._from_arena(meta) if "arena_offset" in meta else tensor_from_bytes(meta, b, "cuda")
                    for meta, b in zip(m.tensors, blobs)]
         k, n = m.variants, m.per_variant
@@ -133,7 +141,9 @@ class Runner:
             def call() -> Any:
                 with torch.no_grad():
                     return fn(*args)
-        self.configs[m.cid] = _Configured(live, variants, call)
+        if m.call_seeds is not None:
+            call = seeded_calls(call, m.call_seeds, self.timer.current_variant)
+        self.configs[m.cid] = _Configured(live, variants, call, list(m.fresh_modes or ()), list(m.fresh_alphas or ()))
         return msg.Configured(cid=m.cid)
 
     def _from_arena(self, meta: dict[str, Any]) -> Any:
@@ -171,13 +181,14 @@ class Runner:
         cfg = self.configs[m.cid]
         poison_free_cache()
         status = self.timer.run(m.job, m.mode, cfg.call, cfg.live, cfg.variants, list(m.schedule), m.warmup,
-                                m.min_iters, m.max_iters, m.budget_s, m.checks, m.flush, m.probe_inputs, m.settle_ms)
+                                m.min_iters, m.max_iters, m.budget_s, m.checks, m.flush, m.probe_inputs, m.settle_ms,
+                                cfg.fresh_modes, cfg.fresh_alphas)
         try:
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - a sticky CUDA error: this process can do nothing more
             return msg.JobDone(job=m.job, status=str(status), fatal=True,
                                message=f"CUDA error: {str(exc).strip().splitlines()[0]}")
-        return msg.JobDone(job=m.job, status=str(status))
+        return msg.JobDone(job=m.job, status=str(status), peak_bytes=int(torch.cuda.max_memory_allocated()))
 
     def drop(self, m: msg.Drop) -> msg.Reply:
         import torch
@@ -185,6 +196,19 @@ class Runner:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()   # back to the GPU, which other evaluations may share
         return msg.Dropped()
+
+
+def seeded_calls(call: Callable[[], Any], seeds: tuple[int, ...], current_variant: Callable[[], int]
+                 ) -> Callable[[], Any]:
+    """`call` with torch's generators seeded before each call, with the seed of the variant the helper refilled
+    the inputs from: the judge computed that variant's reference right after the same seeding (a reference that
+    draws random numbers: judge_configs.prepare)."""
+    import torch
+
+    def seeded_call() -> Any:
+        torch.manual_seed(seeds[current_variant()])
+        return call()
+    return seeded_call
 
 
 def load_candidate(load: msg.Load) -> Any:

@@ -12,10 +12,14 @@ from engine.harness.roofline import FLOOR_MARGIN, get_peaks
 from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport
 from engine.pipeline.judge_result import JudgeOutcome, JudgeResult
 from engine.pipeline.types import NO_GPU
-from engine.tasks.model import ALL_CONFIGS, Task, timing_selection
+from engine.tasks.model import ALL_CONFIGS, Cost, Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
 
 NO_GPU_REASON = "no CUDA GPU is visible: correctness and timing need a GPU (compiled fine)"
+# The share of a counted cost (FlopCounterMode's FLOPs, every argument's and output's bytes) that makes the floor of a
+# task without a cost model: counted against the built-in tasks' own models, counts ran up to 1.9x over them (SDPA's
+# causal mask, a rotary gradient that never reads x), never under.
+COUNTED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,12 @@ def roofline(result: JudgeResult, task: Task, direction: str, cache_root: Path, 
                     "tf32_tflops": peaks.tf32_tflops})
     costs = {c.name: c.cost.get(direction) for c in task.configs}
     for name, row in result.timing.items():
+        # the task's cost model, else the judge's count of the reference (engine/harness/cost_count.py), of which
+        # COUNTED_SHARE: a count can overstate what a kernel must do (a causal mask's skipped blocks, an argument
+        # the gradient never reads), and a floor must never accuse an honest kernel
         cost = costs.get(name)
+        if cost is None and (counted := result.cost.get(name)) is not None:
+            cost = Cost(counted.flops * COUNTED_SHARE, counted.bytes * COUNTED_SHARE)
         if cost is not None and row.candidate is not None:
             out.floor_ms[name] = peaks.floor_ms(cost)
             out.fraction[name] = peaks.fraction(cost, row.candidate.median_ms)
@@ -55,6 +64,8 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
     res = outcome.result
     report.device = res.device.as_report() if res.device else {}
     report.jail = res.jail.to_json() if res.jail else {}
+    report.numerics = res.numerics.to_json() if res.numerics else {}
+    report.memory = {name: jsonable.dump(m) for name, m in res.memory.items()}
     report.traces = dict(res.traces)
     correctness, timing = res.correctness, res.timing
     names = [c.name for c in task.configs if not opts.configs or c.name in opts.configs]
@@ -93,7 +104,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
         timing_failed = [n for n, t in timing.items() if t.error is not None]
         if (stage == Stage.TIMING or timing_failed) and report.rows and all(r.correct for r in report.rows):
             report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS, "all configs within tolerance",
-                                           {"configs": correctness_data(report)}))
+                                           correctness_data(report)))
             report.verdicts.append(Verdict(Stage.TIMING, Status.FAIL, cause))
             return
         running = res.progress.config if res.progress else None
@@ -102,7 +113,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
                 r.correct, r.reason = False, cause
         if failed:
             cause = f"{failed[0].name}: {failed[0].reason}" if not error else cause
-        report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.FAIL, cause, {"configs": correctness_data(report)}))
+        report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.FAIL, cause, correctness_data(report)))
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed"))
         return
     if failed:
@@ -110,12 +121,12 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
         report.verdicts.append(Verdict(
             Stage.CORRECTNESS, Status.FAIL,
             f"{len(failed)} of {len(report.rows)} configs fail; {first.name}: {first.reason}",
-            {"configs": correctness_data(report)}))
+            correctness_data(report)))
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed"))
         return
     report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS,
                                    f"{len(report.rows)} configs x {opts.trials} trials within tolerance",
-                                   {"configs": correctness_data(report)}))
+                                   correctness_data(report)))
     if not opts.timing:
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "timing not requested"))
         return
@@ -166,7 +177,9 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
 
 
 def correctness_data(report: EvalReport) -> dict[str, Any]:
-    return {r.name: {"ok": r.correct, "reason": r.reason, "max_abs_err": r.max_abs_err} for r in report.rows}
+    """The correctness verdict's data: each config's result, and the numeric settings both sides ran under."""
+    return {"configs": {r.name: {"ok": r.correct, "reason": r.reason, "max_abs_err": r.max_abs_err}
+                        for r in report.rows}, "numerics": report.numerics}
 
 
 def integrity_verdict(result: JudgeResult) -> Verdict | None:
@@ -174,7 +187,7 @@ def integrity_verdict(result: JudgeResult) -> Verdict | None:
     per = result.integrity
     if not per:
         return None
-    data = {"configs": {name: jsonable.dump(r) for name, r in per.items()}}
+    data = {"configs": {name: jsonable.dump(r) for name, r in per.items()}, "fresh": dict(result.fresh)}
     bad = {name: r for name, r in per.items() if not r.ok}
     if bad:
         name, r = next(iter(bad.items()))

@@ -24,6 +24,7 @@ from engine.pipeline import wire
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.runner_process import RunnerProcess
 from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec
+from tests.kbench_procs import runner_without_gpu
 from tests.paths import REPO
 
 REQUESTS = [
@@ -223,21 +224,13 @@ def forward(*args):
     (json.dumps({"type": "loaded", "owned": True}).encode(), "`loaded` message: unknown field(s) 'owned'"),
 ])
 def test_a_candidate_that_forges_a_reply_fails_to_load_and_nothing_raises(tmp_path, body, words):
-    timer = tmp_path / "timer.so"
-    timer.write_bytes(b"not a library")
     src = tmp_path / "forger.py"
     src.write_text(f"BODY = {body!r}\n" + FORGER)
-    link = RunnerLink(TimerSpec(str(timer), "kb_timer"))
-    try:
-        link.start()
-        deadline = time.monotonic() + 120
-        assert link.up(deadline) == NO_GPU
+    with runner_without_gpu(tmp_path) as (link, deadline):
         why = link.load(CandidateSpec("native", "kb_forger", py_path=str(src)), "forward", deadline)
         assert why is not None and why.startswith(f"the candidate failed to load: a malformed reply ({words}"), why
         assert link.process is not None
         assert link.process.answer(30) == msg.Loaded()        # the runner's own answer, still in step
-    finally:
-        link.close()
 
 
 def test_the_messages_and_the_runner_import_no_third_party_package_before_the_jail():

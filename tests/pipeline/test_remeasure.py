@@ -5,6 +5,7 @@ one against forgers on a GPU."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from types import SimpleNamespace
@@ -317,7 +318,8 @@ def _judge_with(monkeypatch, tmp_path, req: SimpleNamespace, runner: SimpleNames
     from engine.pipeline.types import TimerSpec
     monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(contended, " (figures)"))
     judge = judge_eval.Judge(TimerSpec("t.so", "t"))
-    judge.req, judge.out, judge.runner, judge.local = req, ResultFile(tmp_path / "result.json"), runner, object()
+    judge.req, judge.out, judge.runner = req, ResultFile(tmp_path / "result.json"), runner
+    judge.local = SimpleNamespace(hasher=lambda: None, rebuild=None)
     return judge
 
 
@@ -326,7 +328,7 @@ def timing_phase(monkeypatch, tmp_path):
     """Judge._time with its runner and the baselines' timer replaced: returns run(job, contended) -> (result,
     what was timed, whether the runner was closed). The real wiring of the phase, on CPU; the GPU suite runs
     it with a real runner (tests/integrity/test_gpu_exploits.py)."""
-    from engine.pipeline import judge_eval
+    from engine.pipeline import judge_eval, judge_timing_phase
     from engine.pipeline.judge_result import TimingRow
     from engine.pipeline.types import TimingParams
 
@@ -337,15 +339,20 @@ def timing_phase(monkeypatch, tmp_path):
             def __init__(self, req, local, data):
                 pass
 
-            def verdict(self, runtime, prep, tol, job):
+            def verdict(self, runtime, prep, tol, job, hasher=None, fresh=None):
                 timed.append(job)
                 return TimingRow(error=job.error or None)
 
-        monkeypatch.setattr(judge_eval, "TimingJudge", Timing)
+        monkeypatch.setattr(judge_timing_phase, "TimingJudge", Timing)
+        monkeypatch.setattr(judge_timing_phase, "reference_outputs", lambda prep: [])
+        monkeypatch.setattr(judge_timing_phase, "prepare_baseline", lambda *a: None)
         judge = _judge_with(monkeypatch, tmp_path, SimpleNamespace(timing_configs=[], timing_params=TimingParams()),
-                            SimpleNamespace(process=None, run_job=lambda name, spec, decode, deadline: (job, None),
+                            SimpleNamespace(process=None, run_job=lambda name, spec, decode, *a: (job, None),
                                             close=lambda: closed.append(True)), contended)
-        judge._time([SimpleNamespace(name="bench")], {"bench": object()}, None, None, None)
+        judge._digest_timed = judge._note_memory = lambda *a: None    # the job's outputs and figures: none here
+        with contextlib.suppress(judge_eval.Stop):
+            prep = SimpleNamespace(variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))], fresh=None)
+            judge._time([SimpleNamespace(name="bench")], {"bench": prep}, None, None)
         return judge.out.data, timed, bool(closed)
     return run
 
@@ -375,19 +382,23 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     from engine.pipeline import messages as msg
     from engine.pipeline.analysis import Job
     task = load_task("gelu_bias")
-    monkeypatch.setattr(judge_eval, "prepare", lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)]))
+    monkeypatch.setattr(judge_eval, "prepare",
+                        lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)], flops=0.0))
     monkeypatch.setattr(judge_eval, "plan_message", lambda prep: ({}, []))
     monkeypatch.setattr(judge_eval, "composer", lambda runtime, prep: None)
+    monkeypatch.setattr(judge_eval, "footprint", lambda prep: 0)
+    monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
 
     def judged(integrity: IntegrityResult):
         monkeypatch.setattr(analysis, "judge_check", lambda *a: (CorrectnessResult(False, RUNNER_OOM), integrity))
         req = SimpleNamespace(direction="forward", candidate={}, configs=[task.configs[0].name], trials=1,
                               integrity=True, timing=False, timing_configs=[])
         runner = SimpleNamespace(
-            jail_report=None, load=lambda *a: "", decoder=lambda local: None, drop=lambda *a: None,
+            jail_report=None, load=lambda *a: "", decoder=lambda local, hold=False: None, drop=lambda *a: None,
             configure=lambda header, tensors, deadline: msg.Configured(cid="c"),
-            run_job=lambda name, spec, decode, deadline: (Job(error=RUNNER_OOM, error_where="call"), None))
+            run_job=lambda name, spec, decode, *a: (Job(error=RUNNER_OOM, error_where="call"), None))
         judge = _judge_with(monkeypatch, tmp_path, req, runner, contended=True)
         judge.task, judge.has_gpu = task, True
         judge.run()

@@ -101,6 +101,9 @@ class CallPlan:
     model_state: dict[str, Any] = field(default_factory=dict)
     model_seed: int = 0
     model_dtype: str | None = None     # ModelNew is cast to it (a KernelBench problem run in fp16 or bf16)
+    # a reference that draws random numbers (a dropout in training mode): the seed torch's generators get right
+    # before every call, the reference's and the candidate's alike, as KernelBench's eval seeds both models
+    call_seed: int | None = None
 
 
 class TaskRuntime(ABC):
@@ -159,6 +162,22 @@ class TaskRuntime(ABC):
         """The candidate's outputs (as the runner returned them for `call_plan(inputs)`) turned into what is
         compared with `reference(inputs)`. Identity unless the task wraps the candidate's result."""
         return tuple(outputs)
+
+    # -- fresh inputs (engine/pipeline/fresh.py) ----------------------------------------------------------------
+    def freshable(self, tensors: list[Any]) -> list[bool]:
+        """Which of a call's argument tensors (in the wire's order) may be given fresh values: every
+        floating-point one, unless a format's arguments are derived from one another."""
+        import torch
+        return [isinstance(t, torch.Tensor) and t.is_floating_point() for t in tensors]
+
+    @abstractmethod
+    def fresh_reference(self, args: tuple) -> Outputs:
+        """The reference, as `reference` gives it, for exactly these call arguments (the plan's, some given fresh
+        values), under the current setup."""
+
+    # Whether `compose` reads its inputs (a task's Model that wraps fn's result): where it does not, the judge
+    # composes without fetching the variant's inputs back to the GPU (engine/pipeline/parking.py).
+    composes_with_inputs = True
 
     # Variants of a config share the reference model (KernelBench: the weights come from the config's seed
     # and ModelNew is built once) or redraw everything (native, robust-kbench: weights are arguments).

@@ -91,6 +91,7 @@ class KernelBenchRuntime(TaskRuntime):
     # Variants of a config share the model (its weights come from the config's seed; the runner builds ModelNew
     # once per config) and differ in the problem's inputs only.
     shares_model_across_variants = True
+    composes_with_inputs = False   # ModelNew returns what Model returns
 
     def reseed_inputs(self, config: TaskConfig, seed: int, device: Any) -> None:
         self._inputs = []  # the last variant's inputs are not held while the next ones are drawn
@@ -139,6 +140,9 @@ class KernelBenchRuntime(TaskRuntime):
             self._state.restore()  # a candidate that wrote into a shared weight cannot steer the reference
         with torch.no_grad():
             return as_outputs(self._model(*inputs))
+
+    def fresh_reference(self, args: tuple) -> Outputs:
+        return self.reference(list(args))   # the call's arguments are the problem's inputs
 
     def candidate(self, module: Any, inputs: list[Any]) -> Outputs:
         import torch

@@ -105,6 +105,21 @@ class NativeRuntime(TaskRuntime):
                 return as_outputs(self.model(*inputs, fn=stub_fn(outputs)))
         return tuple(outputs)
 
+    def fresh_reference(self, args: tuple) -> Outputs:
+        """forward: forward_fn on the arguments, composed by the task's Model as the candidate's outputs are;
+        backward: autograd through forward_fn at the arguments after grad_out, with that grad_out."""
+        import torch
+        if self.direction == "forward":
+            with torch.no_grad():
+                out = as_outputs(self.ref.forward_fn(*args))
+            return self.compose(self.inputs(), list(out))
+        saved = self.grad_out
+        self.grad_out = args[0]
+        try:
+            return self._reference_grads(tuple(args[1:]))
+        finally:
+            self.grad_out = saved
+
     # -- backward ----------------------------------------------------------------------------
     def _leaves(self, args: tuple) -> tuple[tuple, list[Any]]:
         idx = set(grad_positions(args, self.spec.no_grad))

@@ -90,17 +90,28 @@ def try_compile(fn: Callable[..., Any], args: list[Any] | tuple) -> Callable[[],
 class ModelState:
     """A copy of a model's parameters and buffers, written back before each reference or candidate call, so a
     candidate that writes into a weight cannot change what the reference computes next, and a training-mode
-    BatchNorm's running statistics start every call from the same values."""
+    BatchNorm's running statistics start every call from the same values.
+
+    The copy is kept in host memory (page-locked where there is a GPU, so writing it back is a fast copy): on the
+    GPU it would double the weights the judge holds for a config (a KernelBench level 3 model's)."""
 
     def __init__(self, model: Any):
-        self.saved = [(t, t.detach().clone()) for t in list(model.parameters()) + list(model.buffers())]
+        import torch
+        pin = torch.cuda.is_available()
+
+        def host(t: Any) -> Any:
+            if not t.is_cuda:   # on the CPU already, or the meta device (sizes only: nothing to copy out)
+                return t.detach().clone()
+            copy = t.detach().to("cpu", copy=True)
+            return copy.pin_memory() if pin else copy
+        self.saved = [(t, host(t)) for t in list(model.parameters()) + list(model.buffers())]
 
     def restore(self) -> None:
         import torch
         with torch.no_grad():
             for live, saved in self.saved:
                 if live.shape == saved.shape:
-                    live.copy_(saved)
+                    live.copy_(saved, non_blocking=True)   # from page-locked memory: ordered on the stream
 
 
 class RobustKbenchRuntime(TaskRuntime):
@@ -309,6 +320,19 @@ class RobustKbenchRuntime(TaskRuntime):
 
     def compose(self, inputs: list[Any], outputs: list[Any]) -> Outputs:
         return self.outputs_from_kernel(inputs, [stub_fn(outputs)()])
+
+    def freshable(self, tensors: list[Any]) -> list[bool]:
+        """Forward: every floating-point argument. Backward: none: upstream's AutogradFunction passes what its
+        forward saved (activations derived from the inputs), which cannot be varied one by one."""
+        return super().freshable(tensors) if self.direction == "forward" else [False] * len(tensors)
+
+    def fresh_reference(self, args: tuple) -> Outputs:
+        import torch
+        if self.direction != "forward":
+            raise NotImplementedError("robust-kbench backward arguments are not given fresh values")
+        with torch.no_grad():
+            out = self.reference_module.forward_fn(*args)
+        return self.outputs_from_kernel(self.inputs(), [out])
 
     # --- TaskRuntime ---------------------------------------------------------------------------------------
 

@@ -12,10 +12,11 @@
 // then   start event, call(), end event, device-wide synchronize, end-all event (work the call left on
 // other streams lands between end and end-all). After the call: alias checks (an output sharing storage with
 // an input, or with the previous call's still-alive output), optional input-mutation and async-completeness
-// probes, and for checked calls the output itself: a signed header with a keyed fingerprint of its bytes,
-// then the bytes (in the shared arena's slot when the judge gave one: engine/pipeline/arena.py). In a timing
-// job the checked calls are a few iterations drawn at random after the iteration count is known: the
-// candidate cannot tell a checked call from any other.
+// probes (a keyed fingerprint of each output on the current stream before the sync, compared after it), and for
+// checked calls the output itself: a signed header with a keyed fingerprint of its bytes, then the bytes (in the
+// shared arena's slot when the judge gave one: engine/pipeline/arena.py). In a timing job the checked calls are
+// a few iterations drawn at random after the iteration count is known: the candidate cannot tell a checked call
+// from any other.
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -42,6 +43,9 @@
 
 int kb_fingerprint_device(const void* data, size_t nbytes, uint64_t seed, cudaStream_t stream, uint64_t* result);
 uint64_t kb_fingerprint_host(const void* data, size_t nbytes, uint64_t seed);
+int kb_fresh_device(void* dst, const void* src, size_t n, int dtype, uint64_t seed, int mode, float alpha,
+                    int64_t side, cudaStream_t stream);
+int kb_fresh_host(void* dst, const void* src, size_t n, int dtype, uint64_t seed, int mode, float alpha, int64_t side);
 
 namespace {
 
@@ -136,6 +140,7 @@ size_t g_arena_cap = 0;        // bytes in the slot
 size_t g_arena_pinned = 0;     // bytes of the slot page-locked so far
 bool g_arena_pin_ok = true;
 uint64_t g_arena_sent = 0;     // slot payloads sent
+int64_t g_variant = -1;        // the variant the live inputs were refilled from for the call under way
 
 enum RecordType : uint32_t { HELLO = 6, JOB_BEGIN = 1, ITER = 2, OUTPUT = 3, JOB_END = 4, ERROR_ = 5 };
 
@@ -199,6 +204,12 @@ std::string num(double v) {
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
   char b[40];
   std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
   return b;
 }
 
@@ -276,15 +287,15 @@ std::vector<at::Tensor> tensors_of(const std::vector<Out>& outs) {
   return ts;
 }
 
-at::Tensor bytes_of(const at::Tensor& t) {
-  auto c = t.contiguous().reshape({-1});
-  return c.numel() ? c.view(at::kByte) : c;
-}
-
-bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
-  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
-  if (a.numel() == 0) return true;
-  return at::equal(bytes_of(a), bytes_of(b));
+// The settle probe's snapshot of an output (its fingerprint on the current stream right after the call, before
+// any device-wide synchronisation) instead of a clone: the runner holds no second copy of each output. A CUDA
+// error here is left for the device-wide synchronisation after it to report, as the call's own.
+cudaError_t snapshot(const at::Tensor& t, uint64_t seed, uint64_t* result) {
+  at::Tensor c = t.contiguous();
+  const size_t nbytes = (size_t)c.numel() * c.element_size();
+  if (!c.is_cuda()) { *result = kb_fingerprint_host(c.data_ptr(), nbytes, seed); return cudaSuccess; }
+  auto stream = at::cuda::getCurrentCUDAStream().stream();
+  return (cudaError_t)kb_fingerprint_device(c.data_ptr(), nbytes, seed, stream, result);
 }
 
 uint64_t fingerprint(const at::Tensor& contiguous, uint64_t seed) {
@@ -400,15 +411,58 @@ struct Job {
   py::function call;
   bool flush;
   bool probe_inputs;       // compare the live inputs with their variant after the call
-  double settle_ms;        // >= 0: async-completeness probe (snapshot before sync, compare after a pause)
+  double settle_ms;        // >= 0: async-completeness probe (fingerprint before sync, compare after a pause)
+  std::vector<int64_t> fresh_modes;   // per live tensor: 0 a plain copy of the variant, else kernel.cu's mode
+  std::vector<double> fresh_alphas;   // per live tensor: the factor's spread (a power of two)
   std::vector<at::Tensor> prev;   // the previous call's outputs, kept alive for the persistence check
   Events ev;
 };
 
-void refill(Job& job, int v) {
+// ------------------------------------------------------------------------------------------ fresh inputs
+// kernel.cu's codes for the dtypes a factor applies to; -1: copied as they are (indices, masks)
+int fresh_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return 0;
+    case at::kHalf: return 1;
+    case at::kBFloat16: return 2;
+    case at::kDouble: return 3;
+    default: return -1;
+  }
+}
+
+// Tensor k of a call whose seed is `seed` draws from its own stream of factors.
+uint64_t tensor_seed(uint64_t seed, size_t k) { return seed + (uint64_t)k * 0x9E3779B97F4A7C15ull; }
+
+// dst = src times the call's factors (kernel.cu), on src's device; the factors follow the logical (row-major)
+// index, so a strided tensor gets what its contiguous copy would.
+void fresh_into(at::Tensor& dst, const at::Tensor& src, uint64_t seed, int64_t mode, double alpha) {
+  const int code = fresh_dtype(src.scalar_type());
+  if (mode == 0 || code < 0 || src.numel() == 0) { dst.copy_(src, /*non_blocking=*/true); return; }
+  const int64_t side = (mode == 2 && src.dim() >= 2) ? src.size(-1) : 0;
+  at::Tensor s = src.contiguous();
+  const bool direct = dst.is_contiguous() && dst.scalar_type() == s.scalar_type() && dst.device() == s.device();
+  at::Tensor d = direct ? dst : at::empty_like(s);
+  int err = s.is_cuda()
+      ? kb_fresh_device(d.data_ptr(), s.data_ptr(), (size_t)s.numel(), code, seed, (int)mode, (float)alpha, side,
+                        at::cuda::getCurrentCUDAStream().stream())
+      : kb_fresh_host(d.data_ptr(), s.data_ptr(), (size_t)s.numel(), code, seed, (int)mode, (float)alpha, side);
+  check_cuda((cudaError_t)err, "fresh inputs");
+  if (!direct) dst.copy_(d, /*non_blocking=*/true);
+}
+
+// The live inputs for a call: variant v, each fresh tensor times its factors under the call's seed.
+void refill(Job& job, int v, uint64_t seed) {
   if (job.variants.empty()) return;
   auto& src = job.variants[(size_t)v];
-  for (size_t k = 0; k < job.live.size(); ++k) job.live[k].copy_(src[k], /*non_blocking=*/true);
+  for (size_t k = 0; k < job.live.size(); ++k) {
+    const int64_t mode = k < job.fresh_modes.size() ? job.fresh_modes[k] : 0;
+    fresh_into(job.live[k], src[k], tensor_seed(seed, k), mode, mode ? job.fresh_alphas[k] : 0.0);
+  }
+}
+
+bool any_fresh(const Job& job) {
+  for (auto m : job.fresh_modes) if (m) return true;
+  return false;
 }
 
 void prepare_cache(Job& job, cudaStream_t stream, bool flush) {
@@ -427,8 +481,16 @@ void prepare_cache(Job& job, cudaStream_t stream, bool flush) {
 bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
   auto stream = at::cuda::getCurrentCUDAStream().stream();
   prepare_cache(job, stream, false);  // before the refill too: a window left on the stream would mark its writes
-  refill(job, v);
+  // drawn now, after the previous call returned: no call's inputs were given to any earlier call
+  const uint64_t seed = any_fresh(job) ? urandom64() : 0;
+  refill(job, v, seed);
+  // the input-mutation probe: what the call was given, as a keyed fingerprint (compared after the call)
+  std::vector<uint64_t> given;
+  const uint64_t probe_seed = job.probe_inputs ? urandom64() : 0;
+  if (job.probe_inputs && !job.variants.empty())
+    for (auto& t : job.live) given.push_back(fingerprint(t.contiguous(), probe_seed));
   prepare_cache(job, stream, true);
+  g_variant = v;
   check_cuda(cudaEventRecord(job.ev.start, stream), "cudaEventRecord");
   py::object r;
   try {
@@ -447,9 +509,15 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
   } catch (std::exception& e) {
     bad_output = e.what();
   }
-  std::vector<at::Tensor> snaps;
+  std::vector<uint64_t> snaps;
+  std::vector<char> snapped;
+  const uint64_t snap_seed = job.settle_ms >= 0 ? urandom64() : 0;
   if (job.settle_ms >= 0)
-    for (auto& o : outs) snaps.push_back(o.kind == Out::TENSOR ? o.t.clone() : at::Tensor());  // no sync first
+    for (auto& o : outs) {  // before any device-wide sync: what the current stream's work left in the output
+      uint64_t fp = 0;
+      snapped.push_back(o.kind == Out::TENSOR && snapshot(o.t, snap_seed, &fp) == cudaSuccess ? 1 : 0);
+      snaps.push_back(fp);
+    }
   cudaError_t err = cudaDeviceSynchronize();
   if (err == cudaSuccess) err = cudaEventRecord(job.ev.end_all, stream);
   if (err == cudaSuccess) err = cudaEventSynchronize(job.ev.end_all);
@@ -473,24 +541,26 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
       cudaDeviceSynchronize();
     }
     async_diff = 0;
-    for (size_t k = 0; k < outs.size(); ++k)
-      if (outs[k].kind == Out::TENSOR && !same_bytes(snaps[k], outs[k].t)) async_diff = 1;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      uint64_t settled = 0;
+      if (!snapped[k]) continue;
+      check_cuda(snapshot(outs[k].t, snap_seed, &settled), "settle probe");   // an error since the sync: the job's
+      if (settled != snaps[k]) async_diff = 1;
+    }
   }
   auto out_tensors = tensors_of(outs);
   auto out_ranges = storages(out_tensors);
   int alias_in = overlaps(out_ranges, storages(job.live)) ? 1 : 0;
   int persist = overlaps(out_ranges, storages(job.prev)) ? 1 : 0;
   int mutated = -1;
-  if (job.probe_inputs && !job.variants.empty()) {
-    auto& src = job.variants[(size_t)v];
+  if (job.probe_inputs && !job.variants.empty())
     for (size_t k = 0; k < job.live.size(); ++k)
-      if (!same_bytes(job.live[k], src[k])) { mutated = (int)k; break; }
-  }
+      if (fingerprint(job.live[k].contiguous(), probe_seed) != given[k]) { mutated = (int)k; break; }
   const long long t_ns = (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::steady_clock::now().time_since_epoch()).count();
   std::string b = "{\"i\":" + std::to_string(i) + ",\"t_ns\":" + std::to_string(t_ns) + ",\"phase\":\"" +
-                  std::string(1, phase) + "\",\"v\":" +
-                  std::to_string(v) + ",\"ms\":" + num(ms) + ",\"ms_all\":" + num(ms_all) + ",\"outputs\":" +
+                  std::string(1, phase) + "\",\"v\":" + std::to_string(v) + ",\"seed\":\"" + hex64(seed) +
+                  "\",\"ms\":" + num(ms) + ",\"ms_all\":" + num(ms_all) + ",\"outputs\":" +
                   std::to_string(outs.size()) + ",\"checked\":" + std::to_string(checked ? 1 : 0) +
                   ",\"alias_input\":" + std::to_string(alias_in) + ",\"persistent_output\":" + std::to_string(persist) +
                   ",\"mutated_input\":" + std::to_string(mutated) + ",\"async_diff\":" + std::to_string(async_diff) + "}";
@@ -556,15 +626,22 @@ void init(int key_fd, int record_fd, int arena_fd, int64_t arena_data_offset, in
 
 // mode "check": one call per entry of `schedule` (variant indices), every call checked.
 // mode "time":  `warmup` calls, then n timed iterations (n from the warm-up's median time and `budget_s`,
-//               clamped to [min_iters, max_iters]), `checks` of them checked, drawn at random; variants at random.
+//               clamped to [min_iters, max_iters]), `checks` of them checked, drawn at random, and one more in
+//               the last tenth; variants at random.
+// Every call's live inputs are its variant's, the tensors with a fresh mode times factors drawn from the call's
+// own seed (kernel.cu), which its ITER record carries: no call is given content an earlier one was given.
 std::string run(uint64_t job_id, const std::string& mode, py::function call, std::vector<at::Tensor> live,
                 std::vector<std::vector<at::Tensor>> variants, std::vector<int64_t> schedule, int64_t warmup,
                 int64_t min_iters, int64_t max_iters, double budget_s, int64_t checks, bool flush,
-                bool probe_inputs, double settle_ms) {
+                bool probe_inputs, double settle_ms, std::vector<int64_t> fresh_modes,
+                std::vector<double> fresh_alphas) {
   for (auto& v : variants)
     if (v.size() != live.size()) throw std::runtime_error("kbench timer: a variant has the wrong number of tensors");
   if (mode != "check" && mode != "time") throw std::runtime_error("kbench timer: unknown mode " + mode);
-  Job job{job_id, std::move(live), std::move(variants), std::move(call), flush, probe_inputs, settle_ms, {}, {}};
+  if (!fresh_modes.empty() && (fresh_modes.size() != live.size() || fresh_alphas.size() != live.size()))
+    throw std::runtime_error("kbench timer: fresh-input modes for another number of tensors");
+  Job job{job_id, std::move(live), std::move(variants), std::move(call), flush, probe_inputs, settle_ms,
+          std::move(fresh_modes), std::move(fresh_alphas), {}, {}};
   check_cuda(cudaEventCreate(&job.ev.start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&job.ev.end), "cudaEventCreate");
   check_cuda(cudaEventCreate(&job.ev.end_all), "cudaEventCreate");
@@ -610,6 +687,14 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
         }
         std::vector<char> is_checked(n, 0);
         for (auto c : chosen) is_checked[c] = 1;
+        // One more in the last tenth of the job: the last check (which the arena's release word shows) leaves at
+        // most a tenth of the iterations unchecked after it, too few to move the median.
+        const int64_t window = std::max<int64_t>(1, n / 10);
+        const int64_t last = n - window + (int64_t)(urandom64() % (uint64_t)window);
+        if (checks > 0 && n > 0 && !is_checked[last]) {
+          is_checked[last] = 1;
+          chosen.push_back(last);
+        }
         for (int64_t it = 0; it < n && ok; ++it) ok = one_call(job, it, 't', (int)(pick() % K), is_checked[it]);
       }
     }
@@ -638,6 +723,19 @@ at::Tensor arena_view(int64_t nbytes) {
   return at::from_blob(arena_slot((size_t)nbytes), {nbytes}, at::TensorOptions().dtype(at::kByte));
 }
 
+std::vector<at::Tensor> fresh_args(std::vector<at::Tensor> tensors, uint64_t seed, std::vector<int64_t> modes,
+                                   std::vector<double> alphas) {
+  if (modes.size() != tensors.size() || alphas.size() != tensors.size())
+    throw std::runtime_error("kbench timer: fresh-input modes for another number of tensors");
+  std::vector<at::Tensor> out;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    at::Tensor d = at::empty_like(tensors[k], at::MemoryFormat::Contiguous);
+    fresh_into(d, tensors[k], tensor_seed(seed, k), modes[k], alphas[k]);
+    out.push_back(d);
+  }
+  return out;
+}
+
 uint64_t py_fingerprint(at::Tensor t, uint64_t seed) {
   return fingerprint(t.contiguous(), seed);
 }
@@ -653,6 +751,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("host_unregister", &host_unregister, py::arg("ptr"));
   m.def("run", &run, py::arg("job_id"), py::arg("mode"), py::arg("call"), py::arg("live"), py::arg("variants"),
         py::arg("schedule"), py::arg("warmup"), py::arg("min_iters"), py::arg("max_iters"), py::arg("budget_s"),
-        py::arg("checks"), py::arg("flush"), py::arg("probe_inputs"), py::arg("settle_ms"));
+        py::arg("checks"), py::arg("flush"), py::arg("probe_inputs"), py::arg("settle_ms"),
+        py::arg("fresh_modes") = std::vector<int64_t>(), py::arg("fresh_alphas") = std::vector<double>());
+  // a call's fresh inputs rebuilt from its variant's tensors and the seed its ITER record carries (the judge's)
+  m.def("fresh_args", &fresh_args, py::arg("tensors"), py::arg("seed"), py::arg("modes"), py::arg("alphas"));
   m.def("fingerprint", &py_fingerprint, py::arg("tensor"), py::arg("seed"));
+  // the variant of the call under way: a seeded call (a reference that draws random numbers) seeds from it
+  m.def("current_variant", []() { return g_variant; });
 }

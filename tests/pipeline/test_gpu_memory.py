@@ -1,0 +1,44 @@
+"""GPU: the judge's and the runner's peak GPU memory for one problem stay within a small multiple of the problem's
+footprint (one variant's inputs, weights and reference outputs), measured per config and printed as MEMORY-ROW.
+
+    python -m pytest -q -m gpu tests/pipeline/test_gpu_memory.py -rA -s
+
+Seen on an H200 before: the judge alone held 25-37 GiB on KernelBench level 1 problems 23, 24 and 36 (a second
+copy of every variant's inputs as the call plan, every checked output of a job at once, every timed config kept on
+both sides until the timing phase). The CPU accounting of the same is tests/pipeline/test_judge_memory.py and
+tests/pipeline/test_digest.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.candidates import Candidate
+from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.tasks.loader import load_task
+from tests.paths import FIXTURES
+
+pytestmark = pytest.mark.gpu
+
+BIG = FIXTURES / "kernelbench" / "big_softmax.py"
+# The judge: one variant's inputs, a copy for the reference and its output while a variant is prepared (the others
+# parked in host memory); one reference and one candidate output while comparing. The runner: each of the two
+# variants' inputs, the live ones, the call's output and the previous call's (the persistence check): 2.5x here.
+JUDGE_MULTIPLE = 3.0
+RUNNER_MULTIPLE = 3.0
+
+
+def test_the_judge_and_the_runner_of_a_1_gib_softmax_hold_a_small_multiple_of_its_footprint(gpu_to_itself):
+    cand = Candidate("kernelbench", {"own_model.py": BIG.read_text() + "\n\nclass ModelNew(Model):\n    pass\n"},
+                     name="own-model")
+    rep = evaluate(load_task(BIG), cand, "forward",
+                   EvalOptions(trials=2, override_static=True, profile=False, baselines=("eager",)))
+    assert rep.passed and not rep.unmeasured, rep.to_json()["verdicts"]
+    assert rep.memory and set(rep.memory) == {r.name for r in rep.rows}
+    for name, m in rep.memory.items():
+        fp = m["footprint"]
+        judge, runner = m["judge_allocated"] / fp, (m["runner_allocated"] or 0) / fp
+        print(f"MEMORY-ROW | big_softmax {name} | footprint {fp >> 20} MiB | judge {m['judge_allocated'] >> 20} MiB "
+              f"({judge:.2f}x, reserved {m['judge_reserved'] >> 20} MiB) | runner {(m['runner_allocated'] or 0) >> 20} "
+              f"MiB ({runner:.2f}x)")
+        assert judge <= JUDGE_MULTIPLE and runner <= RUNNER_MULTIPLE, (name, m)
