@@ -3,10 +3,11 @@ ProposalRequest (the parents' code, summaries and feedback read from the workspa
 (on the loop's thread, or on the pool when proposals run in parallel), and the answer leads to a commit,
 directives, a recorded failure, a stop or a pause.
 
-LLM failures end honestly: a proposer's `stop` (the API refused the request, the key, the budget) stops the
-run with its reason; an API outage that outlasts `[llm] outage_minutes` (`unavailable`) pauses it as "API
-unavailable" (the run ends, resumable, with `on_unavailable="stop"`; it waits for `resume()` with "pause"),
-and the attempt does not count against the search.
+LLM failures end honestly: a proposer's `stop` (the API refused the request, the key) stops the run with its
+reason; a call the dollar budget cannot cover ends the session as its `usd` budget reached; an API outage that
+outlasts `[llm] outage_minutes` (`unavailable`) pauses it as "API unavailable" (the run ends, resumable, with
+`on_unavailable="stop"`; it waits for `resume()` with "pause"), and the attempt does not count against the
+search.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class ProposalFlow(LoopState):
         if proposal.status == ProposalStatus.UNAVAILABLE:
             self.planner.unavailable(gen)   # not an attempt at the search
             self._outage(proposal.reason)
+            return None
+        if proposal.data.get("error") == "budget":
+            self._usd_out = proposal.reason     # refused before it was sent: the dollar budget ends the session
             return None
         if proposal.status == ProposalStatus.STOP:
             self._record_failed(proposal, gen)

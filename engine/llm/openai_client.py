@@ -22,11 +22,11 @@ import time
 from typing import Any, Callable, Mapping
 
 from engine.config import LLMConfig
-from engine.llm.accounting import CallRecord, CostLedger, Usage
+from engine.llm.accounting import CallRecord, CostLedger, Hold, Usage
 from engine.llm.availability import api_key_from_env, no_key_message
 from engine.llm.client import LLMReply, LLMRequest
 from engine.llm.errors import LLMError, NoAPIKey
-from engine.llm.retry import Failure, Retrier, status_failure
+from engine.llm.retry import Failure, Retrier, answer_may_be_lost, status_failure
 
 _STOP = {"tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens", "stop": "end_turn",
          "content_filter": "refusal"}
@@ -92,11 +92,18 @@ class OpenAICompatClient:
         params = self.build_params(req)
 
         def attempt(n: int) -> LLMReply:
-            completion = sdk.chat.completions.create(**params)
-            if not getattr(completion, "choices", None):
-                raise LLMError(f"the endpoint answered without choices: {str(completion)[:200]!r}",
-                               kind="bad_response")
-            return self._reply(completion, req, params["model"], n + 1)
+            with self.retrier.hold(params, min_tokens=req.min_output_tokens or None, key=req.key,
+                                   purpose=req.purpose) as hold:     # the budget's worst case, before sending
+                try:
+                    completion = sdk.chat.completions.create(**{**params, "max_tokens": hold.max_tokens})
+                except Exception as exc:
+                    if answer_may_be_lost(exc):
+                        hold.keep()
+                    raise
+                if not getattr(completion, "choices", None):
+                    raise LLMError(f"the endpoint answered without choices: {str(completion)[:200]!r}",
+                                   kind="bad_response")
+                return self._reply(completion, req, params["model"], n + 1, hold)
 
         return self.retrier.run(attempt, self._classify)
 
@@ -125,14 +132,14 @@ class OpenAICompatClient:
             return Failure(LLMError(f"the openai SDK refused the request: {exc}", kind="client", stop=True), False)
         raise exc
 
-    def _reply(self, completion: Any, req: LLMRequest, model: str, attempts: int) -> LLMReply:
+    def _reply(self, completion: Any, req: LLMRequest, model: str, attempts: int, hold: Hold) -> LLMReply:
         u = getattr(completion, "usage", None)
         cached = int(getattr(getattr(u, "prompt_tokens_details", None), "cached_tokens", 0) or 0) if u else 0
         usage = Usage(input_tokens=max(0, int(getattr(u, "prompt_tokens", 0) or 0) - cached),
                       output_tokens=int(getattr(u, "completion_tokens", 0) or 0), cache_read_tokens=cached)
         billed_model = getattr(completion, "model", None) or model
-        cost = usage.cost(self.config.price_for(billed_model))
-        self.ledger.record(CallRecord(billed_model, usage, cost, req.key, req.purpose, attempts))
+        cost = usage.cost(self.config.price_for(billed_model, usage.prompt_tokens))
+        hold.settle(CallRecord(billed_model, usage, cost, req.key, req.purpose, attempts))
         choice = completion.choices[0]
         msg = choice.message
         tool_name, tool_input = None, None
