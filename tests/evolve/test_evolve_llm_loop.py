@@ -192,6 +192,25 @@ def test_failed_and_duplicate_proposals_leave_their_spend_on_the_session_note(ws
     assert s2.spent_before == pytest.approx(5 * 0.25)   # three failed proposals and two committed candidates
 
 
+def test_directives_written_before_anything_is_measured_are_kept_with_their_cost(ws, task):
+    class Meta(Slow):
+        def propose(self, request):
+            if request.operator == "meta":
+                return Proposal(ProposalStatus.OK, self.name, "meta", directives="- vectorise the bias load",
+                                usage=Usage(500, 100), cost_usd=0.05, model="claude-test")
+            return super().propose(request)
+
+    fake = FakeEvaluator(task, no_gpu=True)          # nothing is measured: no candidate to hang them on
+    s = EvolutionSession(ws, "early", task, Meta(base_of(task)), fake, budgets=Budgets(generations=1, population=3),
+                         policy=OperatorPolicy({"mutate": 1.0, "meta": 50.0}))
+    s.run()
+    fake.close()
+    (kept,) = [e for e in ws.session_events("early") if e.event == "directives"]
+    assert kept.data["usage"]["output_tokens"] == 100 and kept.data["cost_usd"] == 0.05
+    state = load_state(ws, "early")                 # a resume goes on with them, and counts what they cost
+    assert state.directives == "- vectorise the bias load" and state.spent_usd == pytest.approx(0.05)
+
+
 def test_mutate_requests_carry_elite_lessons_and_per_config_times(ws, task):
     prop = Slow(base_of(task), plan=["ok", "fail_correct", "ok", "ok", "ok", "ok"])
     r = EvolutionSession(ws, "ctx", task, prop, FakeEvaluator(task), budgets=Budgets(generations=2, population=3),
