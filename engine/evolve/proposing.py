@@ -24,6 +24,7 @@ from engine.evolve.resume import API_UNAVAILABLE
 from engine.llm.render import render_timings
 from engine.profile.runner import profile_feedback
 from engine.proposers.base import Proposal, ProposalRequest, ProposalStatus, guarded
+from engine.verdict import Stage
 
 
 class ProposalFlow(LoopState):
@@ -127,10 +128,14 @@ class ProposalFlow(LoopState):
             self._flags.stop.set()
 
     def _summary(self, m: Member) -> str:
-        """A parent's verdict, speedup and rationale, and its per-config times against eager and torch.compile."""
+        """A parent's verdict, speedup and rationale, and its per-config times against eager, torch.compile and
+        the physical floor (the judge's placement, from its timing verdict)."""
         text = parent_summary(m)
         try:
-            timings = render_timings(self.ws.status(m.id).measurement)
+            status = self.ws.status(m.id)
+            timing = status.stages.get(Stage.TIMING)
+            judged = timing.verdict.verdict.data if timing is not None and timing.verdict is not None else None
+            timings = render_timings(status.measurement, self.task, self.direction, judged)
         except Exception:  # noqa: BLE001 - a note that cannot be read leaves the summary short, nothing more
             timings = ""
         return f"{text}\n\n{timings}" if timings else text

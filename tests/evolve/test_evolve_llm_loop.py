@@ -220,7 +220,7 @@ def test_mutate_requests_carry_elite_lessons_and_per_config_times(ws, task):
     assert gen2
     for q in gen2:
         assert any("failed at correctness" in lesson for lesson in q.lessons)
-        assert "| config | candidate ms | eager ms |" in q.parent_summaries[0]   # the parent's per-config times
+        assert "| config | candidate ms | physical floor ms | of the roofline | eager ms |" in q.parent_summaries[0]
         if q.elite is not None:
             assert q.elite.source_hash != q.parents[0].source_hash and "geomean speedup" in q.elite_summary
     assert any(q.elite is not None for q in gen2)
