@@ -342,7 +342,7 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
             if spent >= limit:
                 return "usd", f"${spent:.2f} of ${limit:.2f}"
             if self._usd_out:       # a call did not fit in what is left: the budget is as good as spent
-                return "usd", self._usd_out
+                return "usd", self._usd_out.removeprefix("session budget reached: ")
         if self.budgets.wall_s is not None:
             elapsed = self.clock() - self._t0
             if elapsed >= self.budgets.wall_s:
