@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import HAS_GPU
 from tests.paths import REPO
 from tests.standins.scripted import ScriptedModel
 
@@ -43,9 +44,14 @@ def test_every_prompt_tells_the_machine_and_the_cost_model_and_no_path_of_the_us
                "kbench's own folder": str(REPO)}
     for r in posts:
         text = _text(r.json)
-        # the machine: no GPU here, said plainly; the toolkit and the runtime it was found with
-        assert "- measured roofline: unknown here (no GPU is visible where this session runs)" in text, _tool(r)
-        assert re.search(r"- CUDA: nvcc \d+\.\d+\S*, PyTorch built with CUDA \d+\.\d+, driver unknown here", text)
+        # the machine: without a GPU, said plainly; the toolkit and the runtime it was found with
+        if HAS_GPU:
+            assert re.search(r"- measured roofline (of this GPU|: not measured on this GPU yet)", text), _tool(r)
+            assert re.search(r"- CUDA: nvcc \d+\.\d+\S*, PyTorch built with CUDA \d+\.\d+, driver \d", text)
+        else:
+            assert "- measured roofline: unknown here (no GPU is visible where this session runs)" in text, _tool(r)
+            assert re.search(r"- CUDA: nvcc \d+\.\d+\S*, PyTorch built with CUDA \d+\.\d+, driver unknown here",
+                             text)
         # the cost model: the task's formulas and each config's work
         assert "FLOPs per call: `15 * rows * hidden`; minimum bytes moved: `dtype_bytes * (2 * rows * hidden " \
                "+ hidden)` (dtype_bytes = 4)" in text, _tool(r)
@@ -81,3 +87,27 @@ def test_the_parent_is_placed_against_the_roofline_measured_for_its_gpu(user, cl
         assert "measured roofline (copy 4000 GB/s; fp32 60.0 TFLOP/s on the CUDA cores, tf32 400.0 TFLOP/s" in text
     reviews = [_text(r.json) for r in claude.messages() if _tool(r) == "submit_verdict"]
     assert reviews and all("## Target" in t and "- GPU: " in t for t in reviews)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_on_a_gpu_the_prompts_carry_its_measured_roofline_and_the_judges_placement(user, claude):
+    user.env["XDG_CACHE_HOME"] = str(user.home / ".cache")       # the roofline this user measured, nobody else's
+    measured = user.run("roofline", "--json", timeout=600)
+    assert measured.returncode == 0, measured.stdout + measured.stderr
+    peaks = json.loads(measured.stdout)
+    claude.respond(ScriptedModel())
+    out = user.run("evolve", "gelu_bias", "--proposer", "anthropic", "--generations", "1", "--population", "2",
+                   "--operators", "mutate=1", timeout=1800)
+    text = out.stdout + out.stderr
+    posts = claude.messages()
+    assert claude.rejected == [] and posts, text
+    line = f"- measured roofline of this GPU (`kbench roofline`): copy {peaks['copy_gbps']:.0f} GB/s"
+    assert all(line in _text(r.json) for r in posts), text
+    assert all(re.search(r"driver \d", _text(r.json)) for r in posts)
+    mutations = [_text(r.json) for r in posts if "# Operator: mutate" in _text(r.json)]
+    assert mutations, text
+    for m in mutations:     # the baseline, timed by the judge, placed against the floor on this GPU's roofline
+        row = next(x for x in m.splitlines() if x.startswith("| bench |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[2]) > 0 and cells[3].endswith("(memory-bound)"), row
