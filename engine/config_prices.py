@@ -27,7 +27,7 @@ class Price:
 FREE = Price(0.0, 0.0, 0.0, 0.0)
 
 # Anthropic list prices (USD per million tokens: input, output, 5-minute cache write, cache hit), read from
-# the pricing and model pages on 2026-11-23 (docs/formats.md, "LLM: what the API documents"). Matched by
+# the pricing and model pages on 2026-11-29 (docs/formats.md, "LLM: what the API documents"). Matched by
 # exact model id; a dated snapshot id (claude-haiku-4-5-20251001) matches its undated entry, nothing else
 # does, so a model this table does not know costs the "*" entry: deliberately the most expensive tier, so a
 # budget stops early rather than late. Override or add any model with [llm.prices."<model>"].
@@ -51,9 +51,15 @@ DEFAULT_PRICES: dict[str, Price] = {
     "claude-sonnet-4-6": Price(3.0, 15.0, 3.75, 0.30),
     "claude-sonnet-4-5": Price(3.0, 15.0, 3.75, 0.30),
     "claude-sonnet-4": Price(3.0, 15.0, 3.75, 0.30),
-    "claude-haiku-5-5": Price(0.10, 0.50, 0.125, 0.01),   # prompts up to 100k tokens (kbench's are smaller)
+    "claude-haiku-5-5": Price(0.10, 0.50, 0.125, 0.01),   # prompts up to 100k tokens; above: LONG_PROMPT_PRICES
     "claude-haiku-4-5": Price(1.0, 5.0, 1.25, 0.10),
     "*": Price(15.0, 75.0, 18.75, 1.50),
+}
+
+# Models whose whole request is billed at a higher rate once its prompt (input, cache writes and reads) passes
+# a number of tokens: (that number, the price above it). Applied only while the model's price is the default.
+LONG_PROMPT_PRICES: dict[str, tuple[int, Price]] = {
+    "claude-haiku-5-5": (100_000, Price(0.50, 2.50, 0.625, 0.05)),
 }
 
 # A dated snapshot id (claude-haiku-4-5-20251001) is priced as its undated entry (LLMConfig.price_for).

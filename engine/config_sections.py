@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config_prices import _SNAPSHOT, DEFAULT_PRICES, FREE, Price
+from engine.config_prices import _SNAPSHOT, DEFAULT_PRICES, FREE, LONG_PROMPT_PRICES, Price
 from engine.errors import ConfigError
 
 PROVIDERS = ("anthropic", "openai-compatible")
@@ -55,12 +55,17 @@ class LLMConfig:
     prompts_dir: str | None = None         # templates here override the built-in ones, file by file
     prices: dict[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))
 
-    def price_for(self, model: str) -> Price:
+    def price_for(self, model: str, prompt_tokens: int = 0) -> Price:
         """Exact match on the model id (a dated snapshot also matches its undated id), else "*". An
-        openai-compatible endpoint costs nothing unless [llm.prices] says so (a local model is free)."""
+        openai-compatible endpoint costs nothing unless [llm.prices] says so (a local model is free).
+        `prompt_tokens`: the request's whole prompt, for models billed higher above a prompt length."""
         for key in (model, _SNAPSHOT.sub("", model)):
             if key in self.prices:
-                return self.prices[key]
+                price = self.prices[key]
+                above, long = LONG_PROMPT_PRICES.get(key, (0, None))
+                if long is not None and prompt_tokens > above and price == DEFAULT_PRICES.get(key):
+                    return long
+                return price
         if self.provider != "anthropic":
             configured_star = self.prices.get("*")
             return configured_star if configured_star is not None and configured_star != DEFAULT_PRICES["*"] else FREE

@@ -114,6 +114,8 @@ class PreGpuGate(LoopState):
         if ver is not None:
             verdicts = verdicts + list(ver.votes) + [ver.verdict]
             stop_reason = ver.stop
+            if any(v.data.get("error") == "budget" for v in ver.votes):
+                self._usd_out, stop_reason = stop_reason or "", None    # the dollar budget ends the session
         blocked_by = judge_verdicts(verdicts).blocked_by
         blocking = effective(verdicts, blocked_by[0]) if blocked_by else None
         entries: list[VerdictNote | Event] = [VerdictNote(v, now_iso()) for v in verdicts]

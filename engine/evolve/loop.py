@@ -124,6 +124,7 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
         self._failed_in_generation = {}
         self._stepping = False
         self._stop_reason = ""
+        self._usd_out = ""             # why an LLM call was refused by the dollar budget (engine.llm.accounting)
         self.on_unavailable = on_unavailable
         self._stop_paused = False
         self._pause_reason = ""
@@ -206,6 +207,9 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
                                   config=self.session_config)
             self._created = True
             requeue, finished = [], 0
+        limit = getattr(self.ledger, "limit", None)
+        if limit is not None:       # the ledger holds every call to the session's budget, earlier runs counted
+            limit(self.budgets.usd if self.budgets.usd is not None else self.ledger.budget_usd, self.spent_before)
         if self.budgets.proposals_in_flight > 1:
             self._pool = DaemonPool(self.budgets.proposals_in_flight, f"kbench-propose-{self.session}")
         self._t0 = self.clock()
@@ -353,6 +357,8 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
             spent = self.spent_usd()
             if spent >= limit:
                 return "usd", f"${spent:.2f} of ${limit:.2f}"
+            if self._usd_out:       # a call did not fit in what is left: the budget is as good as spent
+                return "usd", self._usd_out.removeprefix("session budget reached: ")
         if self.budgets.wall_s is not None:
             elapsed = self.clock() - self._t0
             if elapsed >= self.budgets.wall_s:

@@ -71,6 +71,7 @@ class LoopState:
     directives: str
     generation: int
     spent_before: float                        # LLM dollars spent by earlier runs of the session
+    _usd_out: str                              # why an LLM call was refused by the dollar budget ("" if none)
     _evaluated: int
     _infra_streak: int                         # evaluations lost by the executor in a row
     _failed_in_generation: dict[int, list[str]]  # why each failed proposal of a generation gave no candidate

@@ -3,10 +3,11 @@ ProposalRequest (the parents' code, summaries and feedback read from the workspa
 (on the loop's thread, or on the pool when proposals run in parallel), and the answer leads to a commit,
 directives, a recorded failure, a stop or a pause.
 
-LLM failures end honestly: a proposer's `stop` (the API refused the request, the key, the budget) stops the
-run with its reason; an API outage that outlasts `[llm] outage_minutes` (`unavailable`) pauses it as "API
-unavailable" (the run ends, resumable, with `on_unavailable="stop"`; it waits for `resume()` with "pause"),
-and the attempt does not count against the search.
+LLM failures end honestly: a proposer's `stop` (the API refused the request, the key) stops the run with its
+reason; a call the dollar budget cannot cover ends the session as its `usd` budget reached; an API outage that
+outlasts `[llm] outage_minutes` (`unavailable`) pauses it as "API unavailable" (the run ends, resumable, with
+`on_unavailable="stop"`; it waits for `resume()` with "pause"), and the attempt does not count against the
+search.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from engine.evolve.resume import API_UNAVAILABLE
 from engine.llm.render import render_timings
 from engine.profile.runner import profile_feedback
 from engine.proposers.base import Proposal, ProposalRequest, ProposalStatus, guarded
+from engine.verdict import Stage
 
 
 class ProposalFlow(LoopState):
@@ -78,6 +80,9 @@ class ProposalFlow(LoopState):
             self.planner.unavailable(gen)   # not an attempt at the search
             self._outage(proposal.reason)
             return None
+        if proposal.data.get("error") == "budget":
+            self._usd_out = proposal.reason     # refused before it was sent: the dollar budget ends the session
+            return None
         if proposal.status == ProposalStatus.STOP:
             self._record_failed(proposal, gen)
             if not self._flags.stop.is_set():
@@ -123,10 +128,14 @@ class ProposalFlow(LoopState):
             self._flags.stop.set()
 
     def _summary(self, m: Member) -> str:
-        """A parent's verdict, speedup and rationale, and its per-config times against eager and torch.compile."""
+        """A parent's verdict, speedup and rationale, and its per-config times against eager, torch.compile and
+        the physical floor (the judge's placement, from its timing verdict)."""
         text = parent_summary(m)
         try:
-            timings = render_timings(self.ws.status(m.id).measurement)
+            status = self.ws.status(m.id)
+            timing = status.stages.get(Stage.TIMING)
+            judged = timing.verdict.verdict.data if timing is not None and timing.verdict is not None else None
+            timings = render_timings(status.measurement, self.task, self.direction, judged)
         except Exception:  # noqa: BLE001 - a note that cannot be read leaves the summary short, nothing more
             timings = ""
         return f"{text}\n\n{timings}" if timings else text

@@ -223,7 +223,13 @@ class SessionRecorder(LoopState):
     def _set_directives(self, proposal: Proposal) -> None:
         self.directives = proposal.directives or ""
         anchor = self.population.best()
-        if anchor is not None:
-            self.ws.record_event(anchor.id, DIRECTIVES, {"directives": self.directives, "cost_usd": proposal.cost_usd,
-                                                          "rationale": proposal.rationale, "proposal": proposal.id})
+        data = {"directives": self.directives, "cost_usd": proposal.cost_usd, "usage": proposal.usage.to_json(),
+                "model": proposal.model, "rationale": proposal.rationale, "proposal": proposal.id}
+        try:
+            if anchor is not None:
+                self.ws.record_event(anchor.id, DIRECTIVES, data)
+            else:       # nothing measured yet: the session's own note keeps them and what they cost
+                self.ws.record_session_event(self.session, DIRECTIVES, data)
+        except Exception as exc:  # noqa: BLE001 - a note that cannot be written must not end the session
+            self._emit(ev.Log(self.session, level="warning", message=f"could not record the directives: {exc}"))
         self._emit(ev.DirectivesUpdated(self.session, directives=self.directives, cost_usd=proposal.cost_usd))

@@ -102,6 +102,10 @@ def load_state(workspace: Workspace, session: str) -> SessionState:
         if e.event == PROPOSAL_FAILED:
             state.failed_proposals += 1
             state.spent_usd += float(e.data.get("cost_usd") or 0.0)
+        elif e.event == DIRECTIVES and e.data.get("directives"):    # written before any candidate was measured
+            if latest_directives is None or e.at >= latest_directives[0]:
+                latest_directives = (e.at, str(e.data["directives"]))
+            state.spent_usd += float(e.data.get("cost_usd") or 0.0)
     for m in pop.members.values():
         for p in m.parents:
             if p in pop.members:

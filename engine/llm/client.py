@@ -38,12 +38,12 @@ except ImportError:  # pragma: no cover - a future SDK without the table
     MODEL_NONSTREAMING_TOKENS = {}
 
 from engine.config import LLMConfig
-from engine.llm.accounting import CallRecord, CostLedger, Usage
+from engine.llm.accounting import CallRecord, CostLedger, Hold, Usage
 from engine.llm.availability import NO_KEY_MESSAGE, api_key_from_env, llm_available, no_key_notice
 from engine.llm.errors import InvalidRequest, LLMError, NoAPIKey
 from engine.llm.models import ModelCaps, ModelCatalog, cache_file
 from engine.llm.render import estimate_tokens
-from engine.llm.retry import Failure, Retrier, retry_after, status_failure
+from engine.llm.retry import Failure, Retrier, answer_may_be_lost, retry_after, status_failure
 
 log = logging.getLogger("kbench.llm")
 
@@ -101,6 +101,18 @@ def resolve_thinking(caps: ModelCaps, wanted: str, effort: str | None) -> str:
     if caps.enabled:
         return "enabled"
     return "disabled"
+
+
+def with_max_tokens(params: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """`params` asking for `max_tokens` (fewer where the budget is short); a manual thinking budget stays below
+    it, as the API requires."""
+    if max_tokens == params["max_tokens"]:
+        return params
+    out = {**params, "max_tokens": max_tokens}
+    thinking = params.get("thinking") or {}
+    if thinking.get("type") == "enabled" and thinking.get("budget_tokens", 0) >= max_tokens:
+        out["thinking"] = {**thinking, "budget_tokens": max(1024, max_tokens - 1024)}
+    return out
 
 
 def needs_streaming(model: str, max_tokens: int) -> bool:
@@ -236,19 +248,32 @@ class LLMClient:
         stream = needs_streaming(params["model"], params["max_tokens"])
 
         def attempt(n: int) -> LLMReply:
-            if stream:
-                with sdk.messages.stream(**params, timeout=self._timeout()) as s:
-                    try:
-                        message = s.get_final_message()
-                    except AssertionError:   # the SDK's accumulator saw no message_start: not an SSE stream
-                        raise LLMError("the API's stream held no message (not server-sent events from the "
-                                       f"Messages API at {self.base_url}?)", kind="bad_response") from None
-            else:
-                message = sdk.messages.create(**params, timeout=self._timeout())
-            if not hasattr(message, "content") or not hasattr(message, "usage"):
-                raise LLMError(f"the API answered with something that is not a message: {str(message)[:200]!r}",
-                               kind="bad_response")
-            return self._reply(message, req, params["model"], n + 1)
+            # the worst case is held before sending; a call that could cross the budget is not sent
+            with self.retrier.hold(params, min_tokens=req.min_output_tokens or None, key=req.key,
+                                   purpose=req.purpose) as hold:
+                sent = with_max_tokens(params, hold.max_tokens)
+                began = False
+                try:
+                    if stream:
+                        with sdk.messages.stream(**sent, timeout=self._timeout()) as s:
+                            began = True
+                            try:
+                                message = s.get_final_message()
+                            except AssertionError:   # the SDK's accumulator saw no message_start: not SSE
+                                raise LLMError("the API's stream held no message (not server-sent events from the "
+                                               f"Messages API at {self.base_url}?)", kind="bad_response") from None
+                    else:
+                        message = sdk.messages.create(**sent, timeout=self._timeout())
+                except LLMError:
+                    raise
+                except Exception as exc:
+                    if began or answer_may_be_lost(exc):
+                        hold.keep()          # an answer may have been generated: its bill is unknown
+                    raise
+                if not hasattr(message, "content") or not hasattr(message, "usage"):
+                    raise LLMError(f"the API answered with something that is not a message: "
+                                   f"{str(message)[:200]!r}", kind="bad_response")
+                return self._reply(message, req, sent["model"], n + 1, hold)
 
         return self.retrier.run(attempt, self._classify)
 
@@ -279,11 +304,11 @@ class LLMClient:
         raise exc
 
     # -- the answer ------------------------------------------------------------------------------------
-    def _reply(self, message: Any, req: LLMRequest, model: str, attempts: int) -> LLMReply:
+    def _reply(self, message: Any, req: LLMRequest, model: str, attempts: int, hold: Hold) -> LLMReply:
         usage = Usage.from_api(message.usage)
         billed_model = getattr(message, "model", None) or model
-        cost = usage.cost(self.config.price_for(billed_model))
-        self.ledger.record(CallRecord(billed_model, usage, cost, req.key, req.purpose, attempts))
+        cost = usage.cost(self.config.price_for(billed_model, usage.prompt_tokens))
+        hold.settle(CallRecord(billed_model, usage, cost, req.key, req.purpose, attempts))
         tool_name, tool_input, texts, thoughts, blocks = None, None, [], [], []
         for block in message.content:
             kind = getattr(block, "type", "")

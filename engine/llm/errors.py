@@ -31,11 +31,14 @@ class BudgetExhausted(LLMError):
     kind = "budget"
     stop = True
 
-    def __init__(self, spent_usd: float, budget_usd: float):
-        super().__init__(f"session budget reached: ${spent_usd:.4f} spent of ${budget_usd:.2f}; "
-                         "no further LLM calls in this session (raise [budget] usd to continue).")
+    def __init__(self, spent_usd: float, budget_usd: float, next_call_usd: float | None = None):
+        nxt = (f"; the next call could cost up to ${next_call_usd:.4f}, more than is left"
+               if next_call_usd is not None else "")
+        super().__init__(f"session budget reached: ${spent_usd:.4f} spent of ${budget_usd:.2f}{nxt}; "
+                         "no further LLM calls in this session (raise --budget-usd or [budget] usd to continue).")
         self.spent_usd = spent_usd
         self.budget_usd = budget_usd
+        self.next_call_usd = next_call_usd
 
 
 class NoAPIKey(LLMError):

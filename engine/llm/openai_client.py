@@ -34,14 +34,14 @@ import time
 from typing import Any, Callable, Mapping
 
 from engine.config import LLMConfig
-from engine.llm.accounting import CallRecord, CostLedger, Usage
+from engine.llm.accounting import CallRecord, CostLedger, Hold, Usage
 from engine.llm.availability import api_key_from_env, no_key_message
 from engine.llm.client import LLMReply, LLMRequest
 from engine.llm.errors import LLMError, NoAPIKey
 from engine.llm.fenced import input_from_text, text_answer_instruction
 from engine.llm.openai_server import (TOOL_MODES, ContextOverflow, ServerFacts, ToolsRefused, context_from_models,
                                       estimate_prompt_tokens, facts_for, fit_max_tokens, overflow, tool_refusal)
-from engine.llm.retry import Failure, Retrier, status_failure
+from engine.llm.retry import Failure, Retrier, answer_may_be_lost, status_failure
 
 log = logging.getLogger("kbench.llm")
 
@@ -175,11 +175,19 @@ class OpenAICompatClient:
         stream = self.streams(params)
 
         def attempt(n: int) -> LLMReply:
-            completion = self._streamed(sdk, params) if stream else sdk.chat.completions.create(**params)
-            if not getattr(completion, "choices", None):
-                raise LLMError(f"the endpoint answered without choices: {str(completion)[:200]!r}",
-                               kind="bad_response")
-            return self._reply(completion, req, params["model"], n + 1)
+            with self.retrier.hold(params, min_tokens=req.min_output_tokens or None, key=req.key,
+                                   purpose=req.purpose) as hold:     # the budget's worst case, before sending
+                sent = {**params, "max_tokens": hold.max_tokens}
+                try:
+                    completion = self._streamed(sdk, sent) if stream else sdk.chat.completions.create(**sent)
+                except Exception as exc:
+                    if answer_may_be_lost(exc):
+                        hold.keep()
+                    raise
+                if not getattr(completion, "choices", None):
+                    raise LLMError(f"the endpoint answered without choices: {str(completion)[:200]!r}",
+                                   kind="bad_response")
+                return self._reply(completion, req, params["model"], n + 1, hold)
 
         return self.retrier.run(attempt, lambda exc: self._classify(exc, mode))
 
@@ -267,14 +275,14 @@ class OpenAICompatClient:
             return Failure(LLMError(f"the openai SDK refused the request: {exc}", kind="client", stop=True), False)
         raise exc
 
-    def _reply(self, completion: Any, req: LLMRequest, model: str, attempts: int) -> LLMReply:
+    def _reply(self, completion: Any, req: LLMRequest, model: str, attempts: int, hold: Hold) -> LLMReply:
         u = getattr(completion, "usage", None)
         cached = int(getattr(getattr(u, "prompt_tokens_details", None), "cached_tokens", 0) or 0) if u else 0
         usage = Usage(input_tokens=max(0, int(getattr(u, "prompt_tokens", 0) or 0) - cached),
                       output_tokens=int(getattr(u, "completion_tokens", 0) or 0), cache_read_tokens=cached)
         billed_model = getattr(completion, "model", None) or model
-        cost = usage.cost(self.config.price_for(billed_model))
-        self.ledger.record(CallRecord(billed_model, usage, cost, req.key, req.purpose, attempts))
+        cost = usage.cost(self.config.price_for(billed_model, usage.prompt_tokens))
+        hold.settle(CallRecord(billed_model, usage, cost, req.key, req.purpose, attempts))
         choice = completion.choices[0]
         msg = choice.message
         tool_name, tool_input = None, None

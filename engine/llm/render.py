@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.candidates import Candidate
+from engine.config import cache_root
+from engine.harness.roofline import Peaks, load_peaks
 from engine.tasks.glue import glue_header
 from engine.tasks.glue_abi import GlueError
-from engine.tasks.model import Task, default_timing_configs
+from engine.tasks.model import DTYPE_BYTES, Task, default_timing_configs
 from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ def context_values(task: Task, direction: str, target: str = "") -> dict[str, An
     try:
         reference = spec.reference_path.read_text().rstrip()
     except OSError as exc:
-        reference = f"# (reference unreadable: {exc})"
+        reference = f"# (reference unreadable: {exc.strerror or type(exc).__name__})"   # no path of the user's
     fn_name = "Model.forward" if task.format == "kernelbench" else "forward_fn"
     if direction == "backward":
         fn_name = f"the gradient of {fn_name}"
@@ -52,6 +54,7 @@ def context_values(task: Task, direction: str, target: str = "") -> dict[str, An
         "configs": render_configs(task), "init_schemes": render_inits(task),
         "backward_contract": _backward_contract(task) if direction == "backward" else "",
         "target": target, "launcher_abi": launcher_abi_text(task, direction),
+        "cost_model": render_cost_model(task, direction),
     }
 
 
@@ -69,19 +72,79 @@ def render_inits(task: Task) -> str:
     return "\n".join(f"- `{name}`: {INIT_MEANINGS.get(name, 'see engine/tasks/inits.py')}" for name in used)
 
 
-def render_timings(measurement: Measurement | None) -> str:
-    """Per-config times of a measurement (engine.workspace.Measurement) against eager and torch.compile."""
+def render_timings(measurement: Measurement | None, task: Task | None = None, direction: str = "forward",
+                   judged: dict[str, Any] | None = None) -> str:
+    """Per-config times of a measurement (engine.workspace.Measurement) against eager and torch.compile, and
+    against the physical floor: the judge's where its timing verdict placed them (`judged`: that verdict's
+    data), else the task's cost model on the roofline cached for the measuring GPU (engine.harness.roofline)."""
     if measurement is None or not measurement.configs:
         return ""
-    lines = ["| config | candidate ms | eager ms | vs eager | torch.compile ms | vs compile |",
-             "|---|---|---|---|---|---|"]
+    judged = judged or {}
+    peaks = _peaks(judged.get("peaks"), measurement.gpu)
+    costs = {c.name: c.cost.get(direction) for c in task.configs} if task is not None else {}
+    lines = ["| config | candidate ms | physical floor ms | of the roofline | eager ms | vs eager | torch.compile ms "
+             "| vs compile |", "|---|---|---|---|---|---|---|---|"]
     for c in measurement.configs:
         def f(x: Any, fmt: str) -> str:
             return format(x, fmt) if x is not None else "-"
-        lines.append(f"| {c.config} | {f(c.ms, '.4f')} | {f(c.eager_ms, '.4f')} | {f(c.speedup_eager, '.2f')}x | "
-                     f"{f(c.compile_ms, '.4f')} | {f(c.speedup_compile, '.2f')}x |")
+        floor = (judged.get("configs") or {}).get(c.config, {}).get("floor_ms")
+        cost = costs.get(c.config)
+        if floor is None and peaks is not None and cost is not None:
+            floor = peaks.floor_ms(cost)
+        bound = f" ({peaks.bound(cost)}-bound)" if peaks is not None and cost is not None else ""
+        share = f"{floor / c.ms:.0%}{bound}" if floor and c.ms else "-"
+        lines.append(f"| {c.config} | {f(c.ms, '.4f')} | {f(floor, '.4f')} | {share} | {f(c.eager_ms, '.4f')} | "
+                     f"{f(c.speedup_eager, '.2f')}x | {f(c.compile_ms, '.4f')} | {f(c.speedup_compile, '.2f')}x |")
     where = f" on {measurement.gpu}" if measurement.gpu else ""
-    return f"Measured{where}:\n\n" + "\n".join(lines)
+    if peaks is not None:
+        place = (f"The floor is the cost model's minimum bytes at the copy bandwidth or its FLOPs at the fp32-accurate "
+                 f"rate, whichever takes longer, on this GPU's measured roofline ({describe_peaks(peaks)}).")
+    else:
+        place = (f"No roofline is measured for {measurement.gpu or 'that GPU'} here (`kbench roofline` on it "
+                 "measures one), so these times are not placed against a physical floor.")
+    return f"Measured{where}:\n\n" + "\n".join(lines) + "\n\n" + place
+
+
+def describe_peaks(peaks: Peaks) -> str:
+    ridge = peaks.fp32_accurate_tflops * 1e3 / peaks.copy_gbps
+    return (f"copy {peaks.copy_gbps:.0f} GB/s; fp32 {peaks.fp32_tflops:.1f} TFLOP/s on the CUDA cores, tf32 "
+            f"{peaks.tf32_tflops:.1f} TFLOP/s on the tensor cores (fp32-accurate 3xTF32 at most "
+            f"{peaks.tf32_tflops / 3:.1f}); ridge point {ridge:.1f} FLOP/byte at fp32 accuracy")
+
+
+def _peaks(judged: Any, gpu: str) -> Peaks | None:
+    """The peaks the judge placed the times with, else those cached on this machine for `gpu`."""
+    if isinstance(judged, dict):
+        try:
+            return Peaks(gpu=str(judged["gpu"]), copy_gbps=float(judged["copy_gbps"]),
+                         fp32_tflops=float(judged["fp32_tflops"]), tf32_tflops=float(judged["tf32_tflops"]),
+                         measured_at=0.0)
+        except (KeyError, TypeError, ValueError):
+            pass
+    return load_peaks(cache_root(), gpu) if gpu else None
+
+
+def render_cost_model(task: Task, direction: str) -> str:
+    """The task's cost model (its formulas) and each config's minimum work, for the context."""
+    rows = [(c.name, c.cost[direction]) for c in task.configs if direction in c.cost]
+    if not rows:
+        return ""
+    spec = task.spec(direction)
+    lines = []
+    if spec.cost_formulas:
+        flops, moved = spec.cost_formulas
+        lines.append(f"- FLOPs per call: `{flops}`; minimum bytes moved: `{moved}` (dtype_bytes = "
+                     f"{DTYPE_BYTES.get(task.dtype, '?')})")
+    for name, cost in rows:
+        lines.append(f"- `{name}`: {_si(cost.flops)}FLOP, {_si(cost.bytes)}B, {cost.intensity:.2f} FLOP/byte")
+    return "\n".join(lines)
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g} "
 
 
 def estimate_tokens(text: str) -> int:

@@ -3,7 +3,8 @@ tried again, honouring `retry-after`, for up to `[llm] outage_minutes`; then the
 which pauses the session instead of failing a proposal. Anything else ends the call at once.
 
 The SDKs' own retries are off (max_retries=0) so that every attempt passes the budget guard and the waits
-are ours: testable with an injected sleep and clock.
+are ours: testable with an injected sleep and clock. Each attempt holds its worst case in the ledger while it
+runs (`Retrier.hold`, engine.llm.accounting): an attempt the budget cannot cover is never sent.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from engine.config import LLMConfig
+from engine.llm.accounting import input_bound
 from engine.llm.errors import APIUnavailable, InvalidRequest, LLMError
 
 if TYPE_CHECKING:
-    from engine.llm.accounting import CostLedger
+    from engine.llm.accounting import CostLedger, Hold
 
 log = logging.getLogger("kbench.llm")
 T = TypeVar("T")
@@ -72,6 +74,16 @@ class Retrier:
             log.info("LLM call failed (%s); attempt %d in %.1f s", failure.error, n + 1, delay)
             self.sleep(delay)
 
+    def hold(self, params: dict[str, Any], *, min_tokens: int | None = None, key: str | None = None,
+             purpose: str = "") -> Hold:
+        """The ledger's hold for one attempt of `params` (a Messages API or chat-completions request): its input
+        bound and `max_tokens` at the model's price. A context manager; `Hold.max_tokens` is what to send."""
+        bound = input_bound(*(params.get(k) for k in ("system", "messages", "tools")))
+        model = str(params["model"])
+        return self.ledger.reserve(self.config.price_for(model, bound), input_tokens=bound,
+                                   max_tokens=int(params["max_tokens"]), min_tokens=min_tokens, model=model,
+                                   key=key, purpose=purpose)
+
     def _backoff(self, k: int) -> float:
         base = self.config.backoff_base_s * (2 ** min(k, 30))
         return min(self.config.backoff_max_s, base * (0.75 + 0.25 * self.rng.random()))
@@ -86,6 +98,16 @@ class Retrier:
             why = (f"still failing after {elapsed:.0f} s and {n} attempt(s) "
                    f"([llm] outage_minutes = {self.config.outage_minutes:g})")
         return APIUnavailable(f"API unavailable: {last} — {why}", status_code=last.status_code, attempts=n)
+
+
+def answer_may_be_lost(exc: BaseException) -> bool:
+    """After a timeout or a dropped connection the API may have produced, and billed, an answer that never
+    arrived; a connection never made or a request never fully written bills nothing, nor does an HTTP error."""
+    wrapped = type(exc).__name__ in ("APITimeoutError", "APIConnectionError")
+    if not wrapped and type(exc).__module__.split(".")[0] not in ("httpx", "httpx2"):
+        return False
+    transport = exc.__cause__ if wrapped else exc
+    return not type(transport).__name__.startswith(("Connect", "Write", "Pool"))
 
 
 def retry_after(headers: Any) -> float | None:

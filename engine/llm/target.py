@@ -1,5 +1,7 @@
 """The machine the candidates are built and measured for, as the prompts describe it: the GPU (name, SM
-count, compute capability, memory) and the nvcc flags a kernel.cu is compiled with.
+count, compute capability, memory), its measured roofline (engine.harness.roofline's cache: `kbench
+roofline`), the CUDA toolkit, runtime and driver versions, and the nvcc flags a kernel.cu is compiled with
+(without the folders they name: no path of the user's machine goes into a prompt).
 
 The GPU is asked in a short child process (engine.harness.device_info), never in this one: the sandboxed
 evaluators fork from the session's process and must not inherit an initialised CUDA context. The flags come
@@ -16,7 +18,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.config import cache_root
+from engine.harness.roofline import Peaks, load_peaks
 from engine.harness.toolchain import detect
+from engine.llm.render import describe_peaks
 
 log = logging.getLogger("kbench.llm")
 
@@ -28,9 +33,13 @@ class TargetInfo:
     sms: int | None = None
     memory_gb: float | None = None
     archs: tuple[str, ...] = ()        # what kernels are built for ("9.0", "9.0a", ...)
-    nvcc_flags: tuple[str, ...] = ()   # how kernel.cu is compiled
+    nvcc_flags: tuple[str, ...] = ()   # how kernel.cu is compiled (no paths: _flags_without_paths)
     note: str = ""                     # why something is unknown
     extra: dict[str, Any] = field(default_factory=dict)
+    nvcc_version: str | None = None    # the toolkit kernel.cu is compiled with
+    cuda_runtime: str | None = None    # the CUDA PyTorch is built with
+    driver: str | None = None
+    peaks: Peaks | None = None         # the GPU's measured roofline, where one is cached for it
 
     def describe(self) -> str:
         lines = []
@@ -49,9 +58,40 @@ class TargetInfo:
             elif any(a.startswith("9.0") for a in self.archs):
                 lines.append("- the build targets sm_90, not sm_90a: wgmma.mma_async and setmaxnreg do not "
                              "compile; TMA (cp.async.bulk) and thread-block clusters do")
+        if self.peaks is not None:
+            lines.append(f"- measured roofline of this GPU (`kbench roofline`): {describe_peaks(self.peaks)}")
+        elif self.gpu:
+            lines.append("- measured roofline: not measured on this GPU yet (`kbench roofline` measures it; the first "
+                         "timed evaluation does too)")
+        else:
+            lines.append("- measured roofline: unknown here (no GPU is visible where this session runs)")
+        versions = [f"nvcc {self.nvcc_version}" if self.nvcc_version else "",
+                    f"PyTorch built with CUDA {self.cuda_runtime}" if self.cuda_runtime else "",
+                    f"driver {self.driver}" if self.driver else ("driver unknown here (no GPU visible)"
+                                                                 if not self.gpu else "")]
+        if any(versions):
+            lines.append(f"- CUDA: {', '.join(v for v in versions if v)}")
         if self.nvcc_flags:
             lines.append(f"- kernel.cu is compiled with: `nvcc {' '.join(self.nvcc_flags)}`")
         return "\n".join(lines)
+
+
+def flags_without_paths(flags: list[str] | tuple[str, ...], cxx: str = "") -> tuple[str, ...]:
+    """nvcc's flags as a prompt may show them: no defines, no host compiler, no include folders (the toolkit's
+    and the pip nvidia-* headers, which sit under the user's home or virtual environment)."""
+    out: list[str] = []
+    skip = False
+    for f in flags:
+        if skip:
+            skip = False
+            continue
+        if f in ("-ccbin", "-isystem", "-I", "-L", "-o", "-include"):
+            skip = True
+            continue
+        if f.startswith(("-D", "-I", "-L", "/", "~")) or (cxx and f == cxx) or "/" in f:
+            continue
+        out.append(f)
+    return tuple(out)
 
 
 def probe(timeout_s: float = 90.0) -> TargetInfo:
@@ -70,11 +110,16 @@ def probe(timeout_s: float = 90.0) -> TargetInfo:
         note = f"the GPU probe failed: {exc}"
     archs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    nvcc_version = None
     try:
         tc = detect()
         archs = tuple(tc.archs)
-        flags = tuple(f for f in tc.nvcc_kernel_flags() if not f.startswith("-D") and f not in ("-ccbin", tc.cxx))
+        flags = flags_without_paths(tc.nvcc_kernel_flags(), tc.cxx)
+        nvcc_version = tc.nvcc_version
     except Exception as exc:  # noqa: BLE001 - no toolchain here: the prompt says so, the session goes on
         note = note or f"no CUDA toolchain here ({exc})"
-    return TargetInfo(gpu=info.get("gpu"), capability=info.get("capability"), sms=info.get("sms"),
-                      memory_gb=info.get("memory_gb"), archs=archs, nvcc_flags=flags, note=note)
+    gpu = info.get("gpu")
+    return TargetInfo(gpu=gpu, capability=info.get("capability"), sms=info.get("sms"),
+                      memory_gb=info.get("memory_gb"), archs=archs, nvcc_flags=flags, note=note,
+                      nvcc_version=nvcc_version, cuda_runtime=info.get("cuda"), driver=info.get("driver"),
+                      peaks=load_peaks(cache_root(), gpu) if gpu else None)

@@ -31,6 +31,7 @@ from engine.llm.availability import no_key_notice
 from engine.llm.client import LLMClient, LLMRequest
 from engine.llm.errors import LLMError
 from engine.llm.prompts import PromptError, load_template
+from engine.llm.redact import machine_paths, without_paths
 from engine.llm.tools import SUBMIT_VERDICT, verdict_answer
 from engine.tasks.model import Task
 from engine.verdict import Stage, Status, Verdict
@@ -48,19 +49,23 @@ class Verification:
 
 
 def verify(client: LLMClient, config: Config, task: Task, direction: str, candidate: Candidate, *,
-           verifiers: tuple[str, ...] = VERIFIERS, parallel: bool = True) -> Verification:
-    """Run the verifiers on `candidate` and aggregate their votes. Never raises for API trouble."""
+           verifiers: tuple[str, ...] = VERIFIERS, parallel: bool = True, target: str = "") -> Verification:
+    """Run the verifiers on `candidate` and aggregate their votes. Never raises for API trouble. `target`: the
+    GPU and toolchain (engine.llm.target), as the proposer's prompts show them."""
     if not config.verify.enabled:
         v = Verdict(STAGE, Status.SKIPPED, "LLM verifiers are off ([verify] enabled = false)")
         return Verification(v, ())
     prompts_dir = config.llm.prompts_dir
-    values = {**render.context_values(task, direction), "candidate": render.render_candidate(candidate)}
+    values = {**render.context_values(task, direction, target), "candidate": render.render_candidate(candidate)}
     try:
+        paths = machine_paths(task.root)
         system = load_template("verify_system", prompts_dir).render()
         # the task and the candidate are what the three reviews share: one cached prefix
-        context = "\n\n".join((load_template("context", prompts_dir).render(values).rstrip(),
-                                load_template("verify_candidate", prompts_dir).render(values).rstrip()))
-        prompts = {n: load_template(f"verify_{n}", prompts_dir).render(values) for n in verifiers}
+        context = without_paths("\n\n".join((load_template("context", prompts_dir).render(values).rstrip(),
+                                              load_template("verify_candidate", prompts_dir).render(values).rstrip())),
+                                paths)
+        prompts = {n: without_paths(load_template(f"verify_{n}", prompts_dir).render(values), paths)
+                   for n in verifiers}
     except PromptError as exc:
         # A broken template breaks every later review too: skip, and ask the loop to stop.
         return Verification(Verdict(STAGE, Status.SKIPPED, f"LLM verifiers not run: {exc}"), (), str(exc))

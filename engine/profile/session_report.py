@@ -44,8 +44,9 @@ class SessionReport:
     fast_p: dict[float, float] = field(default_factory=dict)           # over proposed candidates
     fast_p_compile: dict[float, float] = field(default_factory=dict)
     generations: list[dict[str, Any]] = field(default_factory=list)    # {generation, candidates, eligible, best, median, best_so_far}
-    tokens: dict[str, int] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)               # every call's: input, output, cache, total
     usd: dict[str, float] = field(default_factory=dict)                # proposals, verifiers, directives, total
+    calls: dict[str, int] = field(default_factory=dict)                # LLM calls billed, by the same kinds
     seconds: dict[str, float] = field(default_factory=dict)            # build, gpu, evaluation (summed)
 
     def to_json(self) -> dict[str, Any]:
@@ -103,27 +104,24 @@ def build_report(ws: Workspace, session: str) -> SessionReport:
                                 "best": max(sp) if sp else None, "median": statistics.median(sp) if sp else None,
                                 "best_so_far": best_so_far})
 
-    tokens = {"input_tokens": 0, "output_tokens": 0, "cache_write_tokens": 0, "cache_read_tokens": 0}
-    usd = {"proposals": 0.0, "verifiers": 0.0, "directives": 0.0, "failed_proposals": 0.0}
+    llm = _LLMUse()
     secs = {"build": 0.0, "gpu": 0.0, "evaluation": 0.0, "profile": 0.0}
     for v in views:
         try:
             meta = ws.files(v.id).meta
         except Exception:  # noqa: BLE001 - a damaged commit costs nothing in the report
             meta = {}
-        for k in tokens:
-            tokens[k] += int((meta.get("usage") or {}).get(k) or 0)
-        usd["proposals"] += float(meta.get("cost_usd") or 0.0)
-        llm = v.status.stages.get(Stage.LLM_VERIFY)
-        if llm is not None and llm.verdict is not None:
-            for vote in llm.verdict.verdict.data.get("votes") or ():
-                usd["verifiers"] += float((vote.get("data") or {}).get("cost_usd") or 0.0)
+        llm.add("proposals", meta)
+        review = v.status.stages.get(Stage.LLM_VERIFY)
+        if review is not None and review.verdict is not None:
+            for vote in review.verdict.verdict.data.get("votes") or ():
+                llm.add("verifiers", vote.get("data") or {})
         prof = v.status.stages.get(Stage.PROFILE)
         profile_s = float(prof.verdict.verdict.data.get("seconds") or 0.0) if prof and prof.verdict else 0.0
         evaluated_build = gpu_s = evaluated_s = 0.0
         for e in v.status.events:
             if e.event == "directives":
-                usd["directives"] += float(e.data.get("cost_usd") or 0.0)
+                llm.add("directives", e.data)
             elif e.event == "evaluated":
                 evaluated_build += float(e.data.get("build_s") or 0.0)
                 gpu_s += float(e.data.get("gpu_s") or 0.0)
@@ -138,14 +136,40 @@ def build_report(ws: Workspace, session: str) -> SessionReport:
         secs["evaluation"] += max(evaluated_s, build_s + gpu_s)
     session_events = getattr(ws, "session_events", None)
     for e in session_events(session) if session_events is not None else ():
-        if e.event == "proposal_failed":        # paid for, produced no candidate (engine/evolve/loop.py)
-            usd["failed_proposals"] += float(e.data.get("cost_usd") or 0.0)
-            for k in tokens:
-                tokens[k] += int((e.data.get("usage") or {}).get(k) or 0)
-    usd["total"] = sum(usd.values())
-    tokens["total"] = sum(tokens.values())
-    rep.tokens, rep.usd, rep.seconds = tokens, usd, secs
+        if e.event == "proposal_failed":        # paid for, produced no candidate (engine/evolve/recorder.py)
+            llm.add("failed_proposals", e.data)
+        elif e.event == "directives":           # written before anything was measured
+            llm.add("directives", e.data)
+    rep.tokens, rep.usd, rep.calls = llm.totals()
+    rep.seconds = secs
     return rep
+
+
+class _LLMUse:
+    """Tokens, dollars and calls of every LLM call the workspace records: each proposal's (candidate.json meta),
+    each verifier vote's, each directives answer's, each failed proposal's (the session's note)."""
+
+    KINDS = ("proposals", "verifiers", "directives", "failed_proposals")
+    TOKENS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
+
+    def __init__(self) -> None:
+        self.tokens = dict.fromkeys(self.TOKENS, 0)
+        self.usd = dict.fromkeys(self.KINDS, 0.0)
+        self.calls = dict.fromkeys(self.KINDS, 0)
+
+    def add(self, kind: str, data: dict[str, Any]) -> None:
+        usage = data.get("usage") or {}
+        counts = {k: int(usage.get(k) or 0) for k in self.TOKENS}
+        cost = float(data.get("cost_usd") or 0.0)
+        for k, n in counts.items():
+            self.tokens[k] += n
+        self.usd[kind] += cost
+        if any(counts.values()) or cost:        # a call the API answered (one that was never sent costs nothing)
+            self.calls[kind] += 1
+
+    def totals(self) -> tuple[dict[str, int], dict[str, float], dict[str, int]]:
+        return ({**self.tokens, "total": sum(self.tokens.values())}, {**self.usd, "total": sum(self.usd.values())},
+                {**self.calls, "total": sum(self.calls.values())})
 
 
 def _build_seconds(ws: Workspace, view: CandidateView) -> float:
@@ -204,8 +228,11 @@ def to_markdown(rep: SessionReport, plot_name: str | None = None, no_plot: str |
         out += ["", f"![best (red) and median (blue) speedup vs eager per generation; grey: 1.0x]({plot_name})"]
     elif no_plot:
         out += ["", f"No plot of speedup per generation: {no_plot}."]
-    t, u, s = rep.tokens, rep.usd, rep.seconds
-    out += ["", "## LLM usage", "", (f"- tokens: {t.get('input_tokens', 0)} in, {t.get('output_tokens', 0)} out, "
+    t, u, s, n = rep.tokens, rep.usd, rep.seconds, rep.calls
+    out += ["", "## LLM usage", "", (f"- calls: {n.get('total', 0)} (proposals {n.get('proposals', 0)}, verifiers "
+             f"{n.get('verifiers', 0)}, directives {n.get('directives', 0)}, failed proposals "
+             f"{n.get('failed_proposals', 0)})"),
+            (f"- tokens, every call: {t.get('input_tokens', 0)} in, {t.get('output_tokens', 0)} out, "
              f"{t.get('cache_write_tokens', 0)} cache write, {t.get('cache_read_tokens', 0)} cache read"),
             (f"- dollars: ${u.get('total', 0):.4f} (proposals ${u.get('proposals', 0):.4f}, verifiers "
              f"${u.get('verifiers', 0):.4f}, directives ${u.get('directives', 0):.4f}, failed proposals "

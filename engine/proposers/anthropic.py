@@ -23,6 +23,7 @@ from engine.llm.accounting import Usage
 from engine.llm.client import LLMReply, LLMRequest
 from engine.llm.errors import LLMError
 from engine.llm.prompts import PromptError, load_template
+from engine.llm.redact import machine_paths, without_paths
 from engine.llm.tools import KERNEL_FIELDS, SUBMIT_DIRECTIVES, SUBMIT_KERNEL, directives_answer, kernel_answer
 from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed,
                                    new_proposal_id, parent_id, with_provenance)
@@ -81,10 +82,11 @@ class LLMProposer:
                           parent_b=render.render_candidate(b), parent_b_name=b.name, parent_b_summary=summaries[1])
         # the answer carries one whole candidate: as long as the longest parent, plus thinking and rationale
         resend = max((render.estimate_tokens("".join(p.files.values())) for p in request.parents), default=0)
+        paths = machine_paths(request.task.root)     # compiler output and failure reasons quote them
         return LLMRequest(
             system=load_template("system", pdir).render(),
-            context=load_template("context", pdir).render(values),
-            prompt=load_template(op, pdir).render(values),
+            context=without_paths(load_template("context", pdir).render(values), paths),
+            prompt=without_paths(load_template(op, pdir).render(values), paths),
             tool=SUBMIT_DIRECTIVES if op == "meta" else SUBMIT_KERNEL, key=key, purpose=op,
             min_output_tokens=int(resend * 1.25) + _ANSWER_RESERVE if resend else 0)
 

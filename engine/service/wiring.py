@@ -134,7 +134,9 @@ class SessionWiring:
 
         client = getattr(proposer, "client", None) or self._llm_client(ledger)
         config, task, direction = self.config, plan.task, plan.direction
-        return lambda cand: verify(client, config, task, direction, cand)
+        target = getattr(proposer, "target", None)
+        target = target if isinstance(target, str) else self._target_text()    # the GPU, as the proposer sees it
+        return lambda cand: verify(client, config, task, direction, cand, target=target)
 
     def _target_text(self) -> str:
         target = self._target

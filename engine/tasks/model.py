@@ -44,6 +44,9 @@ class DirectionSpec:
     max_mismatch_fraction: float = 0.0
     # Positions of forward_fn arguments that get no gradient (constant tables such as rotary cos/sin).
     no_grad: tuple[int, ...] = ()
+    # The cost model as the task writes it (FLOPs, minimum bytes; in the configs' argument names), shown to the
+    # LLM beside each config's values; empty where the task has none.
+    cost_formulas: tuple[str, str] | tuple[()] = ()
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,8 @@ class Task:
             "directions": {
                 d: {"signature": s.signature, "atol": s.tolerance.atol, "rtol": s.tolerance.rtol,
                     "reference_path": str(s.reference_path),
-                    "max_mismatch_fraction": s.max_mismatch_fraction, "no_grad": list(s.no_grad)}
+                    "max_mismatch_fraction": s.max_mismatch_fraction, "no_grad": list(s.no_grad),
+                    **({"cost_formulas": list(s.cost_formulas)} if s.cost_formulas else {})}
                 for d, s in self.directions.items()
             },
             "configs": [c.to_json() for c in self.configs],
@@ -144,7 +148,8 @@ class Task:
                                  tolerance=Tolerance(s["atol"], s["rtol"]),
                                  reference_path=Path(s["reference_path"]),
                                  max_mismatch_fraction=float(s.get("max_mismatch_fraction", 0.0)),
-                                 no_grad=tuple(s.get("no_grad", ())))
+                                 no_grad=tuple(s.get("no_grad", ())),
+                                 cost_formulas=tuple(s.get("cost_formulas") or ()))
                 for d, s in obj["directions"].items()
             },
             configs=tuple(TaskConfig.from_json(c) for c in obj["configs"]),

@@ -60,6 +60,8 @@ def load_native(root: Path) -> Task:
             reference_path=ref_path,
             max_mismatch_fraction=float(section.get("max_mismatch_fraction", 0.0)),
             no_grad=_no_grad_positions(section.get("no_grad", []), fn_params, f"{toml_path}: [{d}]"),
+            cost_formulas=(str(section["flops"]), str(section["bytes"])) if "flops" in section and "bytes" in section
+            else (),
         )
 
     # Model.forward calls fn with what the signature lists; get_inputs feeds Model.forward (checked on the tree)

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from engine.cli import main as cli_main
+from engine.llm.verifiers import aggregate
 from engine.profile.session_report import BEST_COLOR, MEDIAN_COLOR, PLOT_NEEDS, build_report, to_markdown, write_report
 from engine.verdict import Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, Workspace
@@ -89,6 +90,32 @@ def test_report_figures(ws_path):
     assert "| vs eager | 67% | 50% | 33% | 17% |" in md
     assert "| eager | 2.50x | 1.40x | 2.50x |" in md
     assert "$0.1100" in md and "- profile: 4.5 s" in md
+
+
+def test_report_counts_every_llm_call(ws_path):
+    """Verifier votes, directives (on a candidate or, before anything was measured, on the session) and failed
+    proposals are calls too: their tokens and dollars are in the totals, each counted once."""
+    ws = Workspace.open(ws_path)
+    vote_usage = {"input_tokens": 300, "output_tokens": 20, "cache_write_tokens": 100, "cache_read_tokens": 0}
+    votes = [Verdict("llm_verify", Status.PASS, f"{n}: pass", {"verifier": n, "usage": vote_usage, "cost_usd": 0.002})
+             for n in ("compile", "memory", "numerics")]
+    votes.append(Verdict("llm_verify", Status.SKIPPED, "numerics verifier did not answer: 529",
+                         {"verifier": "numerics", "error": "overloaded"}))      # no answer: no call billed
+    a = next(v for v in ws.candidates("ln") if v.record.operator != "baseline")
+    ws.record_verdicts(a.id, votes + [aggregate(votes, 0.7)])
+    once = {"input_tokens": 50, "output_tokens": 5, "cache_write_tokens": 0, "cache_read_tokens": 0}
+    ws.record_session_event("ln", "directives", {"directives": "- tile", "cost_usd": 0.01, "usage": once})
+    ws.record_session_event("ln", "proposal_failed", {"reason": "no tool call", "cost_usd": 0.02, "usage": once})
+    rep = build_report(ws, "ln")
+    ws.close()
+    assert rep.calls == {"proposals": 6, "verifiers": 3, "directives": 2, "failed_proposals": 1, "total": 12}
+    assert rep.tokens["input_tokens"] == 6000 + 900 + 100 and rep.tokens["cache_write_tokens"] == 300
+    assert rep.tokens["output_tokens"] == 1200 + 60 + 10
+    assert rep.usd["verifiers"] == pytest.approx(0.006) and rep.usd["directives"] == pytest.approx(0.06)
+    assert rep.usd["total"] == pytest.approx(0.06 + 0.006 + 0.06 + 0.02)
+    md = to_markdown(rep)
+    assert "- calls: 12 (proposals 6, verifiers 3, directives 2, failed proposals 1)" in md
+    assert "- tokens, every call: 7000 in, 1270 out, 300 cache write, 3000 cache read" in md
 
 
 def _png_size(data: bytes) -> tuple[int, int]:

@@ -192,6 +192,25 @@ def test_failed_and_duplicate_proposals_leave_their_spend_on_the_session_note(ws
     assert s2.spent_before == pytest.approx(5 * 0.25)   # three failed proposals and two committed candidates
 
 
+def test_directives_written_before_anything_is_measured_are_kept_with_their_cost(ws, task):
+    class Meta(Slow):
+        def propose(self, request):
+            if request.operator == "meta":
+                return Proposal(ProposalStatus.OK, self.name, "meta", directives="- vectorise the bias load",
+                                usage=Usage(500, 100), cost_usd=0.05, model="claude-test")
+            return super().propose(request)
+
+    fake = FakeEvaluator(task, no_gpu=True)          # nothing is measured: no candidate to hang them on
+    s = EvolutionSession(ws, "early", task, Meta(base_of(task)), fake, budgets=Budgets(generations=1, population=3),
+                         policy=OperatorPolicy({"mutate": 1.0, "meta": 50.0}))
+    s.run()
+    fake.close()
+    (kept,) = [e for e in ws.session_events("early") if e.event == "directives"]
+    assert kept.data["usage"]["output_tokens"] == 100 and kept.data["cost_usd"] == 0.05
+    state = load_state(ws, "early")                 # a resume goes on with them, and counts what they cost
+    assert state.directives == "- vectorise the bias load" and state.spent_usd == pytest.approx(0.05)
+
+
 def test_mutate_requests_carry_elite_lessons_and_per_config_times(ws, task):
     prop = Slow(base_of(task), plan=["ok", "fail_correct", "ok", "ok", "ok", "ok"])
     r = EvolutionSession(ws, "ctx", task, prop, FakeEvaluator(task), budgets=Budgets(generations=2, population=3),
@@ -201,7 +220,7 @@ def test_mutate_requests_carry_elite_lessons_and_per_config_times(ws, task):
     assert gen2
     for q in gen2:
         assert any("failed at correctness" in lesson for lesson in q.lessons)
-        assert "| config | candidate ms | eager ms |" in q.parent_summaries[0]   # the parent's per-config times
+        assert "| config | candidate ms | physical floor ms | of the roofline | eager ms |" in q.parent_summaries[0]
         if q.elite is not None:
             assert q.elite.source_hash != q.parents[0].source_hash and "geomean speedup" in q.elite_summary
     assert any(q.elite is not None for q in gen2)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import logging
 import socket
 import sys
 import time
+from dataclasses import replace
 from email.utils import formatdate
 from pathlib import Path
 
@@ -297,6 +299,21 @@ def test_timeout_is_retried_then_reported(harness):
     assert err.value.unavailable and "0.3 s" in str(err.value)
 
 
+def test_a_lost_answer_counts_its_worst_case_and_an_error_status_nothing(harness):
+    # a timeout: the API may have answered (and billed) after we stopped waiting; its worst case stays spent
+    harness.api.queue(recorded("ok_translate", delay_s=3.0), recorded("ok_translate"))
+    client = harness.client(timeout_s=0.3)
+    client.call(REQ)
+    lost, answered = client.ledger.calls
+    assert lost.worst_case and lost.cost_usd > 0.64 and lost.usage.total_tokens == 0 and lost.purpose == "translate"
+    assert not answered.worst_case and answered.cost_usd < 0.2 and client.ledger.held_usd == 0
+    # an error status bills nothing: the hold is released
+    harness.api.queue(recorded("err_529"), recorded("ok_translate"))
+    client = harness.client()
+    client.call(REQ)
+    assert [c.worst_case for c in client.ledger.calls] == [False] and client.ledger.held_usd == 0
+
+
 def test_connection_refused(harness):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -305,6 +322,7 @@ def test_connection_refused(harness):
     with pytest.raises(APIUnavailable) as err:
         client.call(REQ)
     assert "cannot reach the API" in str(err.value) and err.value.attempts == 2 and len(harness.sleeps) == 1
+    assert client.ledger.calls == [] and client.ledger.held_usd == 0      # never sent: nothing billed
 
 
 def test_garbage_body_is_an_error_not_a_crash(harness):
@@ -313,14 +331,34 @@ def test_garbage_body_is_an_error_not_a_crash(harness):
         harness.client(max_retries=0, models_api=False).call(REQ)
 
 
-def test_budget_stops_spending(harness):
+def test_budget_holds_each_calls_worst_case(harness):
     harness.api.queue(recorded("ok_translate"), recorded("ok_translate"))
-    client = harness.client(budget=0.01)  # one call costs about $0.11
-    client.call(REQ)  # under budget when it starts: it runs and is billed
+    # a call's worst case: 32000 output tokens of claude-opus-5-5 at $20/M ($0.64) and its input; it is billed ~$0.11
+    client = harness.client(budget=0.70)
+    client.call(REQ)                    # its worst case fits: it runs and is billed
+    spent = client.ledger.spent_usd
+    assert 0.05 < spent < 0.2 and client.ledger.held_usd == 0
     with pytest.raises(BudgetExhausted) as err:
-        client.call(REQ)
-    assert err.value.stop and err.value.kind == "budget" and "$0.01" in str(err.value)
-    assert len(harness.api.messages()) == 1  # the second call never left the machine
+        client.call(REQ)                # what is left is less than the worst case: never sent
+    assert err.value.stop and err.value.kind == "budget" and "$0.70" in str(err.value)
+    # its input (at most the request's bytes plus 1024 tokens) at the dearest input rate, $6.25/M (cache write)
+    (sent,) = harness.api.messages()
+    worst = float(re.search(r"the next call could cost up to \$([0-9.]+)", str(err.value)).group(1))
+    assert 0.64 < worst <= 0.64 + (len(sent.body) + 1024) * 6.25e-6
+    assert len(harness.api.messages()) == 1 and client.ledger.spent_usd == spent
+
+
+def test_budget_shrinks_max_tokens_to_what_is_left_but_not_below_what_the_answer_needs(harness):
+    harness.api.queue(recorded("ok_translate"))
+    client = harness.client(budget=0.30)
+    client.call(replace(REQ, min_output_tokens=8000))       # $0.30 affords about 14,700 output tokens
+    (sent,) = harness.api.messages()
+    assert 8000 <= sent.json["max_tokens"] < 15000
+    worst = sent.json["max_tokens"] * 20e-6 + len(sent.body) * 5e-6
+    assert worst <= 0.30
+    with pytest.raises(BudgetExhausted):
+        client.call(replace(REQ, min_output_tokens=20000))   # shrunk below what the answer needs: not sent
+    assert len(harness.api.messages()) == 1
 
 
 def test_budget_checked_between_retries(harness):

@@ -158,6 +158,15 @@ def test_prices_match_exact_ids_and_dated_snapshots_only(tmp_path):
     assert cfg.llm.price_for("someone-elses-model") == DEFAULT_PRICES["*"]
 
 
+def test_a_long_prompt_is_priced_at_its_tier_unless_the_user_priced_the_model(tmp_path):
+    cfg = load_config(user_file=tmp_path / "none.toml", env={})
+    assert cfg.llm.price_for("claude-haiku-5-5", 100_000) == Price(0.10, 0.50, 0.125, 0.01)
+    assert cfg.llm.price_for("claude-haiku-5-5", 100_001) == Price(0.50, 2.50, 0.625, 0.05)
+    assert cfg.llm.price_for("claude-opus-5-5", 900_000) == Price(4.0, 20.0, 5.0, 0.20)   # one rate for any length
+    own = write(tmp_path / "c.toml", '[llm.prices."claude-haiku-5-5"]\ninput = 0.2\n')
+    assert load_config(user_file=own, env={}).llm.price_for("claude-haiku-5-5", 500_000).input == 0.2
+
+
 def test_openai_compatible_models_are_free_unless_priced(tmp_path):
     local = write(tmp_path / "l.toml", '[llm]\nprovider = "openai-compatible"\nbase_url = "http://127.0.0.1:8000/v1"\n'
                                        'model = "qwen3-coder"\n')

@@ -78,6 +78,31 @@ def test_usage_cached_tokens_and_configured_prices(oai, tmp_path):
     assert reply.cost_usd == pytest.approx((2000 * 1.0 + 500 * 2.0 + 1000 * 0.1) / 1e6)
 
 
+def test_a_priced_endpoint_holds_each_calls_worst_case_against_the_budget(oai, tmp_path):
+    from dataclasses import replace
+
+    from engine.config import Price
+    from engine.llm.accounting import CostLedger
+    from engine.llm.errors import BudgetExhausted
+    for _ in range(2):
+        oai.queue(tool_call_completion("submit_verdict", {"verdict": "pass", "confidence": 0.9, "reasons": []},
+                                       model=MODEL, prompt_tokens=3000, completion_tokens=500))
+    cfg = base_config(tmp_path, provider="openai-compatible", base_url=oai.url, model=MODEL, api_key_env="",
+                      max_retries=0)
+    llm = replace(cfg.llm, prices={MODEL: Price(1.0, 2.0, 1.0, 0.1)})
+    # a call's worst case: 32000 output tokens at $2/M ($0.064) and its input (about $0.0015); billed $0.004
+    c = make_client(llm, CostLedger(0.068), env={})
+    vote = LLMRequest("You review CUDA.", "# Task: layernorm", "Review it.", SUBMIT_VERDICT)
+    c.call(vote)
+    assert c.ledger.spent_usd == pytest.approx(0.004) and c.ledger.held_usd == 0
+    with pytest.raises(BudgetExhausted, match="could cost up to"):
+        c.call(vote)                 # $0.064 left is less than the worst case: not sent
+    posts = lambda: [r for r in oai.requests if r.method == "POST"]      # GET /v1/models: the context, once
+    assert len(posts()) == 1
+    c.call(replace(vote, min_output_tokens=8000))      # alone, with fewer output tokens that still suffice
+    assert 8000 <= posts()[1].json["max_tokens"] < 32000
+
+
 def test_auto_tool_choice_when_the_server_cannot_force_one(oai, tmp_path):
     oai.queue(text_completion("I would write a kernel like this: __global__ void k() {}"))
     reply = client(oai, tmp_path, force_tool=False).call(REQ)

@@ -163,15 +163,20 @@ def test_timeout_becomes_unavailable(harness, layernorm):
 
 
 def test_budget_exhausted_mid_session(harness, layernorm):
-    cfg = harness.config(budget=0.15)  # one answer costs about $0.11
+    # a call's worst case is 32000 output tokens at $20/M and its input; an answer costs about $0.11
+    cfg = harness.config(budget=0.70)
     proposer = AnthropicProposer(harness.client(cfg), cfg)
     harness.api.queue(recorded("ok_translate"), recorded("ok_mutate_cached"), recorded("ok_translate"))
     first = proposer.propose(req(layernorm, "translate"))
     second = proposer.propose(req(layernorm, "mutate", first.candidate))
-    third = proposer.propose(req(layernorm, "mutate", second.candidate))
-    assert first.status == OK and second.status == OK  # the call that crossed the budget still counts
+    third = proposer.propose(req(layernorm, "translate"))
+    assert first.status == OK and second.status == OK
+    # the mutation is sent with the room what is left affords, still more than its answer needs
+    need = proposer.build_request(req(layernorm, "mutate", first.candidate)).min_output_tokens
+    assert need <= harness.api.messages()[1].json["max_tokens"] < 32000
     assert third.status == STOP and third.data["error"] == "budget" and "budget reached" in third.reason
     assert len(harness.api.messages()) == 2 and harness.api.pending == 1
+    assert proposer.client.ledger.spent_usd <= 0.70
 
 
 def test_no_key_is_a_plain_stop_said_once(harness, layernorm, caplog):
