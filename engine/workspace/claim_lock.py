@@ -17,7 +17,8 @@ from filelock import FileLock, Timeout
 
 from engine.config import env_float
 from engine.workspace.claim_holders import (HEARTBEAT_S, Holder, busy_message, claim_dir, claim_stamp,
-                                            process_start, read_holder, read_taker, this_host, write_holder)
+                                            process_start, read_holder, read_taker, this_host, write_holder,
+                                            writing_elsewhere)
 from engine.workspace.errors import SessionBusyError, SessionTakenOverError, WorkspaceError
 
 WAIT_S = env_float("KBENCH_CLAIM_WAIT_S")  # a busy session is retried this long before refusing
@@ -97,8 +98,7 @@ class SessionClaim:
         while True:
             if self._lock.try_lock():
                 holder, age = read_holder(self.git_dir, self.session)
-                if (holder is not None and not take_over and holder.host != this_host()
-                        and holder.state(age) == "unknown"):
+                if not take_over and writing_elsewhere(holder, age):
                     # The lock was free, yet a writer on another host touched its record moments ago: this
                     # filesystem does not carry locks between machines. Its record decides.
                     self._lock.unlock()

@@ -117,6 +117,10 @@ def _claims(ws, report: FsckReport, dry_run: bool) -> None:
             report.add(WARNING, f"session {session}", claim_holders.busy_message(session, holder, age))
         elif state == "alive":
             report.add(NOTE, f"session {session}", f"claimed by {holder.describe()} (its lock is free)")
+        elif claim_holders.writing_elsewhere(holder, age):   # the claim's own rule: a writer there, not removed
+            report.add(NOTE, f"session {session}", f"being written by {holder.describe()}, last seen {age:.0f} s "
+                                                   "ago (another host: its record is kept while its heartbeat "
+                                                   "is fresh)")
         elif dry_run:
             report.add(NOTE, f"session {session}", f"writer record of {holder.describe()}, which is gone: "
                                                    "would be removed")

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.workspace.claim_holders import Holder, busy_message, claim_dir, read_holder, this_host
+from engine.workspace.claim_holders import Holder, busy_message, claim_dir, read_holder, writing_elsewhere
 from engine.workspace.claim_lock import WAIT_S, FlockFile, SessionClaim
 from engine.workspace.errors import SessionBusyError
 
@@ -122,7 +122,7 @@ def write_guard(git_dir: Path, session: str) -> Iterator[None]:
         raise SessionBusyError(busy_message(session, holder, age))
     try:
         holder, age = read_holder(git_dir, session)
-        if holder is not None and holder.host != this_host() and holder.state(age) == "unknown":
+        if writing_elsewhere(holder, age):
             raise SessionBusyError(busy_message(session, holder, age))
         yield
     finally:
