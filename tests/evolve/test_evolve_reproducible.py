@@ -80,6 +80,29 @@ def test_killed_at_write_points_across_a_whole_run_it_ends_the_same(tmp_path, re
     assert sweep(tmp_path, reference, range(1, 10_000, 13)) >= 8
 
 
+NO_GPU = {"KBENCH_FAKE_NO_GPU": "1", "KBENCH_FAKE_EVAL_DELAY": "0.5"}
+
+
+@pytest.mark.parametrize("point", ["before-commit-object:2", "before-commit-object:3", "before-commit-object:4"])
+def test_a_kill_before_a_commit_without_a_gpu_resumes_to_the_uninterrupted_run(tmp_path, reference, point):
+    """Without a GPU the queued candidates are evaluated again on a resume (compiled, still waiting), which takes
+    a while on a real compiler: the generation the kill cut short must still be completed from them, not left at
+    the candidates committed before the kill on every later resume; and a GPU run then goes on to the same end."""
+    args = lambda ws: evolve_args(ws, "s", generations=GENS, population=POP, seed=SEED)
+    ref = tmp_path / "ref"
+    assert run(args(ref), env=NO_GPU).returncode == 3
+    ws = tmp_path / "ws"
+    killed = run(args(ws), env={**NO_GPU, "KBENCH_CRASHPOINT": point})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    for _ in range(2):
+        again = run(args(ws), env=NO_GPU)
+        assert again.returncode == 3, again.stdout + again.stderr
+        assert shape(ws, "s") == shape(ref, "s")
+    done = run(args(ws))
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_same_as_reference(ws, reference)
+
+
 @pytest.mark.slow
 def test_killed_at_every_write_point_it_ends_the_same(tmp_path, reference):
     assert sweep(tmp_path, reference, range(1, 10_000)) >= 80
