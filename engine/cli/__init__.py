@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-from engine.errors import KbenchError, TaskWarning
+from engine.errors import KbenchError, TaskWarning, storage_error
 
 # One module per group of commands; each exposes register(subparsers) and sets `func` on its parsers.
 COMMAND_MODULES = (
@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KbenchError as exc:
         print(f"kbench: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        failure = storage_error(exc)     # a full or read-only disk under any command: one line, not a traceback
+        if failure is None:
+            raise
+        print(f"kbench: error: {failure}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kbench: interrupted", file=sys.stderr)

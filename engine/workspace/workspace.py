@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from engine.candidates import Candidate
 from engine.verdict import STAGES, Status, Verdict
-from engine.workspace import commits, files, gitobjects, gitrefs, sessions, writers
+from engine.workspace import commits, files, gitobjects, gitrefs, session_branch, sessions, writers
 from engine.workspace.errors import CorruptNoteError, UnknownSessionError, WorkspaceError
 from engine.workspace.listing import Listing
 from engine.workspace.notes import NotesStore
@@ -119,6 +119,17 @@ class Workspace:
         self._reader.forget(name)
         self._counters.pop(name, None)
         return True
+
+    def restore_branch(self, name: str) -> str | None:
+        """Put `sessions/<name>` back on the session's best (a writer killed or stopped by a full disk may have
+        left it missing or behind): what a resume does before it writes. Returns what was done, None where it
+        was in place or the session has damaged candidates (then the true best is unknown: `kbench fsck`)."""
+        views = self.candidates(name, strict=False)
+        state = session_branch.branch_state(self, name, views)
+        if state.in_place or any(v.problem for v in views):
+            return None
+        session_branch.repoint(self, name, state, f"kbench: {name} resumed, its best is {state.want_name}")
+        return f"the branch {state.ref} {state.at}: re-pointed to the session's best, {state.want_name}"
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first, with its candidate count and current best."""
