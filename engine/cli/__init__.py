@@ -71,17 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     except KbenchError as exc:
         print(f"kbench: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("kbench: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     except OSError as exc:
         failure = storage_error(exc)     # a full or read-only disk under any command: one line, not a traceback
         if failure is None:
             raise
         print(f"kbench: error: {failure}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("kbench: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return _reader_went_away()
 
 
 def _reader_went_away() -> int:
