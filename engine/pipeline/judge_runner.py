@@ -51,7 +51,8 @@ class RunnerLink:
         self._run = run
         timer = stage_readonly(run.ro, Path(self.timer.so_path))
         self.process = RunnerProcess.spawn(run)
-        self.process.send(msg.Setup(jail=run.spec(die_with_parent=True).to_json(), timer_so=str(timer),
+        spec = run.spec(die_with_parent=True, cgroup=self.process.cgroup_dirs())
+        self.process.send(msg.Setup(jail=spec.to_json(), timer_so=str(timer),
                                     timer_module=self.timer.module_name, pin_arena=pin_arena))
 
     def up(self, deadline: float) -> str | None:
