@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import signal
+import sys
 import time
 
 import pytest
@@ -58,15 +59,18 @@ def test_killed_at_random_moments_it_ends_like_an_uninterrupted_run(tmp_path, re
 
 
 def sweep(tmp_path, reference, points: range) -> int:
-    """Kill at the n-th write point (any kind) for n in `points`, resume, compare. Returns the runs made."""
+    """Kill at the n-th write point (any kind) for n in `points`, count the processes the killed kbench left
+    (tests/reaper.py: none may be), resume, compare. Returns the runs made."""
     made = 0
     for n in points:
         ws = tmp_path / f"ws{n}"
         args = evolve_args(ws, "s", generations=GENS, population=POP, seed=SEED)
-        killed = run(args, env={"KBENCH_CRASHPOINT": f"any:{n}"})
+        killed = run([sys.executable, "-m", "tests.reaper", "5", "--", *args], env={"KBENCH_CRASHPOINT": f"any:{n}"})
         if killed.returncode == 0:
             return made       # past the last write point of a whole run
-        assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+        assert killed.returncode == 128 + signal.SIGKILL, killed.stdout + killed.stderr
+        left = [ln for ln in killed.stdout.splitlines() if ln.startswith("left ")]
+        assert left == ["left []"], f"kill at write point {n} left: {left}"
         done = run(args)
         assert done.returncode == 0, f"kill at write point {n}: " + done.stdout + done.stderr
         check_same_as_reference(ws, reference)
