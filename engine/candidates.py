@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from engine import userfiles
 from engine.errors import CandidateError
 from engine.jsonable import dump, load
 
@@ -85,17 +87,21 @@ def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
     A folder with no binding.cpp but exactly one such `.cu` is that robust-kbench candidate. A `kernel.cu` without
     PYBIND11_MODULE, defining kb_forward or kb_backward, and without a binding.cpp beside it (given as the file or
     its folder) is a kernel-only candidate: kernel.cu and the .cuh/.h files beside it; engine/tasks/glue.py
-    generates its binding.cpp."""
+    generates its binding.cpp.
+
+    Files are read by engine.userfiles: a link, a FIFO, a device or an oversized file among them is a
+    CandidateError naming it. The path given may itself be a link (the user named it); nothing in a folder is
+    read through one."""
     p = Path(path)
     if not p.exists():
         raise CandidateError(f"{p}: no such file or folder.")
-    if p.is_file() and p.name == "kernel.cu" and not (p.parent / "binding.cpp").is_file():
+    if not p.is_dir() and p.name == "kernel.cu" and not _present(p.parent / "binding.cpp"):
         kernel_only = _kernel_only_folder(p.parent)
         if kernel_only is not None:
             return Candidate("kernel-only", kernel_only, name or p.parent.name)
-    if p.is_dir() or (p.name in NATIVE_FILES and (p.parent / "binding.cpp").is_file()):
+    if p.is_dir() or (p.name in NATIVE_FILES and _present(p.parent / "binding.cpp")):
         folder = p if p.is_dir() else p.parent
-        missing = [f for f in NATIVE_FILES if not (folder / f).is_file()]
+        missing = [f for f in NATIVE_FILES if not _present(folder / f)]
         if missing:
             single = _single_file_candidate(folder) if "binding.cpp" in missing else None
             if single is not None:
@@ -107,19 +113,25 @@ def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
                                  f"missing {', '.join(missing)} (a robust-kbench candidate is one .cu file with "
                                  "PYBIND11_MODULE; a kernel-only candidate is a kernel.cu defining the task's "
                                  "launcher kb_forward / kb_backward, see `kbench glue TASK`).")
-        files = {f: (folder / f).read_text() for f in NATIVE_FILES}
+        files = {f: _read(folder / f) for f in NATIVE_FILES}
         files.update(_headers(folder))
         return Candidate("native", files, name or folder.name)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CandidateError(f"{p}: cannot read it as text ({exc}).") from None
-    files = {p.name: text}
+    files = {p.name: userfiles.read_text(p, error=CandidateError, follow_links=True)}   # the file the user named
     return Candidate(detect_format(files), files, name or p.stem)
 
 
+def _present(path: Path) -> bool:
+    """There is something of that name (a link or a FIFO too: reading it then names it, instead of the candidate
+    being taken for another format without it)."""
+    return os.path.lexists(path)
+
+
+def _read(path: Path) -> str:
+    return userfiles.read_text(path, error=CandidateError)
+
+
 def _headers(folder: Path) -> dict[str, str]:
-    return {extra.name: extra.read_text()
+    return {extra.name: _read(extra)
             for extra in sorted(folder.glob("*.cuh")) + sorted(folder.glob("*.h"))}
 
 
@@ -135,21 +147,13 @@ def _is_kernel_only(files: dict[str, str]) -> bool:
 def _kernel_only_folder(folder: Path) -> dict[str, str] | None:
     """The files of a kernel-only candidate in `folder` (kernel.cu + headers), or None when it is not one."""
     kernel = folder / "kernel.cu"
-    try:
-        text = kernel.read_text()
-    except (OSError, UnicodeDecodeError):
+    if not _present(kernel):
         return None
-    files = {"kernel.cu": text, **_headers(folder)}
+    files = {"kernel.cu": _read(kernel), **_headers(folder)}
     return files if _is_kernel_only(files) else None
 
 
 def _single_file_candidate(folder: Path) -> Path | None:
     """The one `.cu` with PYBIND11_MODULE in `folder`, if there is exactly one."""
-    found = []
-    for cu in sorted(folder.glob("*.cu")):
-        try:
-            if _PYBIND.search(cu.read_text()):
-                found.append(cu)
-        except (OSError, UnicodeDecodeError):
-            continue
+    found = [cu for cu in sorted(folder.glob("*.cu")) if _PYBIND.search(_read(cu))]
     return found[0] if len(found) == 1 else None

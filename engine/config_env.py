@@ -38,6 +38,9 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("KBENCH_CLAIM_WAIT_S", "3", "seconds a session held by another writer is retried before refusing"),
     EnvVar("KBENCH_GIT_LOCK_WAIT_MS", "3000", "milliseconds a git `*.lock` file of another process is waited for "
                                               "before a workspace write gives up"),
+    EnvVar("KBENCH_JAIL_LIMITS", "", "limits for every jailed step (compilers, the KernelBench import, the runner, "
+                                     "the profiler): `memory=8G,processes=256,file=1G,scratch=4G,output=4M,"
+                                     "open_files=4096`, any subset (INTEGRITY.md, \"Limits\")"),
     EnvVar("KBENCH_WORKSPACE_GC_EVERY", "200", "run `git gc --auto` in the workspace every this many commits; 0: never"),
     EnvVar("KBENCH_SECRETS_FD", "", "internal: the pipe through which kbench hands the API keys to itself when it "
                                     "re-executes without them in its environment (engine.secrets)"),

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,10 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock
 
 from engine import jail as jails
+from engine.config_env import env_raw
+from engine.jail.limits import Limits, overridden
+from engine.jail.profiles import hand_over
+from engine.jail.supervise import reap_finished
 
 if TYPE_CHECKING:
     from engine.jail import JailSpec
@@ -33,9 +38,16 @@ if TYPE_CHECKING:
 # Variables a child may see. Everything else — API keys, tokens, cloud credentials — is dropped.
 _ALLOWED = {"PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ", "SHELL",
             "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CC", "CXX",
-            "TORCH_CUDA_ARCH_LIST", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MAX_JOBS", "KBENCH_CACHE"}
+            "TORCH_CUDA_ARCH_LIST", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MAX_JOBS", "KBENCH_CACHE",
+            "KBENCH_JAIL_LIMITS"}
 _ALLOWED_PREFIXES = ("NCCL_", "NVIDIA_", "TORCH_SYMM_MEM_", "NVSHMEM_")
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "ANTHROPIC", "AUTH")
+
+
+def jail_limits(defaults: Limits) -> Limits:
+    """The limits of a jailed step: `defaults` (engine/jail/limits.py, per kind of step) with the user's
+    KBENCH_JAIL_LIMITS applied."""
+    return overridden(defaults, env_raw("KBENCH_JAIL_LIMITS"))
 
 
 def scrubbed_env(extra: dict[str, str] | None = None, gpu: int | None = None) -> dict[str, str]:
@@ -61,6 +73,7 @@ class ChildOutcome:
     timed_out: bool
     seconds: float
     output_tail: str                # last lines of the child's stdout+stderr
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)   # its supervisor's: jail, limits, why stopped
 
     @property
     def crashed(self) -> bool:
@@ -81,6 +94,9 @@ class ChildOutcome:
             cause = f"killed by {name}"
         else:
             cause = f"exited with code {rc}"
+        stopped = self.report.get("stopped") if isinstance(self.report, dict) else ""
+        if stopped:         # its supervisor ended it: a limit it went past
+            cause += f" ({stopped})"
         tail = self.output_tail.strip().splitlines()[-6:]
         return f"the evaluator process {cause}{at}" + (": " + " | ".join(tail) if tail else "")
 
@@ -88,22 +104,49 @@ class ChildOutcome:
 def run_child(module: str, request: dict[str, Any], *, timeout_s: float, gpu: int | None = None,
               extra_env: dict[str, str] | None = None, workdir: Path | None = None,
               jail: JailSpec | None = None) -> ChildOutcome:
-    """Run `python -m module REQUEST.json` in a new session; return what it wrote, however it ended. With `jail`
-    (an engine.jail.JailSpec) the child runs in it, its request folder added to what it may write."""
+    """Run `python -m module REQUEST.json` in a new session under a step supervisor (engine/jail/supervise.py:
+    its output in a capped log, every process it starts killed when it ends or when this process dies); return
+    what it wrote, however it ended. With `jail` (an engine.jail.JailSpec) the child runs in it, its request
+    folder added to what it may write."""
     with tempfile.TemporaryDirectory(prefix="kbench-eval-", dir=workdir) as tmp:
-        tmpdir = Path(tmp)
-        req_path = write_request(tmpdir, request)
+        step = StepFolder(Path(tmp))
+        req_path = write_request(step.box, request)
         env = scrubbed_env(extra_env, gpu)
         cmd = [sys.executable, "-m", module, str(req_path)]
+        spec = None
         if jail is not None:
-            env["PYTHONPATH"] = jails.python_path(tmp)
-            cmd = jails.command([sys.executable, "-P", "-m", module, str(req_path)],
-                                dataclasses.replace(jail, write=(*jail.write, tmp)))
+            env["PYTHONPATH"] = jails.python_path(str(step.box))
+            cmd = [sys.executable, "-P", "-m", module, str(req_path)]
+            spec = dataclasses.replace(jail, write=(*jail.write, str(step.box)))
+            hand_over(spec)
         t0 = time.monotonic()
-        with open(tmpdir / "output.log", "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=tmpdir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        return await_child(proc, tmpdir, timeout_s, t0)
+        proc = subprocess.Popen(jails.command(cmd, spec, log=str(step.log), report=str(step.report)), cwd=step.box,
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        return await_child(proc, step, timeout_s, t0)
+
+
+@dataclass(frozen=True)
+class StepFolder:
+    """A child's folder: `box/` is the child's (its request, its result, its scratch; the jail's writable folder),
+    the log and the supervisor's report beside it are kbench's (the child cannot rewrite them)."""
+    root: Path
+
+    def __post_init__(self) -> None:
+        os.chmod(self.root, 0o711)     # a child that becomes uid 65534 walks through to its box
+        self.box.mkdir(mode=0o700, exist_ok=True)
+
+    @property
+    def box(self) -> Path:
+        return self.root / "box"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "output.log"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.json"
 
 
 def write_request(tmpdir: Path, request: dict[str, Any]) -> Path:
@@ -112,28 +155,52 @@ def write_request(tmpdir: Path, request: dict[str, Any]) -> Path:
     return req_path
 
 
-def await_child(proc: subprocess.Popen, tmpdir: Path, timeout_s: float, t0: float) -> ChildOutcome:
-    """Wait for a child of run_child's layout (result.json, output.log in `tmpdir`); kill its group after."""
+def await_child(proc: subprocess.Popen, step: StepFolder, timeout_s: float, t0: float) -> ChildOutcome:
+    """Wait for a child of run_child's layout (a StepFolder); stop its step after, whatever is left of it."""
     timed_out = False
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        kill_group(proc)
-        reap(proc)
+        stop_step(proc)
     seconds = time.monotonic() - t0
     result: dict[str, Any] = {}
-    result_path = tmpdir / "result.json"
-    if result_path.exists():
+    result_path = step.box / "result.json"
+    try:
+        result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    except (OSError, ValueError):    # not JSON, or not UTF-8: a child that ran candidate code may write anything
+        result = {}
+    if not isinstance(result, dict):
+        result = {}
+    try:
+        tail = step.log.read_bytes()[-4000:].decode(errors="replace")
+    except OSError:
+        tail = ""
+    return ChildOutcome(result, None if timed_out else proc.returncode, timed_out, seconds, tail,
+                        read_report(step.report))
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """A step supervisor's report (kbench's own file, outside the jail), {} where there is none."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def stop_step(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """End a supervised step now (nothing happens to one that has ended): SIGTERM to its supervisor, which kills
+    the step's whole tree, daemons and cgroup included, and reports; then its process group for good measure."""
+    if proc.poll() is None:
         try:
-            result = json.loads(result_path.read_text())
-        except ValueError:           # not JSON, or not UTF-8: a child that ran candidate code may write anything
-            result = {}
-        if not isinstance(result, dict):
-            result = {}
-    tail = (tmpdir / "output.log").read_bytes()[-4000:].decode(errors="replace")
-    return ChildOutcome(result, None if timed_out else proc.returncode, timed_out, seconds, tail)
+            proc.terminate()
+            proc.wait(timeout=grace_s)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    kill_group(proc)
+    reap(proc)
 
 
 class StandbyChild:
@@ -144,11 +211,12 @@ class StandbyChild:
     def __init__(self, module: str, args: list[str], *, gpu: int | None = None,
                  extra_env: dict[str, str] | None = None):
         self._tmp = tempfile.TemporaryDirectory(prefix="kbench-eval-")
-        self.tmpdir = Path(self._tmp.name)
-        with open(self.tmpdir / "output.log", "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", module, "--standby", *args], cwd=self.tmpdir,
-                                         env=scrubbed_env(extra_env, gpu), stdin=subprocess.PIPE, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.step = StepFolder(Path(self._tmp.name))
+        self.tmpdir = self.step.box
+        cmd = [sys.executable, "-m", module, "--standby", *args]
+        self.proc = subprocess.Popen(jails.command(cmd, None, log=str(self.step.log), report=str(self.step.report)),
+                                     cwd=self.tmpdir, env=scrubbed_env(extra_env, gpu), stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -171,7 +239,7 @@ class StandbyChild:
         except OSError:
             pass   # it died meanwhile: await_child reports how
         try:
-            return await_child(self.proc, self.tmpdir, timeout_s, t0)
+            return await_child(self.proc, self.step, timeout_s, t0)
         finally:
             self._tmp.cleanup()
 
@@ -183,8 +251,7 @@ class StandbyChild:
             self.proc.wait(timeout=20)
         except (OSError, subprocess.TimeoutExpired):
             pass
-        kill_group(self.proc)
-        reap(self.proc)
+        stop_step(self.proc)
         self._tmp.cleanup()
 
 
@@ -240,6 +307,41 @@ def start_ticks(pid: int) -> int | None:
 def become_subreaper() -> None:
     """Orphans of our descendants are re-parented to us instead of init, so we can find and kill them."""
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def exit_with_parent(poll_s: float = 0.2) -> None:
+    """End this process (os._exit, no teardown) as soon as its parent is gone: a watchdog thread for a process
+    whose parent-death signal would fire too early (prctl's is bound to the thread that forked it, and a pool's
+    workers are forked from whichever thread submits first)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="kbench-parent-watch", daemon=True).start()
+
+
+def end_descendants(grace_s: float = 0.5) -> None:
+    """Stop every process this one started, now: SIGTERM to all (a step's supervisor then kills its step's tree),
+    SIGKILL to whatever is left after `grace_s`, again until none is left (this process should be a subreaper,
+    so that the orphans of what it kills come back to it and are found). For a second Ctrl-C: quit at once."""
+    deadline = time.monotonic() + grace_s
+    sig = signal.SIGTERM
+    for _ in range(200):
+        left = descendants(os.getpid())
+        if not left:
+            return
+        for p in left:
+            try:
+                os.kill(p, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        reap_finished()
+        time.sleep(0.02)
+        if time.monotonic() >= deadline:
+            sig = signal.SIGKILL
 
 
 def kill_pids(pids: list[int]) -> None:

@@ -13,7 +13,9 @@ import os
 import sys
 import warnings
 
-from engine.errors import KbenchError, TaskWarning
+from engine.config_env import env_raw
+from engine.errors import KbenchError, TaskWarning, storage_error
+from engine.jail.limits import check_override
 
 # One module per group of commands; each exposes register(subparsers) and sets `func` on its parsers.
 COMMAND_MODULES = (
@@ -61,6 +63,8 @@ def _print_task_warnings() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _print_task_warnings()
+    if bad := check_override(env_raw("KBENCH_JAIL_LIMITS")):
+        print(f"kbench: warning: {bad}; those limits keep their defaults", file=sys.stderr)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -76,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _reader_went_away()
+    except OSError as exc:
+        failure = storage_error(exc)     # a full or read-only disk under any command: one line, not a traceback
+        if failure is None:
+            raise
+        print(f"kbench: error: {failure}", file=sys.stderr)
+        return 2
 
 
 def _reader_went_away() -> int:

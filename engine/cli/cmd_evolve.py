@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine import procs
 from engine.cli.common import check_config_names, workspace_path
 from engine.cli.evolve_summary import EXIT_WAITING_FOR_GPU, exit_code, summary_lines
 from engine.config import env_float, load_config
@@ -167,6 +170,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         if e.kind == "Stopped":
             finished.set()
 
+    procs.become_subreaper()   # orphans of what it starts come back to it: a second Ctrl-C finds them all
     run = service.start(spec, on_event=show, on_unavailable="stop", sequential=args.sequential, background=False)
     session, evaluator, name = run.session, run.evaluator, run.plan.name
     interrupted = False
@@ -176,6 +180,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
             pass
     except KeyboardInterrupt:
         interrupted = True
+        signal.signal(signal.SIGINT, _quit_at_once)
         print("kbench: stopping (running evaluations are abandoned and re-queued on resume; Ctrl-C again to quit "
               "at once)", file=sys.stderr, flush=True)
         session.stop(wait_for_evaluations=False)
@@ -198,6 +203,17 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     if code == 1 and result is not None:
         print(f"kbench: session {name} stopped: {result.reason}", file=sys.stderr, flush=True)
     return code
+
+
+def _quit_at_once(_signum: int, _frame: Any) -> None:
+    """The second Ctrl-C: every process kbench started is stopped (each step's supervisor kills its tree) and
+    kbench exits now, without waiting for builds or threads and without a traceback. The workspace is as a
+    kill -9 would leave it: whole (every write is an object, then one ref transaction); resuming re-queues
+    what was running."""
+    procs.end_descendants()
+    sys.stderr.write("kbench: quit (the same command resumes the session)\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:

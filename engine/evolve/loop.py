@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.config import profile_mode
-from engine.errors import KbenchError
+from engine.errors import KbenchError, storage_error
 from engine.evolve import events as ev
 from engine.evolve.checks import DEFAULT_CHECKS
 from engine.evolve.controls import DaemonPool, Flags, SessionControls
@@ -151,9 +151,12 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
             stopped = self._main()
         except BaseException as exc:
             self._flags.abandon.set()
-            why = str(exc) if isinstance(exc, KbenchError) else repr(exc)
+            failure = storage_error(exc) if isinstance(exc, OSError) else None   # a full or read-only disk
+            why = str(failure or exc) if failure is not None or isinstance(exc, KbenchError) else repr(exc)
             stopped = ev.Stopped(self.session, reason=f"error: {why}", completed=False,
                                  evaluated=self._evaluated)
+            if failure is not None:
+                raise failure from None   # a KbenchError: one line, the session resumable as it stands
             raise
         finally:
             self._shutdown()
@@ -200,6 +203,9 @@ class EvolutionSession(SessionControls, ProposalFlow, PreGpuGate, SessionRecorde
             requeue = state.requeue
             finished = state.finished
             restore_search_state(self)
+            moved = self.ws.restore_branch(self.session) if hasattr(self.ws, "restore_branch") else None
+            if moved:    # left missing or behind by the run that was interrupted
+                self._emit(ev.Log(self.session, level="warning", message=moved))
         else:
             check_can_start(self.task, self.direction, self.proposer, self.policy, self.use_baseline)
             self.ws.start_session(self.session, self.task, direction=self.direction,

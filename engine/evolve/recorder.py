@@ -104,7 +104,7 @@ class SessionRecorder(LoopState):
                                          "gpu_s": out.gpu_s, "gpu": out.gpu}, now_iso()))
         status = self.ws.record(m.id, entries)
         j = status.judgement
-        m.state = DONE
+        m.state, m.waiting = DONE, False
         m.speedup = status.speedup
         m.eligible = j.eligible
         m.failed_stage = j.failed_stage
@@ -178,7 +178,7 @@ class SessionRecorder(LoopState):
         entries = self._unrecorded_verdicts(m, out)
         entries.append(out.infra_event(executor=type(self.evaluator).__name__))
         self.ws.record(m.id, entries)
-        m.state, m.eligible, m.speedup = DONE, False, None
+        m.state, m.eligible, m.speedup, m.waiting = DONE, False, None, False
         m.failed_stage, m.reason = "infrastructure", out.infra_error
         self._evaluated += 1
         self._infra_streak += 1

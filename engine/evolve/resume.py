@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.evolve.population import DONE, PENDING, Member, Population
+from engine.gpu_wait import waiting_for_gpu
 from engine.verdict import Stage
 from engine.workspace.errors import CorruptNoteError, WorkspaceDamagedError
 
@@ -64,6 +65,10 @@ def member_from_view(view: CandidateView) -> tuple[Member, bool]:
         m.rejected = rejected
     else:
         m.state = PENDING
+        # compiled where no GPU was, and re-queued for a GPU now: still a parent the next generation may be
+        # queued from (Population.queueable), as it was before the kill, or a resume could not complete the
+        # generation the kill interrupted before this re-evaluation ends
+        m.waiting = waiting_for_gpu(st)
     return m, finished
 
 

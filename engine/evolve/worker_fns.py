@@ -21,6 +21,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
+from engine import procs
 from engine.candidates import Candidate
 from engine.evolve.outcome import EvalOutcome
 from engine.harness import build as harness_build
@@ -130,8 +131,13 @@ def start_resource_tracker() -> None:
 
 
 def ignore_sigint() -> None:
-    """Build workers leave Ctrl-C to the parent (which stops the loop); compilers run in their own sessions."""
+    """A build worker's start: it leaves Ctrl-C to the parent (which stops the loop; compilers run in their own
+    sessions), and it dies with the parent: multiprocessing's workers wait on a queue whose other end they hold
+    themselves, so a killed kbench would leave them waiting for ever (half a GB each). A watchdog thread ends the
+    worker once its parent is gone; the compilers it started end with it (their supervisors' parent-death
+    signal kills each step's tree)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    procs.exit_with_parent()
 
 
 def call_build(build_fn: Callable[..., dict[str, Any]], cand: Candidate, options: EvalOptions) -> BuildSummary:

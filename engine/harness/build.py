@@ -38,6 +38,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -48,8 +49,8 @@ from engine.candidates import Candidate
 from engine.errors import DataError
 # What build_candidate is made of, one job to a module; re-exported here, where callers and tests look for them.
 from engine.harness.build_cache import (_CACHEABLE_FAILURES, STALE_TMP_S, _clean_stale_tmp, _publish,  # noqa: F401
-                                        _read_entry, builds_dir, entry_dir, entry_path,
-                                        kernelbench_extensions_dir)
+                                        _read_entry, builds_dir, copy_private, entry_dir, entry_path,
+                                        kernelbench_extensions_dir, makedirs_private, private_root)
 from engine.harness.build_diagnose import (LOG_LIMIT, _check_export, _check_link, _clean, _diagnose,  # noqa: F401
                                            _full_log, _looks_transient, _render_log, _source_line, _unresolved,
                                            inside_without_links)
@@ -63,7 +64,8 @@ from engine.harness.kernelbench_types import CompileRequest, CompileResult
 from engine.harness.pch import PCH_BASENAME, PCH_TIMEOUT_S, PchInfo, _pch_used, ensure_pch, pch_dir  # noqa: F401
 from engine.harness.toolchain import Toolchain
 from engine.jail import JailSpec  # noqa: F401
-from engine.procs import run_child
+from engine.jail.limits import IMPORT
+from engine.procs import ChildOutcome, run_child
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -74,6 +76,7 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
     the result says ok=False with a one-paragraph error. `force` rebuilds and replaces a cached entry."""
     start = time.monotonic()
     cache_root = Path(cache_root)
+    private_root(cache_root)
     h = candidate.source_hash
     key = toolchain.key()
     entry = entry_dir(cache_root, toolchain, candidate)
@@ -83,7 +86,7 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
         return hit
 
     parent = entry.parent
-    parent.mkdir(parents=True, exist_ok=True)
+    makedirs_private(parent)
     _clean_stale_tmp(parent)
     work = parent / f".tmp-{h}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     src = work / "src"
@@ -189,17 +192,35 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
         steps.append(StepResult("import", (), 0, "no load_inline / cpp_extension call: nothing to compile", 0.0))
         return
     ext_dir = kernelbench_extensions_dir(cache_root, candidate)
-    ext_dir.mkdir(parents=True, exist_ok=True)
-    request = CompileRequest(py_path=str(src / main), module_name=f"kb_modelnew_{candidate.source_hash}")
-    env = {"TORCH_EXTENSIONS_DIR": str(ext_dir), "TORCH_CUDA_ARCH_LIST": ";".join(tc.archs),
-           "CUDA_VISIBLE_DEVICES": "", "HOME": str(ext_dir), "TMPDIR": str(ext_dir)}
-    timeout = max(deadline - time.monotonic(), 5.0)
-    # The import runs the candidate's Python: in the compilers' jail (reads the toolchain and its source,
-    # writes only its extensions folder), so what runs at import time reaches nothing of the user's.
-    # a result file that is not a JSON object (not text, not JSON, a list) reads as {}: an import that did not
-    # finish (engine.procs.await_child)
-    outcome = run_child("engine.harness.kernelbench_compile", request.to_json(), timeout_s=timeout,
-                        extra_env=env, jail=compile_jail(ext_dir, [src], tc))
+    # The import runs the candidate's Python: jailed like a compiler (it reads the toolchain and its source, writes
+    # only its own folder), bounded (engine/jail/limits.py IMPORT), in a folder of its own outside the user's cache
+    # (so that it can run as uid 65534 where the toolchain allows), killed with everything it started when it
+    # ends. Its builds are copied into the cache afterwards, links left out.
+    with tempfile.TemporaryDirectory(prefix="kbench-import-") as tmp:
+        box = Path(tmp)
+        os.chmod(box, 0o711)
+        (box / "src").mkdir(mode=0o755)
+        shutil.copyfile(src / main, box / "src" / main)
+        os.chmod(box / "src" / main, 0o644)
+        built = box / "ext"
+        built.mkdir(mode=0o700)
+        request = CompileRequest(py_path=str(box / "src" / main), module_name=f"kb_modelnew_{candidate.source_hash}")
+        env = {"TORCH_EXTENSIONS_DIR": str(built), "TORCH_CUDA_ARCH_LIST": ";".join(tc.archs),
+               "CUDA_VISIBLE_DEVICES": "", "HOME": str(built), "TMPDIR": str(built)}
+        timeout = max(deadline - time.monotonic(), 5.0)
+        # a result file that is not a JSON object (not text, not JSON, a list) reads as {}: an import that did not
+        # finish (engine.procs.await_child)
+        outcome = run_child("engine.harness.kernelbench_compile", request.to_json(), timeout_s=timeout,
+                            extra_env=env, jail=compile_jail(built, [box / "src"], tc, IMPORT))
+        _check_import(outcome, candidate, built, ext_dir, src, timeout, steps, timings)
+
+
+def _check_import(outcome: ChildOutcome, candidate: Candidate, built: Path, ext_dir: Path, src: Path,
+                  timeout: float, steps: list[StepResult], timings: dict[str, float]) -> None:
+    """Read the import child's result strictly (it ran the candidate's code) and raise _Failed for a failed
+    import or build; else keep its builds in the cache (`ext_dir`) with the manifest the runner replays."""
+    main = candidate.main_file
+    text = candidate.files[main]
     timings["import"] = round(outcome.seconds, 3)
     try:   # the child ran the candidate's code, which may have overwritten its result: read it strictly
         res = CompileResult.from_json(outcome.result or {})
@@ -212,16 +233,16 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
     step = StepResult(f"import {main}", (sys.executable, "-m", "engine.harness.kernelbench_compile"),
                       (outcome.returncode or 1) if broken else 0,
                       (output + "\n" + (res.import_error or "")).strip() or outcome.output_tail,
-                      outcome.seconds, outcome.timed_out, timeout)
+                      outcome.seconds, outcome.timed_out, timeout, outcome.report)
     steps.append(step)
     if outcome.timed_out:
         raise _Failed(*_diagnose(step, src, {main: text}))
     failed = [c for c in calls if not c.ok]
     if failed:
         c = failed[0]
-        where = ext_dir / c.name
-        if not inside_without_links(where, ext_dir):
-            where = ext_dir   # a name the candidate chose to point elsewhere: no source line is quoted
+        where = built / c.name
+        if not inside_without_links(where, built):
+            where = built   # a name the candidate chose to point elsewhere: no source line is quoted
         build = StepResult(f"{c.via} {c.name}", (), 1, c.error or "", step.seconds)
         kind, msg = _diagnose(build, where, {"cuda.cu": "", "main.cpp": ""})
         raise _Failed(kind, msg + f" (the extension {c.name!r} that {main} builds at import)")
@@ -230,7 +251,8 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
     err = res.import_error
     if err and not (calls and not res.cuda_available and any(w in err for w in _NO_GPU_AT_IMPORT)):
         raise _Failed("compile", f"{main} raised on import, so ModelNew cannot be loaded: {err}")
-    write_manifest(ext_dir, res.versions)
+    copy_private(built, ext_dir)
+    write_manifest(ext_dir, res.versions, built_in=built)
 
 
 # ---------------------------------------------------------------------------- loading (sandbox child)

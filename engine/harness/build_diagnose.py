@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -130,6 +131,8 @@ def _diagnose(step: StepResult, src: Path, files: dict[str, str]) -> tuple[Failu
         return "internal", f"{what}: {_first_lines(step.output, 3)} (the host compiler is not usable here)"
     text = _clean(step.output, src)
     kind: FailureKind = "link" if what == "link" else "compile"
+    if past := _past_a_limit(step):   # the candidate's doing, as deterministic as a compile error
+        return kind, f"{what} {past}; {_first_lines(text, 2) or 'no output'}."
     if step.rc < 0 or _looks_transient(text):
         return "internal", (f"{what} was killed or ran out of resources (rc {step.rc}): "
                             f"{_first_lines(text, 3)}. Not cached; a retry may succeed.")
@@ -173,6 +176,21 @@ def inside_without_links(path: Path, root: Path) -> bool:
     candidate's import: a link there (or a linked folder, or a `..` in a name it chose) could point at one of
     the user's files, whose line would then be quoted into the verdict and a prompt."""
     return not path.is_symlink() and not root.is_symlink() and path.resolve().is_relative_to(root.resolve())
+
+
+def _past_a_limit(step: StepResult) -> str:
+    """How a jailed step went past a limit of its own (engine/jail/limits.py), from its supervisor's report and
+    its end; "" where it did not."""
+    report = step.report or {}
+    if report.get("stopped") and not step.timed_out:
+        return f"was stopped: {report['stopped']}"
+    if step.rc == -signal.SIGXFSZ:
+        return "wrote a file past its size limit (SIGXFSZ)"
+    limit = (report.get("limits") or {}).get("memory") or 0
+    peak = report.get("memory_peak") or 0
+    if step.rc == -signal.SIGKILL and limit and peak >= 0.9 * limit:
+        return f"ran out of its memory limit ({limit >> 20} MiB, the step's cgroup)"
+    return ""
 
 
 def _source_line(src: Path, files: dict[str, str], rel: str, lineno: int) -> str | None:
@@ -255,6 +273,9 @@ def _full_log(steps: list[StepResult]) -> str:
     parts = []
     for s in steps:
         head = f"$ {' '.join(s.cmd)}\n" if s.cmd else ""  # a step that ran no command (a cached object, a note)
+        jail = (s.report.get("jail") or {}).get("summary") if s.report else None
+        stopped = s.report.get("stopped") if s.report else ""
         parts.append(f"{head}# {s.name}: rc {s.rc}, {s.seconds:.2f} s{', timed out' if s.timed_out else ''}\n"
-                     f"{s.output}")
+                     + (f"# jail: {jail}\n" if jail else "") + (f"# stopped: {stopped}\n" if stopped else "")
+                     + s.output)
     return "\n\n".join(parts)

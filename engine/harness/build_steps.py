@@ -8,17 +8,20 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.harness.build_result import FailureKind
 from engine.harness.toolchain import Toolchain
 from engine.harness.vendor_libs import library_files, libraries_used, search_dirs
 from engine.jail import JailSpec
 from engine.jail import command as jailed
-from engine.jail.profiles import compiler_spec
-from engine.procs import kill_group
+from engine.jail.limits import COMPILE, Limits
+from engine.jail.profiles import compiler_spec, hand_over
+from engine.procs import jail_limits, read_report, stop_step
 
 # Variables a compiler may legitimately need. Everything else (API keys, tokens, NVCC_APPEND_FLAGS and other
 # flag injectors that would change object code behind the cache key's back) is dropped.
@@ -35,6 +38,7 @@ class StepResult:
     seconds: float
     timed_out: bool = False
     timeout_s: float = 0.0
+    report: dict[str, Any] = field(default_factory=dict, compare=False)   # the step supervisor's (jail, limits)
 
     @property
     def ok(self) -> bool:
@@ -57,41 +61,56 @@ def compiler_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def compile_jail(work: Path, readonly: list[Path] = (), toolchain: Toolchain | None = None) -> JailSpec:
+def compile_jail(work: Path, readonly: list[Path] = (), toolchain: Toolchain | None = None,
+                 step_limits: Limits = COMPILE) -> JailSpec:
     """Compilers see the toolchain and `readonly`, write only `work`: a candidate's `#include "/home/..."`
-    reads nothing, and nothing a compiler prints can carry a user's file into a log or a prompt."""
+    reads nothing, and nothing a compiler prints can carry a user's file into a log or a prompt. They drop root
+    (engine.jail.profiles.compiler_spec) and are bounded by `step_limits` (and KBENCH_JAIL_LIMITS)."""
     programs = [toolchain.cxx, toolchain.nvcc] if toolchain is not None else []
-    return compiler_spec(work, list(readonly), programs)
+    return compiler_spec(work, list(readonly), programs, jail_limits(step_limits))
 
 
 def run_tool(cmd: list[str], cwd: Path, timeout_s: float, name: str, jail: JailSpec | None = None) -> StepResult:
-    """Run one compiler command in its own process group with a scrubbed environment (in `jail`, if given);
-    kill the group on timeout."""
+    """Run one compiler command with a scrubbed environment (in `jail`, if given) under a step supervisor
+    (engine/jail/supervise.py): its output goes to a capped file, not into this process's memory, and when it
+    ends, on its timeout or when kbench dies, every process it started dies with it."""
     start = time.monotonic()
     timeout_s = max(timeout_s, 0.5)
     env = compiler_env({"TMPDIR": str(jail.write[0])} if jail is not None and jail.write else None)
-    try:
-        proc = subprocess.Popen(jailed(cmd, jail), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    except OSError as exc:
-        return StepResult(name, tuple(cmd), 127, f"cannot run {cmd[0]}: {exc}", time.monotonic() - start)
-    timed_out = False
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_group(proc)
+    if jail is not None:
+        hand_over(jail)
+    with tempfile.TemporaryDirectory(prefix="kbench-step-") as tmp:   # the supervisor's, out of the jail's reach
+        log, report = Path(tmp) / "output.log", Path(tmp) / "report.json"
         try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # a grandchild left the group and holds the pipe: give up on output
-            out = b""
-    except BaseException:
-        kill_group(proc)
-        proc.wait()
-        raise
-    text = out.decode("utf-8", errors="replace") if out else ""
-    return StepResult(name, tuple(cmd), proc.returncode if proc.returncode is not None else -9, text,
-                      time.monotonic() - start, timed_out, timeout_s)
+            with open(Path(tmp) / "supervisor.log", "wb") as own:
+                proc = subprocess.Popen(jailed(cmd, jail, log=str(log), report=str(report)), cwd=cwd, env=env,
+                                        stdin=subprocess.DEVNULL, stdout=own, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        except OSError as exc:
+            return StepResult(name, tuple(cmd), 127, f"cannot run {cmd[0]}: {exc}", time.monotonic() - start)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stop_step(proc)
+        except BaseException:
+            stop_step(proc)
+            raise
+        text = step_output(Path(tmp))
+        return StepResult(name, tuple(cmd), proc.returncode if proc.returncode is not None else -9, text,
+                          time.monotonic() - start, timed_out, timeout_s, read_report(report))
+
+
+def step_output(folder: Path) -> str:
+    """What a supervised step printed (its capped log), and what its supervisor said where it said anything."""
+    parts = []
+    for name in ("output.log", "supervisor.log"):
+        try:
+            parts.append((folder / name).read_bytes().decode("utf-8", errors="replace"))
+        except OSError:
+            continue
+    return "".join(parts)
 
 
 _MODULE_DECL = re.compile(r"PYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,")

@@ -59,14 +59,15 @@ def manifest_path(ext_root: Path) -> Path:
     return Path(ext_root).with_name(Path(ext_root).name + ".prebuilt.json")
 
 
-def write_manifest(ext_root: Path, calls: list[dict[str, Any]]) -> list[str]:
+def write_manifest(ext_root: Path, calls: list[dict[str, Any]], built_in: Path | None = None) -> list[str]:
     """Keep the recorded builds the runner can reuse and write them to `manifest_path(ext_root)` (whole or not
     at all: a temp file renamed over it); their names.
 
     Reusable: built at version 0 (a name built twice in one import is left out), in a folder under `ext_root`,
     from sources inside that folder (load_inline's main.cpp / cuda.cu; `load` of the candidate's own files is
-    not carried), with the built library present."""
-    root = os.path.realpath(ext_root)
+    not carried), with the built library present. `built_in`: where the builds ran, where that is not
+    `ext_root` (the compile child builds in a folder of its own, copied into the cache afterwards)."""
+    root = os.path.realpath(built_in or ext_root)
     names = [str(c.get("name")) for c in calls]
     entries = []
     for call in calls:

@@ -32,6 +32,8 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
+from engine.harness.build_cache import makedirs_private
+
 KEY_VERSION = 1                      # bump when what goes into object_key changes
 PRIMARY_SOURCES = ("kernel.cu", "binding.cpp")
 OUTPUT_FLAGS = ("-o", "-MF")         # followed by a path in the build folder: not part of the key
@@ -199,9 +201,10 @@ def publish(cache_root: Path, toolchain_key: str, key: str, obj: Path) -> Path |
         data = obj.read_bytes()
         if not looks_like_object(data):
             return None
-        d.mkdir(parents=True, exist_ok=True)
+        makedirs_private(d)      # the cache is the user's alone
         _clean_stale_tmp(d)
         tmp.write_bytes(data)
+        os.chmod(tmp, 0o600)     # the cache is the user's alone
         dest = object_path(cache_root, toolchain_key, key)
         os.replace(tmp, dest)
         return dest

@@ -26,7 +26,7 @@ from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
 from engine.harness.vendor_libs import wheel_dirs
 
 # Bump when the flag recipes below change: it is part of key(), so old cache entries stop matching.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2     # 2: compilers jailed without /etc (entries built before may quote root-only files)
 
 DEFAULT_ARCHS = ("9.0",)          # portable: what an exported package builds for by default
 # Candidates are built for the exact GPU that measures them: Hopper's and Blackwell's arch-specific

@@ -26,16 +26,18 @@ The rules are split by job (this module runs them all):
 - engine.integrity.cpp_rules_library: torch/ATen compute and fallbacks, vendor libraries, try/catch;
 - engine.integrity.cpp_rules_concurrency: host threads and side streams;
 - engine.integrity.cpp_rules_state: persistent state (output caches, call counters);
-- engine.integrity.cpp_rules_precision: lower precision and shape specialisation.
+- engine.integrity.cpp_rules_precision: lower precision and shape specialisation;
+- engine.integrity.cpp_rules_files: files a source makes the compiler read (#include, #line, #embed, .incbin).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Collection, Iterable
 
 from engine.integrity.cpp_context import CppFacts
 from engine.integrity.cpp_rules_concurrency import _ConcurrencyRules
+from engine.integrity.cpp_rules_files import _FileRules
 from engine.integrity.cpp_rules_library import _LibraryRules, fn_unqualified_compute
 from engine.integrity.cpp_rules_precision import _PrecisionShapeRules
 from engine.integrity.cpp_rules_state import _PersistentStateRules
@@ -46,7 +48,7 @@ from engine.integrity.findings import SHAPE_SPECIALISATION, STATIC_CACHE, Findin
 __all__ = ["COMPUTE_METHODS", "CppFacts", "fn_unqualified_compute", "parser_available", "scan_cpp_source"]
 
 
-class _Scan(_LibraryRules, _ConcurrencyRules, _PersistentStateRules, _PrecisionShapeRules):
+class _Scan(_LibraryRules, _ConcurrencyRules, _PersistentStateRules, _PrecisionShapeRules, _FileRules):
     """One C++/CUDA source: pass 1 collects (`_ScanBase`), pass 2 runs every rule family."""
 
     def run(self) -> None:
@@ -60,6 +62,7 @@ class _Scan(_LibraryRules, _ConcurrencyRules, _PersistentStateRules, _PrecisionS
             self.rule_persistent_state()
         self.rule_precision()
         self.rule_shapes()
+        self.rule_foreign_files()
         if not self.fragment:
             self.rule_macros()
 
@@ -74,6 +77,7 @@ class _Scan(_LibraryRules, _ConcurrencyRules, _PersistentStateRules, _PrecisionS
                 continue
             sub = _Scan(self.name, "void __kbench_macro__() {\n" + text + "\n;}\n", self.dtype, set(), self.policy,
                         self.offset + node.start_point[0] - 1, fragment=True, known_functions=self.known_functions)
+            sub.own_files = self.own_files
             sub.run()
             for fd in sub.found:
                 if fd.hack in (STATIC_CACHE, SHAPE_SPECIALISATION):
@@ -84,9 +88,12 @@ class _Scan(_LibraryRules, _ConcurrencyRules, _PersistentStateRules, _PrecisionS
 
 
 def scan_cpp_source(name: str, raw: str, *, task_dtype: str = "float32", shape_values: Iterable[int] = (),
-                    policy: str = "pure", line_offset: int = 0) -> tuple[list[Finding], CppFacts]:
-    """Findings for one C++/CUDA source, and the facts the candidate-level rules need."""
+                    policy: str = "pure", line_offset: int = 0,
+                    own_files: Collection[str] = ()) -> tuple[list[Finding], CppFacts]:
+    """Findings for one C++/CUDA source, and the facts the candidate-level rules need. `own_files`: the
+    candidate's file names (what its #line, #embed and .incbin may name without a finding)."""
     shapes = {v for v in shape_values if isinstance(v, int) and v >= 8}
     scan = _Scan(name, raw, task_dtype, shapes, policy, line_offset)
+    scan.own_files = tuple(own_files)
     scan.run()
     return scan.found, scan.facts

@@ -101,7 +101,8 @@ def scan_candidate(candidate: Candidate, task: Task | None = None, policy: str |
             f, own = scan_python_source(rel, text, task_dtype=dtype, shape_values=shapes, reference_modules=refs,
                                         policy=pol)
         elif rel.endswith(CPP_SUFFIXES):
-            f, facts = scan_cpp_source(rel, text, task_dtype=dtype, shape_values=shapes, policy=pol)
+            f, facts = scan_cpp_source(rel, text, task_dtype=dtype, shape_values=shapes, policy=pol,
+                                       own_files=list(candidate.files))
             own = facts.has_kernel
         else:
             continue

@@ -30,6 +30,8 @@ class JailSpec:
     die_with_parent: bool = False     # SIGKILL when the parent exits (set after the uid change, which clears it)
     needed_by_nobody: tuple[str, ...] = ()   # paths uid 65534 must read for the uid drop to be safe
     refuse_incomplete: bool = False   # exec.py runs nothing where a layer did not take hold (JailReport.refusal)
+    limits: dict[str, Any] = field(default_factory=dict)   # engine.jail.limits.Limits, as JSON ({}: none)
+    cgroup: tuple[str, ...] = ()      # the step's cgroup folders to join (made by its trusted parent)
 
     # Explicit, not engine.jsonable (pydantic): engine/jail/exec.py reads this in `python -I -S`, before the jail
     # is up, with the standard library alone (see the module docstring).
@@ -52,6 +54,8 @@ class JailReport:
     identity: str = ""             # "uid 65534", "uid 0 without capabilities (...)", "uid 1000 (not root...)"
     dumpable: bool = True
     missing: list[str] = field(default_factory=list)   # "<layer>: <why>" for each layer that did not take hold
+    bounded: list[str] = field(default_factory=list)   # the limits that hold ("memory 8.0 GiB (cgroup)", ...)
+    unbounded: list[str] = field(default_factory=list)  # "<limit>: <why>" for each limit this machine lacks
 
     @property
     def complete(self) -> bool:
@@ -76,8 +80,12 @@ class JailReport:
         if self.identity:
             parts.append(self.identity.split(" (")[0])
         text = ", ".join(parts) or "no jail"
+        if self.bounded:
+            text += "; limits: " + ", ".join(self.bounded)
         if self.missing:
             text += "; MISSING: " + "; ".join(self.missing)
+        if self.unbounded:
+            text += "; UNBOUNDED: " + "; ".join(self.unbounded)
         return text
 
     # Explicit: standard library only, as JailSpec's; `summary` is computed, and the reader skips it.
@@ -94,11 +102,16 @@ REFUSED = "kbench jail:"   # how exec.py's refusal to run a program in an incomp
 EXEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exec.py")
 
 
-def command(cmd: list[str], spec: JailSpec | None) -> list[str]:
-    """`cmd` run inside `spec`: engine/jail/exec.py applies it to itself, then execs the program."""
-    if spec is None:
+def command(cmd: list[str], spec: JailSpec | None, *, log: str = "", report: str = "",
+            supervise: bool = True) -> list[str]:
+    """`cmd` started by engine/jail/exec.py in `spec` (None: unjailed). `supervise`: under a supervisor that kills
+    the step's whole tree when it ends or when kbench goes (engine/jail/supervise.py), its output in the capped
+    file `log`, its report in `report`; else the jail is applied and the program exec'd in the same process."""
+    if spec is None and not supervise:
         return cmd
-    return [sys.executable, "-I", "-S", EXEC, json.dumps(spec.to_json()), "--", *cmd]
+    launch = {"jail": spec.to_json() if spec is not None else None, "log": log, "report": report,
+              "supervise": supervise}
+    return [sys.executable, "-I", "-S", EXEC, json.dumps(launch), "--", *cmd]
 
 
 def python_path(folder: str) -> str:
@@ -112,12 +125,46 @@ def python_path(folder: str) -> str:
     return pkg
 
 
+def _join_cgroup(spec: JailSpec, rep: JailReport) -> bool:
+    if not spec.cgroup:
+        return False
+    try:
+        for d in spec.cgroup:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        return True
+    except OSError as exc:
+        rep.unbounded.append(f"step cgroup: cannot join it ({exc.strerror or exc})")
+        return False
+
+
+def _set_limits(spec: JailSpec, rep: JailReport, joined: bool) -> None:
+    # lazy: resource limits are set only in a process that jails itself (the CLI imports engine.jail)
+    from engine.jail import limits as lim
+
+    want = lim.Limits.from_json(spec.limits)
+    rep.unbounded += lim.set_rlimits(want, uid=os.getuid(), pids_cgroup=joined)
+    if want.memory:
+        if joined:
+            rep.bounded.append(f"memory {lim.size(want.memory)} (cgroup)")
+        if want.address_space:
+            rep.bounded.append(f"address space {lim.size(want.memory)} per process")
+        elif not joined:
+            rep.unbounded.append("memory: no cgroup, and CUDA needs an unlimited address space")
+    if want.processes and (joined or os.getuid() != 0):
+        rep.bounded.append(f"{want.processes} processes" + (" (cgroup)" if joined else " (RLIMIT_NPROC)"))
+    for name, value in (("files", want.file), ("folder", want.scratch), ("output", want.output)):
+        if value:
+            rep.bounded.append(f"{name} {lim.size(value)}")
+
+
 def apply(spec: JailSpec) -> JailReport:
     """Jail the calling process. Call it while the process has a single thread (before importing torch)."""
     # lazy: the layers load ctypes and libc, needed only in a process that jails itself (the CLI imports engine.jail)
     from engine.jail import landlock, privileges, seccomp
 
     rep = JailReport()
+    joined = _join_cgroup(spec, rep)        # while still root: the group's files are root's
     if spec.network_namespace:
         try:
             rep.network_namespace = privileges.new_network_namespace()
@@ -131,7 +178,12 @@ def apply(spec: JailSpec) -> JailReport:
     else:
         rep.identity = f"uid {os.geteuid()} (unchanged)"
     if spec.die_with_parent:
-        privileges.die_with_parent()
+        try:
+            privileges.die_with_parent()
+        except OSError as exc:     # inside another jail whose seccomp filter keeps the signal it set
+            rep.missing.append(f"parent-death signal: {exc.strerror or exc}")
+    if spec.limits:
+        _set_limits(spec, rep, joined)
     try:
         privileges.set_dumpable(False)
         rep.dumpable = False

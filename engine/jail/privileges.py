@@ -44,6 +44,12 @@ def _err(what: str) -> OSError:
     return OSError(e, f"{what}: {os.strerror(e)}")
 
 
+def prctl(option: int, arg: int) -> None:
+    """prctl(option, arg, 0, 0, 0); OSError where the kernel refuses."""
+    if _libc.prctl(option, arg, 0, 0, 0) != 0:
+        raise _err(f"prctl({option})")
+
+
 def set_dumpable(on: bool) -> None:
     if _libc.prctl(_PR_SET_DUMPABLE, 1 if on else 0, 0, 0, 0) != 0:
         raise _err("prctl(PR_SET_DUMPABLE)")
@@ -89,6 +95,18 @@ def new_network_namespace() -> str:
     Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
     return "user namespace"
+
+
+def reachable_by_nobody(path: str) -> bool:
+    """Can uid 65534 walk to `path` (search permission on every folder above it)?"""
+    try:
+        for q in Path(path).parents:
+            st = q.stat()
+            if st.st_uid != NOBODY and not st.st_mode & stat.S_IXOTH:
+                return False
+        return True
+    except OSError:
+        return False
 
 
 def readable_by_nobody(path: str) -> bool:

@@ -16,10 +16,17 @@ import sysconfig
 from dataclasses import replace
 from pathlib import Path
 
-from engine.jail import JailSpec
+from engine.jail import JailSpec, limits, privileges
 
-# System directories holding programs, libraries and configuration (no user data by convention).
-SYSTEM_CODE = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc")
+# System directories holding programs and libraries (no user data by convention). Not /etc: it holds root-only
+# files (/etc/shadow, ssh host keys, sudoers) that uid 0 without capabilities still reads as their owner; only
+# the configuration a compiler, Python, torch and the CUDA driver read is granted (ETC_READ).
+SYSTEM_CODE = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+ETC_READ = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload", "/etc/localtime",
+            "/etc/timezone", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/host.conf", "/etc/hosts",
+            "/etc/resolv.conf", "/etc/gai.conf", "/etc/os-release", "/etc/lsb-release", "/etc/debian_version",
+            "/etc/redhat-release", "/etc/alternatives", "/etc/mime.types", "/etc/locale.alias", "/etc/nvidia",
+            "/etc/OpenCL", "/etc/vulkan", "/etc/glvnd", "/etc/ssl/openssl.cnf")
 # /proc entries a process needs about itself and the machine; never another process's directory.
 PROC_FILES = ("/proc/self", "/proc/thread-self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/version",
               "/proc/filesystems", "/proc/loadavg", "/proc/uptime", "/proc/devices", "/proc/modules",
@@ -79,7 +86,16 @@ def _code_paths() -> list[str]:
     return _real([*SYSTEM_CODE, *python_code_paths(), engine_dir(), cuda_home(), *compiler_paths()])
 
 
-def runner_spec(scratch: Path, readonly: list[Path], *, gpu_devices: bool = True) -> JailSpec:
+def etc_files() -> list[str]:
+    """The /etc entries of ETC_READ present here, as they are named (a link in /etc is granted where it points:
+    Landlock checks the file opened, so its target must be granted too, and a target in /etc is)."""
+    found = [p for p in ETC_READ if os.path.lexists(p)]
+    targets = [os.path.realpath(p) for p in found]
+    return _real([*found, *(t for t in targets if not t.startswith("/etc/") or t in found)])
+
+
+def runner_spec(scratch: Path, readonly: list[Path], *, gpu_devices: bool = True,
+                step_limits: limits.Limits | None = None) -> JailSpec:
     """Candidate code: read the code of the machine, its own read-only folder (the candidate's .so, the timing
     helper), write only `scratch`, open the GPU; nothing else."""
     devices = ["/dev/null"]
@@ -89,11 +105,12 @@ def runner_spec(scratch: Path, readonly: list[Path], *, gpu_devices: bool = True
     code = _code_paths()
     return JailSpec(
         read_exec=tuple(code),
-        read=tuple([*PROC_FILES, "/sys", *DEVICE_READ, *(str(p) for p in readonly)]),
+        read=tuple([*etc_files(), *PROC_FILES, "/sys", *DEVICE_READ, *(str(p) for p in readonly)]),
         write=(str(scratch),),
         devices=tuple(devices), own_proc_writable=gpu_devices,
         network_namespace=True, seccomp=True, allow_unix_sockets=gpu_devices, drop_privileges=True,
         needed_by_nobody=tuple([*code, *(str(p) for p in readonly)]),
+        limits=(step_limits or limits.runner_limits()).to_json(),
     )
 
 
@@ -109,18 +126,44 @@ def profiled_spec(runner: JailSpec, profiler_dirs: list[str]) -> JailSpec:
     return replace(runner, read=(*runner.read, *profiler_dirs), network_namespace=False, refuse_incomplete=True)
 
 
-def compiler_spec(workdir: Path, readonly: list[Path], programs: list[str] = ()) -> JailSpec:
-    """nvcc / g++ / the linker on one candidate: read the toolchain and `readonly` (the precompiled header),
-    write only `workdir`. A `#include "/home/..."` in a candidate fails with 'Permission denied'. The compiler
-    keeps the caller's identity (its cache files stay the caller's) but no network and no other process.
+def compiler_spec(workdir: Path, readonly: list[Path], programs: list[str] = (),
+                  step_limits: limits.Limits = limits.COMPILE) -> JailSpec:
+    """nvcc / g++ / the linker on one candidate, or the import of a KernelBench candidate (which runs its Python):
+    read the toolchain and `readonly` (the candidate's sources, the precompiled header), write only `workdir`. A
+    `#include "/home/..."` or `"/etc/shadow"` reads nothing, so nothing a compiler prints can carry a user's or
+    root's file into a log, a note or a prompt. It drops root as a runner does: uid 65534 where that uid can
+    read everything it needs (the toolchain, `readonly`, `workdir`), else uid 0 without capabilities; no
+    network, no other process, bounded (`step_limits`, engine/jail/limits.py), and it dies with its supervisor.
     `programs`: the toolchain's compilers, whose install prefixes it may read and run."""
+    code = _real([*_code_paths(), *(install_prefix(p) for p in programs)])
     return JailSpec(
-        read_exec=tuple(_real([*_code_paths(), *(install_prefix(p) for p in programs)])),
-        read=tuple([*PROC_FILES, *DEVICE_READ, *(str(p) for p in readonly)]),
+        read_exec=tuple(code),
+        read=tuple([*etc_files(), *PROC_FILES, *DEVICE_READ, *(str(p) for p in readonly)]),
         write=(str(workdir),),
         devices=("/dev/null",),
-        network_namespace=True, seccomp=True, allow_unix_sockets=False, drop_privileges=False,
+        network_namespace=True, seccomp=True, allow_unix_sockets=False, drop_privileges=True,
+        die_with_parent=True, needed_by_nobody=tuple([*code, *(str(p) for p in readonly), str(workdir)]),
+        limits=step_limits.to_json(),
     )
+
+
+def hand_over(spec: JailSpec) -> bool:
+    """Where a process jailed in `spec` by root will become uid 65534 (drop_privileges' rule: that uid can read
+    all it needs), give it the folders it writes first (chown -R), which makes them pass that rule too; where it
+    will not (something it needs is closed to that uid, or a folder it writes lies beyond one, as a cache under
+    /root does), leave them as they are: it then stays uid 0 without capabilities. True where handed over."""
+    if os.geteuid() != 0 or not spec.drop_privileges:
+        return False
+    needed = [p for p in spec.needed_by_nobody if p not in spec.write and os.path.exists(p)]
+    if not all(privileges.readable_by_nobody(p) for p in needed):
+        return False
+    if not all(privileges.reachable_by_nobody(w) for w in spec.write):
+        return False
+    for w in spec.write:
+        for root, dirs, files in os.walk(w):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.chown(name, privileges.NOBODY, privileges.NOBODY, follow_symlinks=False)
+    return True
 
 
 def runner_environment(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -90,9 +90,9 @@ class RunnerLink:
         self._run = run
         timer = stage_readonly(run.ro, Path(self.timer.so_path))
         self.process = RunnerProcess.spawn(run)
-        self.process.send(msg.Setup(jail=run.spec(die_with_parent=True).to_json(), timer_so=str(timer),
-                                    timer_module=self.timer.module_name, pin_arena=pin_arena,
-                                    numerics=JUDGE.to_json()))
+        spec = run.spec(die_with_parent=True, cgroup=self.process.cgroup_dirs())
+        self.process.send(msg.Setup(jail=spec.to_json(), timer_so=str(timer), timer_module=self.timer.module_name,
+                                    pin_arena=pin_arena, numerics=JUDGE.to_json()))
 
     def up(self, deadline: float) -> str | None:
         """Wait for the jail report, the runner's start and its helper's hello; None when up, else why not."""

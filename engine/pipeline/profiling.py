@@ -28,7 +28,7 @@ from engine.pipeline.eval_types import default_cache_root
 from engine.pipeline.profile_types import ProfileRequest, ProfileResult, read_result
 from engine.pipeline.runner_process import make_run_dir, stage_candidate
 from engine.pipeline.types import CandidateSpec
-from engine.procs import kill_group, reap
+from engine.procs import stop_step
 from engine.profile.ncu import (build_ncu_command, ncu_install_dirs, ncu_unavailable_reason, parse_ncu_csv,
                                 permission_denied)
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
@@ -75,25 +75,31 @@ def _jailed_run(job: ProfileJob, opts: ProfileOptions, mode: str, timeout_s: flo
         child = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.profile_child",
                  str(req)]
         spec = run.spec()
-        if ncu is not None:   # the jailed process loads ncu's injection library and lets ncu attach to it
-            spec = profiled_spec(spec, ncu_install_dirs(ncu))
-        cmd = jailed(child, spec)
-        if ncu is not None:
-            cmd = build_ncu_command(cmd, ncu=ncu, launch_count=opts.launch_count)
+        log, report = run.root / "profile.log", run.root / "profile-report.json"   # kbench's, out of the jail
+        if ncu is None:   # the supervisor jails the child, caps its output and kills its tree when it ends
+            cmd = jailed(child, spec, log=str(log), report=str(report))
+        else:   # the jailed process loads ncu's injection library and lets ncu attach to it: ncu runs the jail
+            # launcher, which jails and execs the child; the supervisor is around ncu and all it starts
+            inner = jailed(child, profiled_spec(spec, ncu_install_dirs(ncu)), supervise=False)
+            cmd = jailed(build_ncu_command(inner, ncu=ncu, launch_count=opts.launch_count), None, log=str(log),
+                         report=str(report))
         env = run.environment({"CUDA_VISIBLE_DEVICES": str(opts.gpu)} if opts.gpu is not None else None)
         try:
-            proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
+            proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             return "", ProfileResult(), f"{'ncu' if ncu else 'the profiler'} could not be started: {exc}"
         try:
-            out, _ = proc.communicate(timeout=timeout_s)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            kill_group(proc)
-            reap(proc)
+            stop_step(proc)
             return "", ProfileResult(), f"{'ncu' if ncu else 'the torch profiler'} timed out after {timeout_s:.0f} s"
         finally:
-            kill_group(proc)
+            stop_step(proc)
+        out = log.read_bytes().decode("utf-8", errors="replace") if log.is_file() else ""
+        if proc.returncode == 126 and out.startswith("cannot run"):   # the supervisor could not exec it
+            return "", ProfileResult(), f"{'ncu' if ncu else 'the profiler'} could not be started: " \
+                                        f"{out.strip().splitlines()[0]}"
         if ncu is not None:   # ncu's part is its output; the child's result only says it ran
             return out, ProfileResult(), ""
         return (out, *judge_torch_result(read_result(result_path), proc.returncode, out))

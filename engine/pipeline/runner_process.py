@@ -35,7 +35,10 @@ from engine import procs
 from engine import jail
 from engine.harness.kernelbench_prebuilt import MANIFEST, manifest_path
 from engine.jail import JailReport, JailSpec, privileges
+from engine.jail.cgroups import StepGroup
+from engine.jail.limits import Limits, runner_limits
 from engine.jail.profiles import runner_environment, runner_spec
+from engine.jail.supervise import WATCH_S, CappedLog, folder_bytes
 from engine.pipeline import messages as msg
 from engine.pipeline.arena import Arena
 from engine.pipeline.types import CandidateSpec
@@ -61,7 +64,8 @@ class RunDir:
     readonly: tuple[Path, ...]   # everything it may read besides the machine's code
 
     def spec(self, **overrides: Any) -> JailSpec:
-        return dataclasses.replace(runner_spec(self.scratch, list(self.readonly)), **overrides)
+        spec = runner_spec(self.scratch, list(self.readonly), step_limits=procs.jail_limits(runner_limits()))
+        return dataclasses.replace(spec, **overrides)
 
     def environment(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return runner_environment(self.scratch, {"PYTHONPATH": str(self.pkg), **(extra or {})})
@@ -134,6 +138,8 @@ class RunnerProcess:
     started: int = 0          # the runner's start time (clock ticks since boot)
     forged: str = ""          # set by the record reader when a record the helper did not sign arrives
     arena: Arena | None = None
+    group: StepGroup | None = None   # its cgroup (memory, tasks), where this machine gives kbench one
+    stopped: str = ""         # why the judge's side stopped it (a limit it went past), "" otherwise
 
     @classmethod
     def spawn(cls, run: RunDir, gpu: int | None = None, extra_env: dict[str, str] | None = None) -> "RunnerProcess":
@@ -153,28 +159,50 @@ class RunnerProcess:
         cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.runner",
                str(runner_end.fileno()), str(key_r), str(rec_w), str(arena.fd)]
         procs.become_subreaper()
+        out_r, out_w = os.pipe()    # its output goes to a capped file through the judge, never unbounded
         try:
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT,
-                                        pass_fds=(runner_end.fileno(), key_r, rec_w, arena.fd))
+            proc = subprocess.Popen(cmd, cwd=run.scratch, env=env, stdin=subprocess.DEVNULL, stdout=out_w,
+                                    stderr=subprocess.STDOUT, pass_fds=(runner_end.fileno(), key_r, rec_w, arena.fd))
         except BaseException:   # no runner: nothing of it may stay open in a long-lived process
             arena.close()
             for end in (judge_end, runner_end):
                 end.close()
-            for fd in (key_r, key_w, rec_r, rec_w):
+            for fd in (key_r, key_w, rec_r, rec_w, out_r, out_w):
                 os.close(fd)
             raise
+        os.close(out_w)
         runner_end.close()
         os.close(key_r)
         os.close(rec_w)
         os.write(key_w, key)
         os.close(key_w)
         _LIVE.add(proc.pid)
-        rp = cls(proc, Channel(judge_end), key, run.root, log_path=log_path, arena=arena)
+        limits = Limits.from_json(run.spec().limits)
+        rp = cls(proc, Channel(judge_end), key, run.root, log_path=log_path, arena=arena,
+                 group=StepGroup.create(limits.memory, limits.processes))
         rp.started = procs.start_ticks(proc.pid) or 0
         rp._start_reader(rec_r)
+        log = CappedLog(str(log_path), limits.output)
+        threading.Thread(target=lambda: (log.pump(out_r), log.close()), name="kbench-runner-log", daemon=True).start()
+        if limits.scratch:
+            threading.Thread(target=rp._watch, args=(run.scratch, limits.scratch), name="kbench-runner-folder",
+                             daemon=True).start()
         return rp
+
+    def cgroup_dirs(self) -> tuple[str, ...]:
+        """The folders of its cgroup, for its jail to join ((): none on this machine)."""
+        return tuple(str(d) for d in self.group.dirs) if self.group is not None else ()
+
+    def _watch(self, scratch: Path, quota: int) -> None:
+        """Stop the runner (and its cgroup) once its scratch folder holds more than `quota` bytes."""
+        while self.proc.poll() is None:
+            if folder_bytes([str(scratch)]) > quota:
+                self.stopped = f"its folder grew past {quota} bytes (the scratch quota)"
+                self.proc.kill()
+                if self.group is not None:
+                    self.group.kill()
+                return
+            time.sleep(WATCH_S)
 
     def _start_reader(self, fd: int) -> None:
         stream = open(fd, "rb", buffering=1 << 20)
@@ -271,6 +299,8 @@ class RunnerProcess:
                 cause = f"killed by signal {-rc}"
         else:
             cause = f"exited with code {rc}"
+        if self.stopped:
+            cause += f" ({self.stopped})"
         tail = self.log_tail()
         return f"{what}: {cause}" + (f": {tail}" if tail else "")
 
@@ -302,6 +332,8 @@ class RunnerProcess:
         except subprocess.TimeoutExpired:
             pass
         _LIVE.discard(self.proc.pid)
+        if self.group is not None:   # everything of its cgroup, wherever it was re-parented
+            self.group.remove()
         strays = [p for p in tree.get(os.getpid(), []) if p not in _LIVE and p != self.proc.pid
                   and (procs.start_ticks(p) or 0) >= self.started]
         procs.kill_pids([q for p in strays for q in (p, *procs.descendants(p, tree))])

@@ -20,8 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
 
+from engine import userfiles
 from engine.candidates import Candidate, detect_format
-from engine.errors import KbenchError
+from engine.errors import CandidateError, KbenchError
 from engine.proposers.base import Proposal, ProposalRequest, ProposalStatus, failed, parent_id, with_provenance
 
 RATIONALE = "RATIONALE.md"
@@ -120,8 +121,12 @@ class HumanProposer:
         if done.returncode != 0:
             return failed(self.name, request, f"the editor exited with status {done.returncode}; "
                           f"nothing was taken, the files are in {folder}")
-        files = _read_back(folder, set(start), extras)
-        rationale = _rationale((folder / RATIONALE).read_text() if (folder / RATIONALE).is_file() else "")
+        try:
+            files = _read_back(folder, set(start), extras)
+            rationale = _rationale(userfiles.read_text(folder / RATIONALE, error=CandidateError)
+                                   if os.path.lexists(folder / RATIONALE) else "")
+        except CandidateError as exc:
+            return failed(self.name, request, f"{exc} Nothing was taken; the files are in {folder}")
         if files == start:
             shutil.rmtree(folder, ignore_errors=True)
             return failed(self.name, request, "the files were not changed", status=ProposalStatus.EMPTY)
@@ -144,19 +149,17 @@ class HumanProposer:
 
 
 def _read_back(folder: Path, started: set[str], extras: set[str]) -> dict[str, str]:
-    """The edited candidate files: those we wrote (unless deleted) plus new source files the user added."""
+    """The edited candidate files: those we wrote (unless deleted) plus new source files the user added. One made a
+    link or a special file is a CandidateError naming it (engine.userfiles: kbench reads nothing through a link)."""
     files: dict[str, str] = {}
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
-        if not p.is_file() or rel in extras or any(part.startswith(".") for part in Path(rel).parts):
+        if rel in extras or any(part.startswith(".") for part in Path(rel).parts) or rel.endswith(_IGNORED_SUFFIXES):
             continue
-        if rel.endswith(_IGNORED_SUFFIXES):
+        if p.is_dir() and not p.is_symlink():
             continue
         if rel in started or p.suffix in (".cu", ".cuh", ".cpp", ".h", ".hpp", ".py"):
-            try:
-                files[rel] = p.read_text()
-            except (OSError, UnicodeDecodeError):
-                continue
+            files[rel] = userfiles.read_text(p, error=CandidateError)
     return files
 
 

@@ -9,20 +9,23 @@ Two sources:
 
 Replay ignores the request's operator unless `match_operator` is set; it skips recordings whose source is
 already in the session (`request.known_hashes`), and says EMPTY when the recording is spent. An entry that
-looked like a candidate but cannot be read becomes a failed proposal naming the file.
+looked like a candidate but cannot be read becomes a failed proposal naming the file; so does a link or a special
+file among the entries (engine.userfiles: nothing is read through a link or from a FIFO or device).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
+from engine import userfiles
 from engine.candidates import NATIVE_FILES, Candidate, load_candidate
-from engine.errors import KbenchError
+from engine.errors import CandidateError, KbenchError
 from engine.proposers.base import Proposal, ProposalRequest, ProposalStatus, failed, parent_id, with_provenance
 
 if TYPE_CHECKING:
@@ -86,11 +89,15 @@ class DirectorySource:
                 return
             yield RecordedProposal(None, origin=str(root), error=f"{root}: no such file or folder")
             return
-        if all((root / f).is_file() for f in NATIVE_FILES):
+        if all(os.path.lexists(root / f) for f in NATIVE_FILES):
             yield _load_entry(root)
             return
         for entry in sorted(root.iterdir(), key=lambda p: _natural(p.name)):
             if entry.name.startswith(".") or not _looks_like_candidate(entry):
+                continue
+            why = "" if entry.is_dir() and not entry.is_symlink() else userfiles.refusal(entry)
+            if why:      # a link or a FIFO among the recorded candidates is named, never followed or opened
+                yield RecordedProposal(None, origin=str(entry), error=why)
                 continue
             yield _load_entry(entry)
 
@@ -170,7 +177,7 @@ def _looks_like_candidate(p: Path) -> bool:
 def _load_entry(p: Path) -> RecordedProposal:
     try:
         if p.suffix == ".json" and p.is_file():
-            obj = json.loads(p.read_text())
+            obj = json.loads(userfiles.read_text(p, error=CandidateError))
             cand = Candidate.from_json(obj)
             meta = cand.meta
             return RecordedProposal(cand, operator=str(meta.get("operator") or "replay"),
@@ -178,7 +185,8 @@ def _load_entry(p: Path) -> RecordedProposal:
                                     model=meta.get("model"), origin=str(p))
         cand = load_candidate(p)
         prompt_file = (p if p.is_dir() else p.parent) / ".kbench" / "prompt.md"
-        prompt = prompt_file.read_text() if p.is_dir() and prompt_file.is_file() else ""
+        prompt = userfiles.read_text(prompt_file, error=CandidateError) \
+            if p.is_dir() and os.path.lexists(prompt_file) else ""
         return RecordedProposal(cand, prompt=prompt, origin=str(p))
     except (KbenchError, OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         return RecordedProposal(None, origin=str(p), error=str(exc))

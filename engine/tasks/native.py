@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from engine import userfiles
 from engine.errors import TaskError
 from engine.tasks import costexpr, pysource, reference_checks, toml_checks
 from engine.tasks.inits import SCHEMES
@@ -22,12 +23,10 @@ def is_native_task(path: Path) -> bool:
 def load_native(root: Path) -> Task:
     toml_path = root / "task.toml"
     ref_path = root / "reference.py"
-    try:
-        meta = tomllib.loads(toml_path.read_text())
+    try:     # a task is the user's own: a link is followed, but a binary or special file is one line
+        meta = tomllib.loads(userfiles.read_text(toml_path, error=TaskError, follow_links=True))
     except tomllib.TOMLDecodeError as exc:
         raise TaskError(f"{toml_path}: not valid TOML ({exc}).") from None
-    except OSError as exc:
-        raise TaskError(f"{toml_path}: cannot read the file ({exc.strerror}).") from None
     toml_checks.check_meta(meta, toml_path)   # unknown keys, numbers written as strings, too few configs
 
     def need(obj: dict, key: str, where: str) -> Any:

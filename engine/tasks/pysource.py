@@ -6,6 +6,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import userfiles
 from engine.errors import TaskError
 
 
@@ -16,10 +17,7 @@ class Params:
 
 
 def parse_module(path: Path) -> ast.Module:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TaskError(f"{path}: cannot read the file ({exc.strerror}).") from None
+    text = userfiles.read_text(path, error=TaskError, follow_links=True)   # the user's own file: links followed
     try:
         return ast.parse(text, filename=str(path))
     except SyntaxError as exc:

@@ -73,6 +73,13 @@ class Holder:
         return "alive"
 
 
+def writing_elsewhere(holder: Holder | None, heartbeat_age: float | None) -> bool:
+    """The rule for a free lock, one for the claim, a one-shot write and fsck alike: a record from another host
+    whose heartbeat is fresh is a live writer there (the filesystem may not carry locks between machines), so it
+    is neither replaced nor removed; only a silent heartbeat (REMOTE_STALE_S) makes it a dead writer's."""
+    return holder is not None and holder.host != this_host() and holder.state(heartbeat_age) == "unknown"
+
+
 def claim_dir(git_dir: Path) -> Path:
     return Path(git_dir) / CLAIM_DIR
 

@@ -5,6 +5,7 @@ plus the holder record that names it (`claim_holders`), kept fresh by one heartb
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
@@ -16,15 +17,33 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from engine.config import env_float
+from engine.errors import storage_error
 from engine.workspace.claim_holders import (HEARTBEAT_S, Holder, busy_message, claim_dir, claim_stamp,
-                                            process_start, read_holder, read_taker, this_host, write_holder)
-from engine.workspace.errors import SessionBusyError, SessionTakenOverError, WorkspaceError
+                                            process_start, read_holder, read_taker, this_host, write_holder,
+                                            writing_elsewhere)
+from engine.workspace.errors import SessionBusyError, SessionTakenOverError, WorkspaceError, WorkspaceStorageError
 
 WAIT_S = env_float("KBENCH_CLAIM_WAIT_S")  # a busy session is retried this long before refusing
 
 
 class _LockedFileReplaced(Exception):
     """Raised from filelock's on_acquired hook: the file locked is no longer the one at the path."""
+
+
+def held_by_someone(path: Path) -> bool:
+    """Whether a process holds the flock on `path`, asked without creating or writing anything (a read-only
+    descriptor takes a flock too), so `kbench fsck --dry-run` works on a read-only workspace. No file: nobody."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)     # closing the descriptor drops the probe's own lock
+    return False
 
 
 class FlockFile:
@@ -97,8 +116,7 @@ class SessionClaim:
         while True:
             if self._lock.try_lock():
                 holder, age = read_holder(self.git_dir, self.session)
-                if (holder is not None and not take_over and holder.host != this_host()
-                        and holder.state(age) == "unknown"):
+                if not take_over and writing_elsewhere(holder, age):
                     # The lock was free, yet a writer on another host touched its record moments ago: this
                     # filesystem does not carry locks between machines. Its record decides.
                     self._lock.unlock()
@@ -125,6 +143,9 @@ class SessionClaim:
                     json.dumps(asdict(self.holder)) + "\n")
         except OSError as exc:
             self._lock.unlock()
+            failure = storage_error(exc)
+            if failure is not None:
+                raise WorkspaceStorageError(str(failure)) from None
             raise WorkspaceError(f"cannot record the writer of session {self.session!r} in "
                                  f"{claim_dir(self.git_dir)}: {exc}") from None
         _Heartbeat.add(self)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from engine.errors import KbenchError
+from engine.errors import KbenchError, StorageError
 
 
 class WorkspaceError(KbenchError):
     """Anything wrong with the workspace repository or a request against it."""
+
+
+class WorkspaceStorageError(WorkspaceError, StorageError):
+    """A write to the workspace failed because its file system is full or read-only (what git only calls
+    "couldn't write"); one line saying so, never a traceback. Nothing half-written is left: every write is an
+    object, then one ref transaction."""
 
 
 class NotAWorkspaceError(WorkspaceError):

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.workspace import claim_holders, damaged_refs, gitio, gitrefs, listing_cache, writers
+from engine.workspace import claim_holders, damaged_refs, gitio, listing_cache, session_branch, writers
 from engine.workspace.commits import candidate_trailer
 from engine.workspace.errors import SessionBusyError, WorkspaceDamagedError, WorkspaceError
-from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, branch_ref, split_ref
-from engine.workspace.views import best_of
+from engine.workspace.naming import CANDIDATE_NS, ROOT_LEAF, split_ref
 
 OK, REPAIRED, DAMAGED, WARNING, NOTE = "ok", "repaired", "damaged", "warning", "note"
 STALE_GIT_LOCK_S = 60.0      # a git lock file older than this is not a running command's
@@ -140,6 +139,10 @@ def _claims(ws, report: FsckReport, dry_run: bool) -> None:
             report.add(WARNING, f"session {session}", claim_holders.busy_message(session, holder, age))
         elif state == "alive":
             report.add(NOTE, f"session {session}", f"claimed by {holder.describe()} (its lock is free)")
+        elif claim_holders.writing_elsewhere(holder, age):   # the claim's own rule: a writer there, not removed
+            report.add(NOTE, f"session {session}", f"being written by {holder.describe()}, last seen {age:.0f} s "
+                                                   "ago (another host: its record is kept while its heartbeat "
+                                                   "is fresh)")
         elif dry_run:
             report.add(NOTE, f"session {session}", f"writer record of {holder.describe()}, which is gone: "
                                                    "would be removed")
@@ -219,15 +222,10 @@ def _damaged_refs(ws, name: str, refs, report: FsckReport, dry_run: bool) -> int
 
 
 def _branch(ws, name: str, views, damaged: int, report: FsckReport, dry_run: bool) -> None:
-    wr = ws._repo
-    ref = branch_ref(name)
-    root = ws._root(name)[0]
-    head = wr.ref(ref)
-    best = best_of(v for v in views if not v.problem)
-    want, want_name = (best.record.commit, best.id) if best else (root, "the session root (no eligible candidate)")
-    if head == want:
+    state = session_branch.branch_state(ws, name, views)
+    if state.in_place:
         return
-    at = "is missing" if head is None else f"points at {_describe(ws, head, root)}"
+    ref, at, want_name = state.ref, state.at, state.want_name
     if damaged:
         report.add(WARNING, ref, f"{at}, not the best readable candidate ({want_name}); not re-pointed while "
                                  "the session has damaged candidates (the true best is unknown)")
@@ -236,9 +234,7 @@ def _branch(ws, name: str, views, damaged: int, report: FsckReport, dry_run: boo
         report.add(WARNING, ref, f"{at}, not the session's best, {want_name}: would be re-pointed")
         return
     try:
-        with wr.writing(), writers.write_guard(ws.git_dir, name):
-            update = gitrefs.RefUpdate(ref, want, head) if head else gitrefs.RefUpdate(ref, want)
-            wr.update_refs([update], f"kbench fsck: {name} best is {want_name}")
+        session_branch.repoint(ws, name, state, f"kbench fsck: {name} best is {want_name}")
     except SessionBusyError as exc:
         report.add(WARNING, ref, f"{at}, not the session's best, {want_name}; not re-pointed: {exc}")
         return
@@ -267,14 +263,6 @@ def _listing_cache(ws, report: FsckReport, dry_run: bool) -> None:
         report.add(WARNING, "listing cache", f"{path.name}: {problem}; cannot rebuild it: {exc}")
         return
     report.add(REPAIRED, "listing cache", f"{path.name}: {problem}; rebuilt from the objects")
-
-
-def _describe(ws, sha: str, root: str) -> str:
-    if sha == root:
-        return "the session root"
-    raw = ws._repo.read_commit(sha)
-    cid = candidate_trailer(raw) if raw else None
-    return f"{cid} ({sha[:12]})" if cid else sha[:12]
 
 
 def _age(seconds: float) -> str:

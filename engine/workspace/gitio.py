@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from engine.workspace.errors import WorkspaceError
+from engine.errors import storage_message, storage_state
+from engine.workspace.errors import WorkspaceError, WorkspaceStorageError
 
 # Environment variables that would point git at another repository, index or object store.
 _SCRUB = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE",
@@ -45,6 +46,17 @@ class GitCommandError(WorkspaceError):
         super().__init__(f"`git {' '.join(args[:3])}` failed (exit {returncode}): {stderr.strip() or 'no message'}")
 
 
+def git_failure(git_dir: Path | None, args: Sequence[str], returncode: int, stderr: str) -> WorkspaceError:
+    """What a failed git command raises: a WorkspaceStorageError where the workspace's file system is full or
+    read-only (git itself only says it "couldn't write" or was "unable to create" a file), else GitCommandError
+    with git's own words."""
+    code = storage_state(git_dir) if git_dir is not None else None
+    if code is not None:
+        said = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
+        return WorkspaceStorageError(storage_message(code, f"the workspace {Path(git_dir).parent}", f"git: {said}"))
+    return GitCommandError(args, returncode, stderr)
+
+
 def run_git(git_dir: Path | None, args: Sequence[str], input: bytes | None = None, check: bool = True,
             cwd: Path | None = None, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess:
     """Run git to completion on the repository `git_dir` (None: no repository, for `git init`). `pass_fds`:
@@ -53,7 +65,7 @@ def run_git(git_dir: Path | None, args: Sequence[str], input: bytes | None = Non
     cmd = ["git", *([f"--git-dir={git_dir}"] if git_dir is not None else []), *args]
     proc = subprocess.run(cmd, input=input, capture_output=True, env=git_env(), cwd=cwd, pass_fds=tuple(pass_fds))
     if check and proc.returncode != 0:
-        raise GitCommandError(args, proc.returncode, proc.stderr.decode(errors="replace"))
+        raise git_failure(git_dir, args, proc.returncode, proc.stderr.decode(errors="replace"))
     return proc
 
 
@@ -62,6 +74,7 @@ class PendingGit:
 
     def __init__(self, git_dir: Path, args: Sequence[str], input: bytes | None = None):
         self.args = list(args)
+        self._git_dir = git_dir
         self._in = tempfile.TemporaryFile()
         if input:
             self._in.write(input)
@@ -85,7 +98,7 @@ class PendingGit:
     def result(self) -> bytes:
         rc, out, err = self.finish()
         if rc != 0:
-            raise GitCommandError(self.args, rc, err)
+            raise git_failure(self._git_dir, self.args, rc, err)
         return out
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Sequence
 
 from engine.config import env_int
-from engine.workspace.errors import StaleGitLockError, WorkspaceError
-from engine.workspace.gitio import run_git
+from engine.workspace.errors import StaleGitLockError, WorkspaceError, WorkspaceStorageError
+from engine.workspace.gitio import git_failure, run_git
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,9 @@ def update_refs(git_dir: Path, updates: Sequence[RefUpdate], message: str, pass_
                 "and run the same command again (nothing was written).")
         if "already exists" in err or "but expected" in err or "is at" in err:
             raise RefConflictError(f"a ref moved under kbench's feet: {err}")
+        failure = git_failure(git_dir, ["update-ref"], proc.returncode, err)
+        if isinstance(failure, WorkspaceStorageError):
+            raise failure
         raise WorkspaceError(f"updating refs in {git_dir} failed: {err}")
 
 

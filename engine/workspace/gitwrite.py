@@ -11,7 +11,8 @@ from typing import Iterable
 
 from gitdb import IStream, LooseObjectDB
 
-from engine.workspace.errors import WorkspaceError
+from engine.errors import storage_error
+from engine.workspace.errors import WorkspaceError, WorkspaceStorageError
 from engine.workspace.gitobjects import MODE_BLOB, MODE_TREE, TreeEntry, serialize_tree
 
 
@@ -23,7 +24,13 @@ class ObjectWriter:
         self._db = LooseObjectDB(str(git_dir / "objects"))
 
     def write(self, type_: str, data: bytes) -> str:
-        istream = self._db.store(IStream(type_.encode(), len(data), BytesIO(data)))
+        try:
+            istream = self._db.store(IStream(type_.encode(), len(data), BytesIO(data)))
+        except OSError as exc:   # a full or read-only disk: one line; the object is not there (no ref names it)
+            failure = storage_error(exc, self._db.root_path())
+            if failure is None:
+                raise
+            raise WorkspaceStorageError(str(failure)) from None
         return istream.hexsha.decode() if isinstance(istream.hexsha, bytes) else istream.hexsha
 
     def blob(self, data: bytes | str) -> str:

@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from engine.candidates import Candidate
 from engine.verdict import STAGES, Status, Verdict
-from engine.workspace import commits, files, gitobjects, gitrefs, sessions, writers
+from engine.workspace import commits, files, gitobjects, gitrefs, session_branch, sessions, writers
 from engine.workspace.damaged_refs import DamagedRef
 from engine.workspace.failed import FailedProposals
-from engine.workspace.errors import CorruptNoteError, UnknownSessionError, WorkspaceError
+from engine.workspace.errors import CorruptNoteError, WorkspaceError
 from engine.workspace.listing import Listing
 from engine.workspace.notes import NotesStore
 from engine.workspace.paths import default_export_dir, default_path
 from engine.workspace.reader import CandidateReader
-from engine.workspace.naming import (CANDIDATE_NS, branch_ref, candidate_id, candidate_ref, check_token,
+from engine.workspace.naming import (CANDIDATE_NS, candidate_id, candidate_ref, check_token,
                                      parse_candidate_id, split_ref)
 from engine.workspace.note_entries import Event, Measurement, NoteEntry, Override, VerdictNote, entry_line
 from engine.workspace.note_parsing import parse_note
 from engine.workspace.records import CandidateRecord, SessionInfo, now_iso
 from engine.workspace.repo import WorkspaceRepo
-from engine.workspace.views import CandidateStatus, CandidateView, best_of, better, fold
+from engine.workspace.views import CandidateStatus, CandidateView, fold
 
 if TYPE_CHECKING:
     from engine.tasks.model import Task
@@ -121,6 +121,17 @@ class Workspace:
         self._reader.forget(name)
         self._counters.pop(name, None)
         return True
+
+    def restore_branch(self, name: str) -> str | None:
+        """Put `sessions/<name>` back on the session's best (a writer killed or stopped by a full disk may have
+        left it missing or behind): what a resume does before it writes. Returns what was done, None where it
+        was in place or the session has damaged candidates (then the true best is unknown: `kbench fsck`)."""
+        views = self.candidates(name, strict=False)
+        state = session_branch.branch_state(self, name, views)
+        if state.in_place or any(v.problem for v in views):
+            return None
+        session_branch.repoint(self, name, state, f"kbench: {name} resumed, its best is {state.want_name}")
+        return f"the branch {state.ref} {state.at}: re-pointed to the session's best, {state.want_name}"
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, oldest first, with its candidate count and current best."""
@@ -371,46 +382,8 @@ class Workspace:
                                               over_damage=frozenset({rec.commit}) if self.accept_damage else
                                               frozenset())
         updates = [prepared.update]
-        move = self._best_move(rec, fold(current), new_status)
+        move = session_branch.best_move(self, rec, fold(current), new_status)
         if move is not None:
             updates.append(move)
         wr.update_refs(updates, message.strip())
         return new_status
-
-    def _best_move(self, rec: CandidateRecord, old: CandidateStatus,
-                   new: CandidateStatus) -> gitrefs.RefUpdate | None:
-        """Where `sessions/<session>` must go after `rec` changed from `old` to `new` (None: stays)."""
-        wr = self._repo
-        session = rec.session
-        if not session:
-            return None
-        try:
-            root = self._root(session)[0]
-        except UnknownSessionError:
-            return None
-        branch = branch_ref(session)
-        head = wr.ref(branch)
-        head_rec = self._reader.record_at(head) if head and head != root else None
-        if head_rec is not None and head_rec.session != session:
-            head_rec = None
-        mine = CandidateView(rec, new)
-        if head_rec is not None and head_rec.commit == rec.commit:
-            if new.eligible and old.speedup is not None and (new.speedup or 0.0) >= old.speedup:
-                return None
-            best = best_of(self._listing.views(session, strict=False, replace={rec.commit: new}))
-            target = best.record.commit if best else root
-        else:
-            if not new.eligible:
-                return None
-            head_view = None
-            if head_rec is not None:
-                try:
-                    head_view = CandidateView(head_rec, fold(self._reader.current_entries(head_rec)))
-                except CorruptNoteError:
-                    head_view = None
-            if not better(mine, head_view):
-                return None
-            target = rec.commit
-        if target == head:
-            return None
-        return gitrefs.RefUpdate(branch, target, head) if head else gitrefs.RefUpdate(branch, target)

@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.workspace.claim_holders import Holder, busy_message, claim_dir, read_holder, this_host
-from engine.workspace.claim_lock import WAIT_S, FlockFile, SessionClaim
+from engine.workspace.claim_holders import Holder, busy_message, claim_dir, read_holder, writing_elsewhere
+from engine.workspace.claim_lock import WAIT_S, FlockFile, SessionClaim, held_by_someone
 from engine.workspace.errors import SessionBusyError
 
 _claims: dict[tuple[str, str], SessionClaim] = {}
@@ -122,7 +122,7 @@ def write_guard(git_dir: Path, session: str) -> Iterator[None]:
         raise SessionBusyError(busy_message(session, holder, age, one_shot=True))
     try:
         holder, age = read_holder(git_dir, session)
-        if holder is not None and holder.host != this_host() and holder.state(age) == "unknown":
+        if writing_elsewhere(holder, age):
             raise SessionBusyError(busy_message(session, holder, age, one_shot=True))
         yield
     finally:
@@ -143,10 +143,6 @@ def claims_in(git_dir: Path) -> list[tuple[str, Holder | None, float | None, boo
     names = sorted(names)
     for session in names:
         holder, age = read_holder(git_dir, session)
-        probe = FlockFile(d / f"{session}.flock")
-        mine = held_claim(git_dir, session) is not None
-        locked = mine or not probe.try_lock()
-        if probe.fd is not None:
-            probe.unlock()
+        locked = held_claim(git_dir, session) is not None or held_by_someone(d / f"{session}.flock")
         out.append((session, holder, age, locked))
     return out

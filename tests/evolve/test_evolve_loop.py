@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 import time
 from dataclasses import replace
 
@@ -491,7 +492,7 @@ def test_default_static_integrity_check_keeps_a_reward_hack_off_the_gpu(ws, tmp_
     hack = FIXTURES / "hacks" / "torch_compute"
     d = tmp_path / "rec"
     d.mkdir()
-    (d / "hack").symlink_to(hack)
+    shutil.copytree(hack, d / "hack")       # a copy: a replay follows no link among its entries
     fake = FakeEvaluator(task)
     s = EvolutionSession(ws, "hack", task, ReplayProposer.from_directory(d), fake,
                          budgets=Budgets(generations=1, population=1), policy=OperatorPolicy({"mutate": 1.0}))

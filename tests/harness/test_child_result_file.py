@@ -11,22 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from engine.procs import await_child
+from engine.procs import StepFolder, await_child
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe not text", b"{not json", b"[1, 2, 3]", b'"finished"', b"null"])
 def test_a_result_file_that_is_not_a_json_object_is_an_unfinished_child(tmp_path: Path, content: bytes) -> None:
-    (tmp_path / "result.json").write_bytes(content)
-    (tmp_path / "output.log").write_bytes(b"")
+    step = StepFolder(tmp_path)
+    (step.box / "result.json").write_bytes(content)
+    step.log.write_bytes(b"")
     proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    out = await_child(proc, tmp_path, 30, time.monotonic())
+    out = await_child(proc, step, 30, time.monotonic())
     assert out.result == {} and out.returncode == 0
     assert out.crashed and out.describe_crash() == "the evaluator process exited with code 0"
 
 
 def test_a_json_object_is_read_as_written(tmp_path: Path) -> None:
-    (tmp_path / "result.json").write_text('{"finished": true, "n": 3}')
-    (tmp_path / "output.log").write_bytes(b"")
+    step = StepFolder(tmp_path)
+    (step.box / "result.json").write_text('{"finished": true, "n": 3}')
+    step.log.write_bytes(b"")
     proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    out = await_child(proc, tmp_path, 30, time.monotonic())
+    out = await_child(proc, step, 30, time.monotonic())
     assert out.result == {"finished": True, "n": 3} and not out.crashed

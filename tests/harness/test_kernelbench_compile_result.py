@@ -17,7 +17,7 @@ from engine.candidates import Candidate
 from engine.harness import build as B
 from engine.harness.kernelbench_types import CompileRequest, CompileResult, ExtensionBuild
 from engine.harness.toolchain import Toolchain
-from engine.procs import ChildOutcome, await_child
+from engine.procs import ChildOutcome, StepFolder, await_child
 from tests.paths import REPO
 
 CAND = Candidate("kernelbench", {"model_new.py": "import torch.utils.cpp_extension\nclass ModelNew:\n    pass\n"})
@@ -27,12 +27,12 @@ def _child_writing(monkeypatch: pytest.MonkeyPatch, content: bytes) -> None:
     """run_child replaced by a child that only leaves `content` as its result file, read the real way."""
     def run_child(module: str, request: dict[str, Any], *, timeout_s: float, **_: Any) -> ChildOutcome:
         assert module == "engine.harness.kernelbench_compile" and CompileRequest.from_json(request).py_path
-        tmpdir = Path(request["py_path"]).parent.parent / "child"
-        tmpdir.mkdir(exist_ok=True)
-        (tmpdir / "result.json").write_bytes(content)
-        (tmpdir / "output.log").write_text("")
+        (Path(request["py_path"]).parent.parent / "child").mkdir(exist_ok=True)
+        step = StepFolder(Path(request["py_path"]).parent.parent / "child")
+        (step.box / "result.json").write_bytes(content)
+        step.log.write_text("")
         proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-        return await_child(proc, tmpdir, timeout_s, time.monotonic())
+        return await_child(proc, step, timeout_s, time.monotonic())
     monkeypatch.setattr(B, "run_child", run_child)
 
 

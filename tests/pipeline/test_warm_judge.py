@@ -17,7 +17,7 @@ from engine.candidates import load_candidate
 from engine.pipeline.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec
 from engine.pipeline import warm
 from engine.pipeline.warm import JudgePool
-from engine.procs import process_tree
+from engine.procs import descendants, process_tree
 from engine.tasks.loader import load_task
 from tests.paths import REPO
 
@@ -68,8 +68,9 @@ def _wait_up(spare, timeout: float = 120.0) -> dict:
 
 
 def _jailed_children(pid: int) -> list[int]:
+    """Jailed processes under `pid` (the spare's supervisor: its judge, and the judge's runner)."""
     out = []
-    for kid in process_tree().get(pid, []):
+    for kid in descendants(pid):
         try:
             if "Seccomp:\t2" in Path(f"/proc/{kid}/status").read_text():
                 out.append(kid)

@@ -106,7 +106,8 @@ def test_a_dead_writers_record_is_replaced_without_asking(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-def test_a_live_writer_on_another_host_is_respected_until_taken_over(tmp_path):
+def workspace_with_a_writer_on_another_host(tmp_path: Path) -> Path:
+    """A workspace whose session "s" has a fresh holder record from host gpu-node-7 (no lock: not carried here)."""
     ws = tmp_path / "ws"
     Workspace.create(ws).close()
     claim_dir = ws / ".git" / claim_holders.CLAIM_DIR
@@ -114,11 +115,33 @@ def test_a_live_writer_on_another_host_is_respected_until_taken_over(tmp_path):
     (claim_dir / "s.holder.json").write_text(json.dumps(
         {"pid": 4242, "host": "gpu-node-7", "started": 1, "since": "2026-01-01T00:00:00Z",
          "command": "kbench evolve", "token": "theirs"}))
+    return ws
+
+
+def test_a_live_writer_on_another_host_is_respected_until_taken_over(tmp_path):
+    ws = workspace_with_a_writer_on_another_host(tmp_path)
     refused = run(evolve_args(ws, "s", generations=1), env={"KBENCH_CLAIM_WAIT_S": "0.3"})
     assert refused.returncode == 2
     assert "being written by kbench evolve (pid 4242 on gpu-node-7" in refused.stderr, refused.stderr
     taken = run(evolve_args(ws, "s", generations=1, extra=("--take-over",)))
     assert taken.returncode == 0, taken.stderr
+
+
+def test_fsck_keeps_the_record_of_a_live_writer_on_another_host_that_the_claim_respects(tmp_path):
+    """One rule for fsck and the claim: a fresh record from another host (whose lock this filesystem may not carry)
+    is a writer there. fsck used to call it gone and remove it, and a second writer was then accepted."""
+    ws = workspace_with_a_writer_on_another_host(tmp_path)
+    for args in (("fsck", "--dry-run"), ("fsck",)):
+        out = kbench(ws, *args)
+        assert "being written by kbench evolve (pid 4242 on gpu-node-7" in out.stdout, out.stdout + out.stderr
+        assert "gone" not in out.stdout and holder_file(ws, "s").is_file()
+    refused = run(evolve_args(ws, "s", generations=1), env={"KBENCH_CLAIM_WAIT_S": "0.3"})
+    assert refused.returncode == 2 and "pid 4242 on gpu-node-7" in refused.stderr, refused.stderr
+    # once its heartbeat is older than the claim's limit, both call it gone: fsck removes it, a writer claims
+    old = time.time() - claim_holders.REMOTE_STALE_S - 5
+    os.utime(holder_file(ws, "s"), (old, old))
+    assert "removed the writer record of kbench evolve (pid 4242" in kbench(ws, "fsck").stdout
+    assert run(evolve_args(ws, "s", generations=1)).returncode == 0
 
 
 def test_claims_in_one_process_are_reentrant_and_guard_writes(tmp_path, layernorm_task):
