@@ -107,7 +107,7 @@ def test_evolve_without_a_gpu_queues_a_generation_for_a_gpu_machine(tmp_path):
         before = w.status(base.id)
     re = subprocess.run([sys.executable, "-m", "engine.cli", "--workspace", ws, "reevaluate", base.id, "--no-profile"],
                         env=env, capture_output=True, text=True, timeout=900)
-    assert re.returncode == 1 and f"{base.id}: not re-measured, still waiting for a GPU: no CUDA GPU" in re.stdout, \
-        re.stdout[-2000:]
+    assert re.returncode == 3 and f"{base.id}: not re-measured: no CUDA GPU" in re.stdout \
+        and "its notes are unchanged" in re.stdout, re.stdout[-2000:]
     with Workspace.open(ws) as w:
         assert w.status(base.id) == before                       # nothing written

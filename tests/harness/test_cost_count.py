@@ -6,6 +6,7 @@ task brings no cost model; the timing verdict's floor uses it (a share of it, ve
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -88,7 +89,7 @@ def test_kbench_show_prints_each_configs_flops_and_bytes_for_every_format(tmp_pa
                                                  if not ln.strip().startswith(("flops", "bytes", "[configs.cost"))))
     out = run([str(KBENCH), "show", str(ref)], env={"HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = [ln for ln in out.stdout.splitlines() if "MFLOP" in ln]
+    rows = [ln for ln in out.stdout.splitlines() if re.search(r"forward: [0-9.]+ [kMGT]?FLOP, [0-9.]+ [kMGT]?B", ln)]
     configs = load_task(ref).configs
     assert len(rows) == len(configs) and all("(counted" in ln for ln in rows), out.stdout
     js = json.loads(run([str(KBENCH), "show", str(ref), "--json"], env={"HOME": str(tmp_path)}).stdout)
