@@ -30,7 +30,7 @@ def _dollars(claude) -> float:
 def _budget_session(user, claude, budget: str, session: str):
     user.config(CHEAP)
     # long answers (about 10k output tokens each) so that a few proposals reach the budget
-    claude.respond(ScriptedModel(verdict="fail", padding_tokens=4000))
+    claude.respond(ScriptedModel(verdict="fail", padding_tokens=4000, seconds_per_answer=0.3))
     return user.run("evolve", "gelu_bias", "--proposer", "anthropic", "--budget-usd", budget, "--generations", "1",
                     "--population", "20", "--session", session, timeout=900)
 

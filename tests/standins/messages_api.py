@@ -206,7 +206,8 @@ class StubMessagesAPI(StubServer):
         return StubResponse(200, message_body(content, model=body["model"],
                                               stop_reason="max_tokens" if cut else answer.stop_reason,
                                               input_tokens=fresh, output_tokens=output_tokens(content),
-                                              cache_write=written, cache_read=read))
+                                              cache_write=written, cache_read=read),
+                            delay_s=self.model.seconds_per_answer)
 
     def _cache_use(self, body: dict[str, Any]) -> tuple[int, int, int]:
         """(cache write, cache read, uncached input) tokens of a request, as prompt caching counts them."""

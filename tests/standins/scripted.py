@@ -65,6 +65,7 @@ class ScriptedModel:
     thinking: str = "Looked at the memory traffic: one read of x and bias, one write of y."
     padding_tokens: int = 0          # extra length of each kernel.cu (to outgrow a small max_tokens)
     verdict: str = "pass"
+    seconds_per_answer: float = 0.0  # a real model takes seconds to write: calls in flight then overlap for sure
     calls: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
