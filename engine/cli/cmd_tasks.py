@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import KbenchError
 from engine.tasks.loader import load_task
-from engine.tasks.model import Cost, Task
+from engine.tasks.model import Cost, Task, scaled
 
 if TYPE_CHECKING:
     from engine.harness.cost_count import Counted
@@ -56,16 +56,6 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     for name, err in broken:
         print(f"{name:<{width}}  BROKEN: {err}")
     return 1 if broken else 0
-
-
-def scaled(value: float, unit: str) -> str:
-    """`2.68 GFLOP`, `1.07 GB`, `35 MFLOP`: three significant digits with the SI prefix that keeps the number
-    below 1000 (a printed `2.68e+03 MFLOP` makes a person count digits)."""
-    rounded = float(f"{value:.3g}")          # 999.6e6 rounds to 1e9: `1 GFLOP`, not `1e+03 MFLOP`
-    for prefix, factor in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(rounded) >= factor:
-            return f"{rounded / factor:.3g} {prefix}{unit}"
-    return f"{rounded:.3g} {unit}"
 
 
 def counted_costs(t: Task) -> dict[str, dict[str, Counted | None]]:

@@ -9,7 +9,7 @@ from engine.config import cache_root
 from engine.harness.roofline import Peaks, load_peaks
 from engine.tasks.glue import glue_header
 from engine.tasks.glue_abi import GlueError
-from engine.tasks.model import DTYPE_BYTES, Task, default_timing_configs
+from engine.tasks.model import DTYPE_BYTES, Task, default_timing_configs, scaled
 from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
 
 if TYPE_CHECKING:
@@ -136,15 +136,9 @@ def render_cost_model(task: Task, direction: str) -> str:
         lines.append(f"- FLOPs per call: `{flops}`; minimum bytes moved: `{moved}` (dtype_bytes = "
                      f"{DTYPE_BYTES.get(task.dtype, '?')})")
     for name, cost in rows:
-        lines.append(f"- `{name}`: {_si(cost.flops)}FLOP, {_si(cost.bytes)}B, {cost.intensity:.2f} FLOP/byte")
+        lines.append(f"- `{name}`: {scaled(cost.flops, 'FLOP')}, {scaled(cost.bytes, 'B')}, "
+                     f"{cost.intensity:.2f} FLOP/byte")
     return "\n".join(lines)
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g} "
 
 
 def estimate_tokens(text: str) -> int:

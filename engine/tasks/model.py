@@ -33,6 +33,17 @@ class Cost:
         return self.flops / self.bytes if self.bytes else float("inf")
 
 
+def scaled(value: float, unit: str) -> str:
+    """`2.68 GFLOP`, `1.07 GB`, `35 MFLOP`: three significant digits with the SI prefix that keeps the number
+    below 1000 (a printed `2.68e+03 MFLOP` makes a person count digits). `kbench show` and the prompts' cost
+    model write costs with it."""
+    rounded = float(f"{value:.3g}")          # 999.6e6 rounds to 1e9: `1 GFLOP`, not `1e+03 MFLOP`
+    for prefix, factor in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(rounded) >= factor:
+            return f"{rounded / factor:.3g} {prefix}{unit}"
+    return f"{rounded:.3g} {unit}"
+
+
 @dataclass(frozen=True)
 class DirectionSpec:
     direction: Direction
