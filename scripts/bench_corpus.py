@@ -110,7 +110,8 @@ def judged(problem: dict[str, str], timeout_s: float) -> dict[str, Any]:
             "gpu": rep.device.get("gpu"), "configs": {r.name: r.correct for r in rep.rows}, "memory": mem,
             "footprint": largest["footprint"] if largest else None,
             "judge_peak": max((m["judge_allocated"] for m in mem.values()), default=None),
-            "runner_peak": max((m["runner_allocated"] or 0 for m in mem.values()), default=None)}
+            "runner_peak": max((m["runner_allocated"] or 0 for m in mem.values()), default=None),
+            "phases": {k: v for k, v in rep.phases.items() if isinstance(v, (int, float))}}
 
 
 def done_keys(out: Path, retry_unmeasured: bool) -> set[str]:

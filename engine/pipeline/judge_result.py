@@ -10,6 +10,7 @@ the contention rule read fields, not dict keys. Each config has one entry per ki
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine import jsonable
@@ -205,6 +206,13 @@ class JudgeOutcome:
             result = JudgeResult(finished=bool(child.result.get("finished")),
                                  error=f"kbench could not read the judge's result ({exc}); a kbench failure, "
                                        "not a verdict on the kernel")
+        if child.crashed and not child.timed_out and not result.error and not result.unmeasured \
+                and not result.failed_already():
+            # The trusted judge died without writing why (the kernel's out-of-memory killer, a host out of memory,
+            # a fault in kbench): nothing was measured, so it is no verdict on the candidate. A candidate cannot
+            # end the judge this way itself: its code runs in the runner, whose deaths the judge reports.
+            result.unmeasured = f"the judge {child.describe_crash().removeprefix('the evaluator process ')} " \
+                                f"before its verdict{host_memory_note()}: not a verdict on the kernel"
         return cls(result, child)
 
     @property
@@ -217,3 +225,14 @@ class JudgeOutcome:
 
     def describe_crash(self) -> str:
         return self.child.describe_crash()
+
+
+def host_memory_note() -> str:
+    """"; host memory 3.1 of 125.0 GiB available" from /proc/meminfo ("" where it cannot be read): a judge that
+    died with the host short of memory was most likely ended by the kernel's out-of-memory killer."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        avail, total = (int(info[k].split()[0]) / (1 << 20) for k in ("MemAvailable", "MemTotal"))
+    except (OSError, KeyError, ValueError):
+        return ""
+    return f"; host memory {avail:.1f} of {total:.1f} GiB available"
