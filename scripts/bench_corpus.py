@@ -18,9 +18,9 @@ The candidates: a KernelBench problem's own file with `class ModelNew(Model): pa
 folder's func_forward.py with `forward = forward_fn` added (and a ModelNew, which the KernelBench compile stage
 looks for). Each line holds the problem, its verdict (passed, unmeasured, failed; error where kbench could not load
 the problem), the reason, per config the footprint (one variant's inputs, weights and reference outputs) and the
-judge's and the runner's peak GPU memory, and the seconds it took. `table` prints the markdown for BENCHMARKS.md:
-counts per corpus, every problem not passed with its reason, and the largest problems' memory against their
-footprint.
+judge's and the runner's peak GPU memory, the seconds it took and the judge's phases. `table` prints the markdown
+for BENCHMARKS.md: counts per corpus, every problem not passed with its reason, and the largest problems' memory
+against their footprint.
 """
 
 from __future__ import annotations
