@@ -33,8 +33,8 @@ class EnvVar:
 ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("KBENCH_WORKSPACE", "", "the workspace repository when `--workspace` is not given (else ./workspace)"),
     EnvVar("KBENCH_TASKS", "", "folders of your own tasks, separated by `:` like PATH; listed after the built-in ones"),
-    EnvVar("KBENCH_CACHE", "", "builds, object files, evaluation records, roofline peaks and the Models API "
-                               "catalogue (else $XDG_CACHE_HOME/kbench, else ~/.cache/kbench)"),
+    EnvVar("KBENCH_CACHE", "", "builds, object files, evaluation records, baselines, roofline peaks and the Models "
+                               "API catalogue (else $XDG_CACHE_HOME/kbench, else ~/.cache/kbench)"),
     EnvVar("KBENCH_CLAIM_WAIT_S", "3", "seconds a session held by another writer is retried before refusing"),
     EnvVar("KBENCH_GIT_LOCK_WAIT_MS", "3000", "milliseconds a git `*.lock` file of another process is waited for "
                                               "before a workspace write gives up"),

@@ -1,4 +1,8 @@
-"""`kbench eval TASK CANDIDATE [--backward] [--json]`: compile, check every config, time."""
+"""`kbench eval TASK CANDIDATE [--backward] [--json]`: compile, check every config, time.
+
+The eager and torch.compile baselines come from the disk cache where an earlier `kbench eval` measured them on
+this GPU and a quick re-timing agrees (engine/pipeline/baseline_cache.py; `--fresh-baselines` measures them
+again). The profile stage is not run unless asked for (`--profile`), and then only after the verdict is shown."""
 
 from __future__ import annotations
 
@@ -9,8 +13,9 @@ import sys
 from engine.cli.common import check_config_names
 from engine.config import load_config
 from engine.eval_records import record
-from engine.pipeline.evaluate import EvalOptions, evaluate
-from engine.pipeline.report import render
+from engine.pipeline.baseline_cache import FRESH, USE
+from engine.pipeline.evaluate import EvalOptions, evaluate, profile_after
+from engine.pipeline.report import render, render_profile
 from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
 
@@ -33,7 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, default=2, help="fresh-seed trials per config (default 2)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only")
     p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
-    p.add_argument("--no-profile", action="store_true", help="skip the profile stage (ncu + torch profiler)")
+    prof = p.add_mutually_exclusive_group()
+    prof.add_argument("--profile", action="store_true",
+                      help="after the verdict is printed, profile a passing candidate (ncu + torch profiler, as "
+                           "`kbench profile`); off by default")
+    prof.add_argument("--no-profile", action="store_true", help="no profile stage (the default; kept for scripts)")
+    p.add_argument("--fresh-baselines", action="store_true",
+                   help="time eager and torch.compile again instead of reusing this GPU's cached figures (they "
+                        "are reused only after a quick re-timing agrees within 10%%); the new figures are kept")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the evaluator is killed")
     p.add_argument("--gpu", type=int, default=None, help="GPU index to pin the evaluation to")
     p.add_argument("--override-static", action="store_true",
@@ -57,13 +69,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         policy = load_config(None).eval.library_policy
     opts = EvalOptions(configs=args.configs, timing_configs=args.timing_configs, trials=args.trials, timing=not args.no_timing,
                        baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
-                       timeout_s=args.timeout, gpu=args.gpu, profile=not args.no_profile,
+                       timeout_s=args.timeout, gpu=args.gpu, profile=False,
+                       baseline_cache=FRESH if args.fresh_baselines else USE,
                        override_static=args.override_static, library_policy=policy)
     quiet = args.json
-    report = evaluate(task, candidate, direction, opts,
-                      progress=None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True)))
-    print(json.dumps(report.to_json(), indent=2) if args.json else render(report))
+    say = None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True))
+    report = evaluate(task, candidate, direction, opts, progress=say)
+    if not args.json:
+        print(render(report), flush=True)     # the verdict first: the profile (if asked for) takes a while
     _keep_for_export(report, task, direction, candidate, opts, quiet)
+    if args.profile:
+        if not profile_after(report, task, candidate, direction, opts, say):
+            print("kbench: no profile: only a candidate that passes with its timing is profiled", file=sys.stderr)
+        elif not args.json:
+            print(render_profile(report, verdict=True))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
     j = report.judgement
     if j.passed:
         return 0

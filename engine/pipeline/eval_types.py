@@ -47,6 +47,10 @@ class EvalOptions:
     # Reuse this session's eager / torch.compile / null-loop timings of a config (engine/pipeline/baselines.py)
     # after a quick re-timing agrees, instead of measuring them for every candidate.
     reuse_baselines: bool = False
+    # The disk cache of baselines (engine/pipeline/baseline_cache.py): "use" reads it (the judge re-times eager and
+    # reuses an entry within 10 %) and keeps what the judge measured, "fresh" measures everything and keeps it,
+    # "off" neither. `kbench eval` uses it (`--fresh-baselines`: "fresh").
+    baseline_cache: str = "off"
 
 
 @dataclass
@@ -64,7 +68,7 @@ class ConfigRow:
     hidden_work: bool = False
     floor_ms: float | None = None          # physical floor from the cost model and measured peaks
     roofline_fraction: float | None = None
-    baselines: str = ""                    # "measured" by this evaluation, or reused from the "session"
+    baselines: str = ""                    # "measured" by this evaluation, reused from the "session" or the "cache"
     timed: bool = True                     # chosen for timing (engine.tasks.model.timing_selection)
 
 
@@ -88,13 +92,20 @@ class EvalReport:
     # per config: its footprint and the judge's and runner's peak GPU memory (engine.pipeline.judge_result.ConfigMemory)
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
     traces: dict[str, str] = field(default_factory=dict)  # the judge's own failures (tracebacks), if any
-    phases: dict[str, float] = field(default_factory=dict)  # seconds by phase: build, judge (start, reference, ...)
+    # Seconds by phase: build, judge (judge.judge_start, judge.task_setup, judge.reference, judge.check,
+    # judge.timing, judge.baselines, ...), baselines.cache_read / cache_write, profile; and counts beside them:
+    # build.cache_hit (1 or 0), judge.warm (1: a spare judge), baselines.cached (configs whose baselines came from
+    # the disk cache)
+    phases: dict[str, float] = field(default_factory=dict)
     # Set when the judge measured twice because the first measurement failed a contention-sensitive check
     # (contention_sensitive): what the first one saw, the host's load, what the second saw ("" if clean).
     remeasured: dict[str, str] = field(default_factory=dict)
     # How the timed configs (ConfigRow.timed) were chosen: "default" (the task's `bench` and `timed` configs),
     # "all", or "named" (--time-config / [eval] timing_configs); "" where nothing was to be timed.
     timed_by: str = ""
+    # The disk cache of baselines (engine.pipeline.baseline_cache.BaselineCache.keep): hit, partial, miss, drift,
+    # fresh; each timed config's source, the cached entries' age, the drift check's figures; {} where unused
+    baselines: dict[str, Any] = field(default_factory=dict)
 
     @property
     def judgement(self) -> Judgement:
@@ -128,4 +139,5 @@ class EvalReport:
             "jail": self.jail, "numerics": self.numerics, "memory": self.memory, "phases": self.phases, **({"traces": self.traces} if self.traces else {}),
             **({"remeasured": self.remeasured} if self.remeasured else {}),
             **({"timed_by": self.timed_by} if self.timed_by else {}),
+            **({"baselines": self.baselines} if self.baselines else {}),
         }

@@ -5,6 +5,11 @@ runs in jailed compiler processes, and everything that executes candidate code r
 that the judge (engine/pipeline/judge.py, a trusted child process) starts and reads. Verdict policy lives in
 engine/pipeline/verdicts.py; what the verdicts amount to (EvalReport.passed) is engine.verdict.judge's rule.
 EvalOptions and EvalReport are defined in engine/pipeline/eval_types.py and re-exported here.
+
+Baselines the judge measured before are handed back to it: the session's (engine/pipeline/baselines.py,
+`reuse_baselines`) and those an earlier evaluation kept on disk (engine/pipeline/baseline_cache.py,
+`baseline_cache`); the judge re-times eager before it reuses either. The profile stage runs last (`profile`), or
+apart through `profile_after` once a caller has shown the verdict (`kbench eval --profile`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from engine.harness.toolchain import detect as detect_toolchain
 from engine.integrity.static import gate_static
 from engine.pipeline import profiling, verdicts
 from engine.pipeline import timer as timers  # a module: tests substitute build_timer
+from engine.pipeline.baseline_cache import OFF, BaselineCache
 from engine.pipeline.baselines import SESSION, key_for
 from engine.pipeline.candidate_spec import candidate_spec
 # Re-exported (callers import them from here): EvalOptions, ConfigRow, EvalReport and default_cache_root live
@@ -87,6 +93,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     build = builds.build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
     report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
     report.phases["build"] = round(build.seconds, 3)
+    report.phases["build.cache_hit"] = 1.0 if build.cache_hit else 0.0
     if not build.ok:
         report.verdicts.append(Verdict(Stage.COMPILE, Status.FAIL, build.error or "compilation failed",
                                        {"log": build.log[-8000:]}))
@@ -106,6 +113,12 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     if opts.reuse_baselines and opts.timing:
         bkey = key_for(request.task, direction, opts.gpu, request.baselines, jsonable.dump(request.timing_params))
         request = replace(request, session_baselines=SESSION.for_request(bkey))
+    disk = None
+    if opts.baseline_cache != OFF and opts.timing:
+        t = time.monotonic()
+        disk = BaselineCache.for_request(opts.cache_root, request, opts.baseline_cache)
+        request = replace(request, cached_baselines=disk.read())
+        report.phases["baselines.cache_read"] = round(time.monotonic() - t, 3)
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
     outcome = _run_judge(request, opts)
     if outcome.result.unmeasured:
@@ -148,12 +161,28 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
                            if v.stage in (Stage.TIMING, Stage.INTEGRITY) else v for v in report.verdicts]
         for row in report.rows:   # times it cannot vouch for make no speedup (so no best, no parent)
             row.candidate_ms = row.candidate_iqr_ms = row.speedup_eager = row.speedup_compile = None
-    if opts.profile and opts.timing and report.passed and (tv := report.verdict(Stage.TIMING)) is not None \
-            and tv.status == Status.PASS:
-        say("profiling (ncu + torch profiler)")
+    if disk is not None:
         t = time.monotonic()
-        report.verdicts.append(profiling.profile_stage(task, candidate, direction, opts,
-                                                                roof.peaks if roof else None))
-        report.phases["profile"] = round(time.monotonic() - t, 3)
+        report.baselines = disk.keep(outcome.result, request.session_baselines, trusted=not report.unmeasured)
+        report.phases["baselines.cache_write"] = round(time.monotonic() - t, 3)
+        report.phases["baselines.cached"] = float(sum(1 for r in report.rows if r.baselines == "cache"))
+    if opts.profile:
+        profile_after(report, task, candidate, direction, opts, say)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def profile_after(report: EvalReport, task: Task, candidate: Candidate, direction: str, opts: EvalOptions,
+                  progress: Progress | None = None) -> bool:
+    """The profile stage (ncu + torch profiler, engine/pipeline/profiling.py) on a candidate that passed with its
+    timing: its verdict appended to `report`, its seconds in the phases. Called last by evaluate() where
+    `opts.profile`, or by a caller that has shown the verdict first (`kbench eval --profile`). False where the
+    candidate is not one to profile (nothing was added)."""
+    if not (opts.timing and report.passed and (tv := report.verdict(Stage.TIMING)) is not None
+            and tv.status == Status.PASS):
+        return False
+    (progress or (lambda msg: None))("profiling (ncu + torch profiler)")
+    t = time.monotonic()
+    report.verdicts.append(profiling.profile_stage(task, candidate, direction, opts, tv.data.get("peaks")))
+    report.phases["profile"] = round(time.monotonic() - t, 3)
+    return True

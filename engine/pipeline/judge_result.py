@@ -58,6 +58,11 @@ class DeviceInfo:
         """What must match for one GPU's baselines to serve another request."""
         return tuple(str(v) for v in (self.gpu, self.driver, self.torch, self.cuda, self.uuid))
 
+    def key(self) -> str:
+        """identity() as one string: how the disk cache of baselines files a GPU's entries (JudgeRequest's
+        `cached_baselines`)."""
+        return " | ".join(self.identity())
+
     def as_report(self) -> dict[str, Any]:
         """The form EvalReport.device, the notes and the app keep: only what is known."""
         return {k: v for k, v in jsonable.dump(self).items() if v is not None or k == "gpu"}
@@ -78,14 +83,17 @@ class Recheck:
     session_ms: float
 
 
-MEASURED, REUSED = "measured", "session"   # BaselineOrigin.source
+# BaselineOrigin.source: timed for this request, reused from the session, or from the disk cache
+MEASURED, REUSED, CACHED = "measured", "session", "cache"
 
 
 @dataclass
 class BaselineOrigin:
-    """Whether a row's baselines were timed for this request or reused from the session after a re-check."""
-    source: str                        # MEASURED or REUSED
+    """Whether a row's baselines were timed for this request, or reused from the session or the disk cache after
+    a re-check."""
+    source: str                        # MEASURED, REUSED or CACHED
     recheck: Recheck | None = None
+    measured_at: float | None = None   # CACHED: when they were measured (SessionBaseline.measured_at)
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """A config's timing verdict, taken once the candidate's runner is stopped: the candidate's timing job judged
 against the null loop, and the eager and torch.compile baselines, timed here by the judge alone or reused
-from the session when a quick re-timing agrees (engine/pipeline/baselines.py keeps them between requests).
+when a quick re-timing agrees: from the session (engine/pipeline/baselines.py keeps them between requests), else
+from the disk cache an earlier evaluation on this very GPU left (engine/pipeline/baseline_cache.py; the request
+carries every GPU's entries and the judge takes only those filed under its own DeviceInfo.key()).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from engine.pipeline import analysis
 from engine.pipeline.digest import Hasher, host_hash
 from engine.pipeline.judge_configs import Prepared, composer, seeded
-from engine.pipeline.judge_result import MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
+from engine.pipeline.judge_result import CACHED, MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from engine.pipeline.judge_result import JudgeResult
     from engine.pipeline.types import JudgeRequest, SessionBaseline, TimingParams
 
-BASELINE_DRIFT = 0.10    # a session's baseline is re-measured when a quick re-timing moved more than this
+BASELINE_DRIFT = 0.10    # a session's or the cache's baseline is re-measured when a quick re-timing moved more
 RECHECK_ITERS = 20       # the quick re-timing's iterations
 
 
@@ -58,8 +60,8 @@ class TimingJudge:
         row = TimingRow(candidate=res.stats, hidden_work=res.hidden_work, witness=res.witness,
                         checked=[int(i) for i in job.end.get("checked", [])], null=NullLoop(null_ms, null_gap))
         if known is not None:
-            session, recheck = known
-            row.baselines = BaselineOrigin(REUSED, recheck)
+            session, recheck, source = known
+            row.baselines = BaselineOrigin(source, recheck, session.measured_at if source == CACHED else None)
             row.eager, row.compile, row.compile_error = session.eager, session.compile, session.compile_error
         else:
             row.baselines = BaselineOrigin(MEASURED)
@@ -84,10 +86,11 @@ class TimingJudge:
             row.speedup_compile = row.compile.median_ms / res.stats.median_ms
         return row
 
-    def _session_baselines(self, runtime: TaskRuntime, prep: Prepared) -> tuple[SessionBaseline, Recheck] | None:
-        """This config's baselines as measured earlier in the session (the request carries them), if a quick
-        re-timing of one of them still agrees: then they are reused as they are, else all are measured anew."""
-        known = (self.req.session_baselines or {}).get(prep.name)
+    def _session_baselines(self, runtime: TaskRuntime, prep: Prepared) -> tuple[SessionBaseline, Recheck, str] | None:
+        """This config's baselines as measured earlier in the session or kept in the disk cache for this GPU (the
+        request carries them), with where they came from, if a quick re-timing of one of them still agrees: then
+        they are reused as they are, else all are measured anew."""
+        known, source = self._known(prep.name)
         wanted = [b for b in ("eager", "compile") if b in self.req.baselines]
         # eager is re-timed (torch.compile would be compiled again to re-time it: the cost this saves); both
         # are the task's reference on the same GPU, so eager agreeing says the GPU's state has not moved
@@ -106,7 +109,18 @@ class TimingJudge:
         if then <= 0 or abs(now / then - 1.0) > BASELINE_DRIFT:
             self.result.baseline_drift[prep.name] = recheck
             return None
-        return known, recheck
+        return known, recheck, source
+
+    def _known(self, name: str) -> tuple[SessionBaseline | None, str]:
+        """A config's earlier baselines: the session's, else the disk cache's for this judge's own GPU (an entry of
+        another GPU, driver, torch or CUDA is never used); with REUSED or CACHED (None, MEASURED: none)."""
+        if (known := (self.req.session_baselines or {}).get(name)) is not None:
+            return known, REUSED
+        device = self.result.device
+        if device is not None and device.gpu and self.req.cached_baselines:
+            if (known := self.req.cached_baselines.get(device.key(), {}).get(name)) is not None:
+                return known, CACHED
+        return None, MEASURED
 
     def _quick(self) -> TimingParams:
         return dataclasses.replace(self.req.timing_params, warmup=3, min_iters=RECHECK_ITERS,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from engine.pipeline.baseline_cache import describe as describe_baselines
 from engine.pipeline.evaluate import EvalReport
 from engine.tasks.model import DEFAULT_TIMING_NOTE
-from engine.verdict import Stage, Status
+from engine.verdict import Stage, Status, Verdict
 
 # Why a correct config has no timings, by EvalReport.timed_by
 WHY_NOT_TIMED = {"default": DEFAULT_TIMING_NOTE, "named": "only the configs named with --time-config are timed"}
@@ -47,21 +48,20 @@ def render(report: EvalReport) -> str:
             lines.append(f"  {len(untimed)} of {len(report.rows)} configs not timed "
                          f"({WHY_NOT_TIMED[report.timed_by]})")
     lines.append("")
-    for v in report.verdicts:
-        lines.append(f"  {v.stage:<12} {v.status.value.upper():<10} {v.reason}")
-    profile = report.verdict(Stage.PROFILE)
-    if profile is not None and profile.data.get("text"):
-        lines.append("\n  " + "\n  ".join(str(profile.data["text"]).splitlines()))
+    lines += [_verdict_line(v) for v in report.verdicts]
+    if (profiled := render_profile(report)):
+        lines.append(profiled)
     if report.geomean_speedup_eager:
         timed = [r.name for r in report.rows if r.speedup_eager]
         over = "" if len(timed) == len(report.rows) else (f" (over {', '.join(timed)})" if len(timed) <= 4 else
                                                           f" (over {len(timed)} of {len(report.rows)} configs)")
         lines.append(f"\n  geomean speedup: {_x(report.geomean_speedup_eager)} vs eager, "
                      f"{_x(report.geomean_speedup_compile)} vs torch.compile{over}")
+    lines += [f"  {line}" for line in describe_baselines(report.baselines)]
     build = report.build
     if build:
-        lines.append(f"  build {build.get('seconds', 0):.1f}s{' (cache hit)' if build.get('cache_hit') else ''}, "
-                     f"total {report.seconds:.1f}s")
+        lines.append(f"  build {build.get('seconds', 0):.1f}s{' (cache hit)' if build.get('cache_hit') else ''}"
+                     f"{_judge_time(report.phases)}, total {report.seconds:.1f}s")
     j = report.judgement
     if j.passed:
         outcome = "PASS"
@@ -76,3 +76,32 @@ def render(report: EvalReport) -> str:
     if compile_v and compile_v.status is Status.FAIL and compile_v.data.get("log"):
         lines.append("\ncompiler output (tail):\n" + compile_v.data["log"][-3000:])
     return "\n".join(lines)
+
+
+def render_profile(report: EvalReport, verdict: bool = False) -> str:
+    """The profile stage's summary, indented ("" where there is none); `verdict`: its verdict line first (for a
+    profile shown after the rest of the report, as `kbench eval --profile` does)."""
+    profile = report.verdict(Stage.PROFILE)
+    if profile is None:
+        return ""
+    lines = [_verdict_line(profile)] if verdict else []
+    if profile.data.get("text"):
+        lines += ["", *(f"  {line}" for line in str(profile.data["text"]).splitlines())]
+    return "\n".join(lines)
+
+
+def _verdict_line(v: Verdict) -> str:
+    return f"  {v.stage:<12} {v.status.value.upper():<10} {v.reason}"
+
+
+# the judge's phases worth a word on the time line, as EvalReport.phases names them
+JUDGE_PHASES = (("judge.judge_start", "start"), ("judge.task_setup", "task setup"), ("judge.check", "checks"),
+                ("judge.timing", "timing"), ("judge.baselines", "baselines"))
+
+
+def _judge_time(phases: dict[str, float]) -> str:
+    """", judge 6.2s (start 3.1, task setup 1.2, checks 0.4, timing 0.9, baselines 0.1)": where the time went."""
+    if "judge" not in phases:
+        return ""
+    parts = [f"{label} {phases[k]:.1f}" for k, label in JUDGE_PHASES if k in phases]
+    return f", judge {phases['judge']:.1f}s" + (f" ({', '.join(parts)})" if parts else "")

@@ -42,11 +42,12 @@ class TimingParams:
 
 @dataclass
 class SessionBaseline:
-    """One config's baselines as measured earlier in the session, carried back to the judge
-    (engine/pipeline/baselines.py)."""
+    """One config's baselines as measured earlier in the session (engine/pipeline/baselines.py) or by an earlier
+    `kbench eval` on the same GPU (engine/pipeline/baseline_cache.py), carried back to the judge."""
     eager: TimingStats | None = None
     compile: TimingStats | None = None
     compile_error: str | None = None
+    measured_at: float | None = None    # wall clock (seconds since the epoch), kept for the disk cache's entries
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class JudgeRequest:
     # reused after a quick re-timing agrees, instead of timing eager, torch.compile and the null loop again
     session_baselines: dict[str, SessionBaseline] | None = None
     gpu: int | None = None
+    # baselines an earlier evaluation kept on disk (engine/pipeline/baseline_cache.py), by the GPU they were
+    # measured on (DeviceInfo.key()): the judge takes those of its own GPU where the session has none for a config,
+    # after the same quick re-timing, and ignores every other GPU's
+    cached_baselines: dict[str, dict[str, SessionBaseline]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

@@ -1,0 +1,53 @@
+"""`kbench eval` of a built candidate on a GPU, with the baselines measured once and kept on disk: the installed
+CLI in a subprocess, three times on one cache. The first run builds and measures; the second measures again
+(`--fresh-baselines`: what every run paid before the cache); the third takes the cached baselines after the quick
+eager re-timing, and is faster. The wall times are printed (`-s`) for BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+KBENCH = Path(sys.executable).parent / "kbench"
+TASK = "layernorm_lastdim"
+CANDIDATE = REPO / "tasks" / TASK / "baselines" / "forward"
+
+
+def _eval(cache: Path, *extra: str) -> tuple[float, dict]:
+    t = time.monotonic()
+    proc = subprocess.run([str(KBENCH), "eval", TASK, str(CANDIDATE), "--json", *extra], cwd=REPO, text=True,
+                          capture_output=True, timeout=900, env={**os.environ, "KBENCH_CACHE": str(cache)})
+    wall = time.monotonic() - t
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return wall, json.loads(proc.stdout)
+
+
+def test_a_second_eval_takes_the_cached_baselines_and_is_faster(tmp_path):
+    cache = tmp_path / "cache"
+    _, first = _eval(cache)                                  # the build, and the baselines measured and kept
+    assert first["baselines"]["cache"] == "miss" and first["baselines"]["kept"] == ["bench"], first["baselines"]
+    before, fresh = _eval(cache, "--fresh-baselines")
+    after, cached = _eval(cache)
+    print(f"\nkbench eval {TASK} (built): --fresh-baselines {before:.1f} s, cached {after:.1f} s")
+    print("fresh phases: ", json.dumps(fresh["phases"]))
+    print("cached phases:", json.dumps(cached["phases"]))
+    assert fresh["baselines"]["cache"] == "fresh" and fresh["build"]["cache_hit"]
+    info = cached["baselines"]
+    assert info["cache"] == "hit", info
+    bench = info["configs"]["bench"]
+    assert bench["source"] == "cache" and abs(bench["recheck"]["change"]) <= info["tolerance"]
+    assert cached["phases"]["baselines.cached"] == 1.0 and cached["phases"]["build.cache_hit"] == 1.0
+    assert [c["baselines"] for c in cached["configs"] if c["timed"]] == ["cache"]
+    assert not any(v["stage"] == "profile" for v in cached["verdicts"])     # no profile unless asked for
+    assert cached["phases"]["judge.baselines"] < fresh["phases"]["judge.baselines"]
+    assert after < before, (before, after)
