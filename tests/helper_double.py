@@ -2,7 +2,8 @@
 
 It does what engine/pipeline/timer/binding.cpp does per call (refill the live inputs with fresh values from a
 variant, as engine/pipeline/fresh.py's `emulated` computes them bit for bit, call,
-snapshot before "synchronising", alias and mutation probes, copy the outputs out) and returns the
+snapshot before "synchronising", alias and mutation probes with the inputs the reference mutates in place left out
+of the latter, copy the outputs out and then those inputs) and returns the
 `analysis.Job` the judge would have read from the signed records. Only tests use it; on a GPU the real helper
 runs (the gpu-marked tests, tests/*/test_gpu_*.py)."""
 
@@ -51,6 +52,7 @@ class Session:
         self.args = wire.decode_args(header.args, self.live)
         self.fn = fn
         self.prev: list[torch.Tensor] = []
+        self.mutable = tuple(header.mutable_inputs)   # what the helper is told the call may change
 
     @property
     def tolerance(self) -> analysis.Tolerance:
@@ -72,11 +74,13 @@ class Session:
             time.sleep(settle_s)
         async_diff = int(any(not torch.equal(torch.nan_to_num(a, 1e-7), torch.nan_to_num(b, 1e-7))
                              for a, b in zip(snaps, tensors))) if settle_s else -1
-        mutated = next((k for k, (live, src) in enumerate(zip(self.live, given)) if not torch.equal(live, src)), -1)
+        mutated = next((k for k, (live, src) in enumerate(zip(self.live, given))
+                        if k not in self.mutable and not torch.equal(live, src)), -1)
         call = analysis.Call(index, phase, v, 1.0, 1.0, checked, _overlap(_storages(tensors), _storages(self.live)),
                              _overlap(_storages(tensors), _storages(self.prev)), mutated, async_diff,
                              [o.clone() if isinstance(o, torch.Tensor) else o for o in outs] if checked else None,
-                             seed=seed)
+                             seed=seed, mutable=self.mutable,
+                             inputs_after=[self.live[k].clone() for k in self.mutable] if checked else None)
         self.prev = tensors
         return call
 

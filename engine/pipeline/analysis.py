@@ -9,6 +9,10 @@ Integrity findings fire only on behaviour no correct, stream-ordered, stateless 
 - side work: an output that changed after the call returned (its fingerprint taken on the current stream right
   after the call, before any synchronisation, differs from the output's after a device-wide sync and a pause);
 - input aliasing: an output sharing storage with an input (the result written into the caller's tensor);
+- input mutation (a correctness failure): an argument changed by the call that the reference leaves as it is; an
+  argument the reference itself mutates in place (a training-mode BatchNorm's running statistics) must be changed
+  as the reference changes it (engine/pipeline/digest.py), and the helper is told which (`mutable`, signed in every
+  ITER record: a list other than the judge's is forgery);
 - persistent output: an output sharing storage with the previous call's output, which was still alive;
 - stale result: the inputs' storage is refilled with another variant before every call, so a result that
   follows an earlier variant's contents (its reference) names a cache keyed by address or call count;
@@ -66,6 +70,8 @@ class Call:
     seed: int = 0                     # the seed of this call's fresh inputs (engine/pipeline/fresh.py)
     digest: Digest | None = None      # what the judge kept of a checked call once compared (engine/pipeline/digest.py)
     deferred: BaseException | None = None   # the digest failed as the records came: raised where it is judged
+    mutable: tuple[int, ...] = ()     # the arguments the helper was told the call may change (the ITER record's)
+    inputs_after: list[Any] | None = None   # a checked call's `mutable` arguments as it left them, until digested
 
     def digested(self, refs: Any, compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
                  hasher: Hasher = host_hash, previous: Call | None = None) -> Digest:
@@ -76,8 +82,9 @@ class Call:
         if self.digest is not None:
             return self.digest
         refs = references(refs)
-        return digest_call(self, refs.for_call(self), refs.for_call(previous) if previous is not None else None,
-                           compose, tol, hasher)
+        ref, after = refs.expected(self)
+        return digest_call(self, ref, refs.for_call(previous) if previous is not None else None, compose, tol, hasher,
+                           after, refs.mutated)
 
 
 @dataclass
@@ -125,9 +132,9 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
     digested are digested here (`hasher`: how output bytes are hashed)."""
     checks = ["forgery", "async-completeness", "input-alias", "persistent-output", "stale-result", "constant-output"]
     trials = len(refs)
-    if job.forged:
-        return CorrectnessResult(False, f"the result channel was forged: {job.forged}", trials), \
-            fail(FORGERY, job.forged)
+    forged = job.forged or _mutable_forged(job.calls, references(refs).mutated)
+    if forged:
+        return CorrectnessResult(False, f"the result channel was forged: {forged}", trials), fail(FORGERY, forged)
     worst_abs = worst_rel = 0.0
     correct_by_variant: dict[int, bool] = {}
     wrong: list[tuple[Call, Comparison]] = []
@@ -135,8 +142,8 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
     for n, call in enumerate(job.calls):
         label = f"trial {call.variant} (seed {seeds[call.variant]}), call {n + 1}"
         if call.mutated_input >= 0:
-            res = CorrectnessResult(False, f"{label}: the candidate modified input {call.mutated_input} in place",
-                                    trials)
+            res = CorrectnessResult(False, f"{label}: the candidate modified input {call.mutated_input} in place "
+                                           "(the reference leaves it unchanged)", trials)
             if call.alias_input:
                 return res, fail(INPUT_ALIAS, "an output shares storage with an input: the result was written "
                                               "into the caller's tensor (mutation of inputs)")
@@ -175,6 +182,16 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
                                         f"{job.calls.index(call) + 1}: {c.reason}", trials, c.max_abs_err,
                                  c.max_rel_err), integrity
     return CorrectnessResult(True, "", trials, worst_abs, worst_rel), integrity
+
+
+def _mutable_forged(calls: list[Call], mutated: tuple[int, ...]) -> str:
+    """Why the helper's record of the arguments a call may change is not the judge's word (the runner's Python, which
+    passes it, is the candidate's), or ""."""
+    bad = next((c for c in calls if tuple(c.mutable) != tuple(mutated)), None)
+    if bad is None:
+        return ""
+    return (f"iteration {bad.index}: the helper was told inputs {list(bad.mutable)} may change in place, where the "
+            f"reference mutates {list(mutated)}")
 
 
 def _why_wrong(call: Call, d: Digest, correct_by_variant: dict[int, bool],
@@ -237,11 +254,13 @@ def last_tenth(n: int) -> int:
 
 def judge_timing(job: Job, refs: Any, compose: Callable[[int, list[Any]], tuple], tol: Tolerance,
                  null_ms: float, null_gap_ms: float | None, hasher: Hasher = host_hash,
-                 checks: int = 0) -> TimingVerdictInputs:
+                 checks: int = 0, mutated: tuple[int, ...] | None = None) -> TimingVerdictInputs:
     """A timing job: the statistics, and what the checked timed iterations and the judge's clock say (checked
-    iterations not yet digested are digested here; `checks`: how many the job asked for, besides the last tenth's)."""
-    if job.forged:
-        return TimingVerdictInputs(None, False, fail(FORGERY, job.forged), f"the result channel was forged: {job.forged}")
+    iterations not yet digested are digested here; `checks`: how many the job asked for, besides the last tenth's;
+    `mutated`: the arguments the reference changes in place, where `refs` does not say)."""
+    forged = job.forged or _mutable_forged(job.calls, references(refs).mutated if mutated is None else mutated)
+    if forged:
+        return TimingVerdictInputs(None, False, fail(FORGERY, forged), f"the result channel was forged: {forged}")
     timed = job.timed()
     if job.error:
         return TimingVerdictInputs(None, False, IntegrityResult(True), _first_line(job.error))

@@ -1,8 +1,10 @@
 """What the judge keeps of a checked call once it has compared the call's outputs: the comparison with the
 reference, whether a wrong output matches another variant's reference, whether it is constant, and a hash of its
-bytes for the constant-across-seeds check. The outputs are freed as soon as a call is digested, so the judge
-holds one call's outputs at a time instead of every checked call's (a check job's four 6 GiB softmax outputs
-before: KernelBench level 1 problem 23).
+bytes for the constant-across-seeds check. Where the reference mutates some of its arguments in place
+(engine/pipeline/judge_configs.py: `mutations`), the values the candidate's call left in them are compared with
+the reference's at the task's tolerance too, and a difference fails the call naming the argument. The outputs are
+freed as soon as a call is digested, so the judge holds one call's outputs at a time instead of every checked
+call's (a check job's four 6 GiB softmax outputs before: KernelBench level 1 problem 23).
 
 A check job's calls are digested as their records arrive (the runner waits between calls anyway); a timing job's
 checked outputs wait in host memory until the job has ended (engine/pipeline/judge_runner.py), so the judge's GPU
@@ -38,7 +40,10 @@ class Digest:
 
 class References:
     """The reference of each checked call: here its variant's (`refs[v]`, a list or engine/pipeline/parking.py's
-    ParkedRefs); the judge's fresh inputs give each call its own (engine/pipeline/fresh.py, `FreshReferences`)."""
+    ParkedRefs); the judge's fresh inputs give each call its own (engine/pipeline/fresh.py, `FreshReferences`).
+    `expected`: the reference and the arguments the reference changes in place (`mutated`), as it leaves them:
+    none here."""
+    mutated: tuple[int, ...] = ()
 
     def __init__(self, refs: Any):
         self.refs = refs
@@ -48,6 +53,9 @@ class References:
 
     def for_call(self, call: Call) -> tuple:
         return tuple(self.refs[call.variant])
+
+    def expected(self, call: Call) -> tuple[tuple, tuple]:
+        return self.for_call(call), ()
 
 
 def references(refs: Any) -> Any:
@@ -81,12 +89,16 @@ def constant(outs: Sequence[Any], refs: Sequence[Any]) -> bool:
 
 
 def digest_call(call: Call, ref: tuple, previous: tuple | None, compose: Callable[[int, list[Any]], tuple],
-                tol: Tolerance, hasher: Hasher = host_hash) -> Digest:
+                tol: Tolerance, hasher: Hasher = host_hash, after: tuple = (), mutated: Sequence[int] = ()) -> Digest:
     """Compare a checked call's outputs (composed into what the task compares) with the reference for the inputs it
-    was given, keep what the integrity checks need (`previous`: the previous call's reference, where a wrong output
-    may have come from), and free the outputs."""
+    was given, and the arguments the reference changes in place (`mutated`, wire order) as the call left them with
+    `after`, the reference's; keep what the integrity checks need (`previous`: the previous call's reference, where
+    a wrong output may have come from), and free the outputs."""
     got = compose(call.variant, list(call.outputs or []))
     c = tol.compare(got, ref)
+    if c.ok and mutated:
+        c = mutated_inputs(list(call.inputs_after or []), after, mutated, tol) or c
+    call.inputs_after = None
     follows = False
     if not c.ok and previous is not None:
         previous = _beside(previous, ref)
@@ -95,6 +107,24 @@ def digest_call(call: Call, ref: tuple, previous: tuple | None, compose: Callabl
                tuple(_hashed(x, hasher) for x in ref))
     call.digest, call.outputs = d, None
     return d
+
+
+def mutated_inputs(got: list[Any], want: tuple, mutated: Sequence[int], tol: Tolerance) -> Comparison | None:
+    """The first argument the reference changes in place whose value after the candidate's call differs from the
+    reference's (at the task's tolerance, on values alone: its layout is the caller's), or None."""
+    import torch
+    if len(got) != len(mutated) or len(want) != len(mutated):
+        return Comparison(False, f"{len(got)} argument(s) came back after the call where the reference changes "
+                                 f"{len(mutated)} in place (inputs {', '.join(map(str, mutated))})")
+    for k, g, w in zip(mutated, got, want):
+        if isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor):
+            g, w = g.contiguous(), w.to(g.device).contiguous()
+        c = tol.compare((g,), (w,))
+        if not c.ok:
+            c.reason = f"input {k} (mutated in place by the reference) differs after the call: " \
+                       f"{c.reason.removeprefix('output: ')}"
+            return c
+    return None
 
 
 def _beside(values: tuple, like: tuple) -> tuple:

@@ -70,6 +70,8 @@ class ConfigRow:
     roofline_fraction: float | None = None
     baselines: str = ""                    # "measured" by this evaluation, reused from the "session" or the "cache"
     timed: bool = True                     # chosen for timing (engine.tasks.model.timing_selection)
+    # the argument tensors the reference mutates in place (a BatchNorm's running statistics): checked after each call
+    mutated_by_reference: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -133,18 +133,28 @@ def _splitmix(x: Any) -> Any:
 def reference_of(runtime: TaskRuntime, prep: Prepared, v: int, seed: int, fresh: Fresh, rebuild: Rebuild) -> tuple:
     """The reference of a call of variant `v` whose seed was `seed`: its arguments rebuilt as the helper built
     them, the reference computed for exactly those (seeded where the reference draws random numbers)."""
+    return expected_of(runtime, prep, v, seed, fresh, rebuild)[0]
+
+
+def expected_of(runtime: TaskRuntime, prep: Prepared, v: int, seed: int, fresh: Fresh, rebuild: Rebuild
+                ) -> tuple[tuple, tuple]:
+    """`reference_of`, and the arguments the reference changes in place (`prep.mutated`) as its call on exactly
+    those arguments leaves them: what the candidate's call must leave in them."""
     with loaded(runtime, prep, v) as var:
         if not fresh.active:
-            return tuple(var.ref)
+            return tuple(var.ref), tuple(var.after)
         tensors: list[Any] = []
         tree = wire.encode_args(tuple(var.plan.args), tensors)
-        args = tuple(wire.decode_args(tree, rebuild(tensors, seed, fresh.modes, fresh.alphas)))
+        rebuilt = rebuild(tensors, seed, fresh.modes, fresh.alphas)
+        args = tuple(wire.decode_args(tree, rebuilt))
         call_seed = var.plan.call_seed
         del tensors, var
         if runtime.composes_with_inputs:   # the task's composition reads the variant's own inputs meanwhile
-            return tuple(seeded(call_seed, lambda: runtime.fresh_reference(args)))
+            out = tuple(seeded(call_seed, lambda: runtime.fresh_reference(args)))
+            return out, tuple(rebuilt[k] for k in prep.mutated)
     # the reference reads only the rebuilt arguments: the variant's copy on the GPU is gone before it runs
-    return tuple(seeded(call_seed, lambda: runtime.fresh_reference(args)))
+    out = tuple(seeded(call_seed, lambda: runtime.fresh_reference(args)))
+    return out, tuple(rebuilt[k] for k in prep.mutated)
 
 
 def choose(runtime: TaskRuntime, prep: Prepared, tol: Tolerance, rebuild: Rebuild) -> Fresh:
@@ -217,8 +227,9 @@ def _misses(x: Any, y: Any, tol: Tolerance) -> int:
 
 
 class FreshReferences:
-    """Each checked call's reference for exactly the inputs it was given (`reference_of`): the References the
-    judge's digests and judgements read (engine/pipeline/digest.py)."""
+    """Each checked call's reference for exactly the inputs it was given (`reference_of`), and the values the
+    reference leaves in the arguments it changes in place (`expected_of`): the References the judge's digests and
+    judgements read (engine/pipeline/digest.py)."""
 
     def __init__(self, runtime: TaskRuntime, prep: Prepared, rebuild: Rebuild):
         self.runtime, self.prep, self.rebuild = runtime, prep, rebuild
@@ -226,6 +237,12 @@ class FreshReferences:
     def __len__(self) -> int:
         return len(self.prep.variants)
 
+    @property
+    def mutated(self) -> tuple[int, ...]:
+        return self.prep.mutated
+
     def for_call(self, call: Any) -> tuple:
-        return reference_of(self.runtime, self.prep, call.variant, call.seed, self.prep.fresh or Fresh(),
-                            self.rebuild)
+        return self.expected(call)[0]
+
+    def expected(self, call: Any) -> tuple[tuple, tuple]:
+        return expected_of(self.runtime, self.prep, call.variant, call.seed, self.prep.fresh or Fresh(), self.rebuild)

@@ -1,5 +1,13 @@
 """A config as the judge prepares it: each variant's inputs built from its seed with the task's own code, the
-reference outputs, and the `config` message that ships the candidate's exact arguments to the runner.
+reference outputs, the argument tensors the reference changes in place (with their values after its call), and the
+`config` message that ships the candidate's exact arguments to the runner.
+
+A reference may update an argument in place (robust-kbench's batchnorm: F.batch_norm in training mode updates
+running_mean and running_var). The judge finds out itself: it runs the reference once more on copies of exactly the
+arguments the candidate is given and compares them before and after (`mutations`). The candidate may, and must,
+change those arguments too: the helper leaves them out of its mutation probe and sends their values after each
+checked call, which are compared with the reference's (engine/pipeline/digest.py). Any other argument it changes
+is a failure as ever.
 
 Lazy imports: torch, inside the functions. The judge spawns its runner before it loads torch, so both
 import it at once (engine/pipeline/judge.py).
@@ -32,6 +40,7 @@ class Variant:
     plan: CallPlan
     ref: tuple
     parked: bool = False   # its tensors in host memory (engine/pipeline/parking.py)
+    after: tuple = ()      # the arguments the reference changes in place (Prepared.mutated), as its call leaves them
 
 
 @dataclass
@@ -41,6 +50,7 @@ class Prepared:
     tensors: list[Any] = field(default_factory=list)   # the judge's copy of every variant's argument tensors
     fresh: Fresh | None = None   # how each call's inputs are made fresh (engine/pipeline/fresh.py), once chosen
     flops: float = 0.0           # variant 0's reference, counted by torch's FlopCounterMode
+    mutated: tuple[int, ...] = ()   # the argument tensors (wire order) the reference changes in place (`mutations`)
 
 
 def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> Prepared:
@@ -55,6 +65,7 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> 
     gpu = torch.device(device).type == "cuda"
     variants: list[Variant] = []
     stochastic, flops = False, 0.0
+    mutated: tuple[int, ...] = ()
     for t in range(max(trials, 2)):
         seed = variant_seed(cfg, t)
         if t and runtime.shares_model_across_variants:
@@ -76,12 +87,47 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> 
         ref = tuple(x.detach().clone() if isinstance(x, torch.Tensor) and _storage_key(x) in kept
                     else x.detach() if isinstance(x, torch.Tensor) else x for x in out)
         del out
-        variant = Variant(seed, state, plan, ref)
+        after: tuple = ()
+        if t == 0 or mutated:   # which arguments it changes, from variant 0; their values after, per variant
+            changed, copies = mutations(runtime, plan)
+            mutated = changed if t == 0 else mutated
+            after = tuple(copies[k] for k in mutated)
+            del copies
+        variant = Variant(seed, state, plan, ref, after=after)
         variants.append(park(runtime, variant) if gpu else variant)
-        del variant, state, plan, ref
+        del variant, state, plan, ref, after
     if gpu:
         torch.cuda.synchronize()
-    return Prepared(cfg.name, variants, flops=flops)
+    return Prepared(cfg.name, variants, flops=flops, mutated=mutated)
+
+
+def mutations(runtime: TaskRuntime, plan: CallPlan) -> tuple[tuple[int, ...], list[Any]]:
+    """The argument tensors (wire order) the reference changes in place, and copies of every argument tensor as the
+    reference's call leaves them: the reference run once more on copies of exactly the arguments the candidate is
+    given (seeded as its calls are). Where the reference cannot run on the call's own arguments (a robust-kbench
+    backward), none: any change the candidate makes then fails it, as before the judge looked."""
+    import torch
+    tensors: list[Any] = []
+    tree = wire.encode_args(tuple(plan.args), tensors)
+    copies = [t.detach().clone() for t in tensors]
+    try:
+        seeded(plan.call_seed, lambda: runtime.fresh_reference(tuple(wire.decode_args(tree, copies))))
+    except torch.OutOfMemoryError:
+        raise   # the judge's own memory: judge.py weighs whose lack it was
+    except Exception:  # noqa: BLE001 - not a verdict: the reference's own run (prepare) says what is wrong with it
+        return (), copies
+    return tuple(k for k, (a, b) in enumerate(zip(copies, tensors)) if not same_bytes(a, b)), copies
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    """Two tensors of one shape and dtype hold the same bytes (a NaN equals itself)."""
+    import torch
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    x, y = a.detach().contiguous().reshape(-1), b.detach().to(a.device).contiguous().reshape(-1)
+    if x.dtype.is_floating_point or x.dtype.is_complex:
+        x, y = x.view(torch.uint8), y.view(torch.uint8)
+    return bool(torch.equal(x, y))
 
 
 def _draws_random_numbers(runtime: TaskRuntime, out: Any) -> bool:
@@ -182,32 +228,37 @@ def plan_message(prep: Prepared) -> tuple[msg.Config, list[Any]]:
     fresh = prep.fresh if prep.fresh is not None and prep.fresh.active else None
     config = msg.Config(cid=prep.name, kind=plan.kind, entry=plan.entry, args=trees[0], variants=len(per_variant),
                         per_variant=len(per_variant[0]), model=model, call_seeds=seeds,
-                        fresh_modes=fresh.modes if fresh else None, fresh_alphas=fresh.alphas if fresh else None)
+                        fresh_modes=fresh.modes if fresh else None, fresh_alphas=fresh.alphas if fresh else None,
+                        mutable_inputs=prep.mutated)
     return config, tensors
 
 
 def footprint(prep: Prepared) -> int:
     """Bytes of one variant of a config, each storage once: its argument tensors (what the runner gets per
-    variant), the model's weights (a KernelBench model's state) and the reference outputs. What the judge's and the
-    runner's memory for the config is measured against."""
+    variant), the model's weights (a KernelBench model's state), the reference outputs and the arguments the
+    reference changes in place, as it leaves them. What the judge's and the runner's memory for the config is
+    measured against."""
     v = prep.variants[0]
     tensors: list[Any] = []
     wire.encode_args(tuple(v.plan.args), tensors)
-    return sum(storages([tensors, v.plan.model_state, v.ref]).values())
+    return sum(storages([tensors, v.plan.model_state, v.ref, v.after]).values())
 
 
 def held_bytes(prep: Prepared, device_type: str = "cuda") -> int:
     """Bytes the judge holds for a config on devices of `device_type`, each storage once: every variant's setup
-    (inputs, model), call plan and reference outputs. The accounting behind the judge's memory figures, and what
-    the CPU tests bound against the config's footprint."""
-    found = storages([[(v.state, v.plan.args, v.plan.model_state, v.ref) for v in prep.variants], prep.tensors])
+    (inputs, model), call plan, reference outputs and arguments as the reference leaves them. The accounting
+    behind the judge's memory figures, and what the CPU tests bound against the config's footprint."""
+    found = storages([[(v.state, v.plan.args, v.plan.model_state, v.ref, v.after) for v in prep.variants],
+                      prep.tensors])
     return sum(n for (device, _), n in found.items() if device.type == device_type)
 
 
 def reference_outputs(prep: Prepared) -> list[tuple[tuple[int, ...], Any] | None]:
-    """The reference's outputs as (shape, dtype), None for one that is no tensor: what a correct candidate returns."""
+    """The reference's outputs as (shape, dtype), None for one that is no tensor: what a correct candidate returns,
+    followed by the arguments the reference changes in place (their values come back after the outputs)."""
     import torch
-    return [(tuple(r.shape), r.dtype) if isinstance(r, torch.Tensor) else None for r in prep.variants[0].ref]
+    v = prep.variants[0]
+    return [(tuple(r.shape), r.dtype) if isinstance(r, torch.Tensor) else None for r in (*v.ref, *v.after)]
 
 
 def composer(runtime: TaskRuntime, prep: Prepared) -> Callable[[int, list[Any]], tuple]:

@@ -223,6 +223,8 @@ class Judge(TimingPhase):
             prep = prepare(runtime, cfg, self.req.trials, torch.device("cuda"))
             prep.fresh = self._fresh(runtime, prep)
             self.out.data.fresh[cfg.name] = prep.fresh.summary()
+            if prep.mutated:   # the candidate must change these as the reference does (engine/pipeline/digest.py)
+                self.out.data.mutated[cfg.name] = list(prep.mutated)
             # what the reference left cached (cuDNN's workspaces can take most of the GPU) goes back before the
             # candidate runs beside this process: only its inputs and reference outputs stay held
             torch.cuda.empty_cache()
@@ -273,12 +275,13 @@ class Judge(TimingPhase):
 
         def digest(call: analysis.Call) -> None:
             try:
-                ref = refs.for_call(call)
-                digest_call(call, ref, previous[0] if previous else None, compose, tol, self.hasher)
+                ref, after = refs.expected(call)
+                digest_call(call, ref, previous[0] if previous else None, compose, tol, self.hasher, after,
+                            refs.mutated)
                 if chained:
                     previous[:] = [moved(ref, "cpu", {})]
             except Exception as exc:  # noqa: BLE001 - raised again by the judgement, inside `compared`
-                call.deferred, call.outputs = exc, None
+                call.deferred, call.outputs, call.inputs_after = exc, None, None
         return digest
 
     def _note_memory(self, name: str, done: msg.Answer | None) -> None:

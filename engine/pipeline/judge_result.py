@@ -159,6 +159,9 @@ class JudgeResult:
     memory: dict[str, ConfigMemory] = field(default_factory=dict)   # per config, as the judge measured it
     # per config: how its calls got fresh inputs (engine/pipeline/fresh.py Fresh.summary)
     fresh: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # per config where there are any: the argument tensors (wire order) the reference mutates in place, which the
+    # candidate must leave as the reference does (engine/pipeline/judge_configs.py `mutations`)
+    mutated: dict[str, list[int]] = field(default_factory=dict)
     # per config: the reference's counted cost (FLOPs by FlopCounterMode, bytes of one variant's arguments, weights
     # and outputs), the physical floor's cost model where the task has none (engine/harness/cost_count.py)
     cost: dict[str, Cost] = field(default_factory=dict)

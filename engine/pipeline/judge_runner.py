@@ -62,9 +62,10 @@ class Held:
 def settle(job: analysis.Job) -> None:
     """Bring a timing job's held outputs to the judge's GPU and check them; a mismatch voids the job's stream."""
     for c in job.calls:
-        if c.outputs:
+        if c.outputs or c.inputs_after:
             try:
-                c.outputs = [o.settle() if isinstance(o, Held) else o for o in c.outputs]
+                c.outputs = [o.settle() if isinstance(o, Held) else o for o in c.outputs or []]
+                c.inputs_after = [o.settle() if isinstance(o, Held) else o for o in c.inputs_after or []]
             except wire.Forgery as exc:
                 job.forged = job.forged or str(exc)
                 return

@@ -78,12 +78,15 @@ def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: 
             decode: Callable[[wire.Record, int], Any],
             on_checked: Callable[[analysis.Call], None] | None = None) -> analysis.Job:
     """Read one job's records (JOB_BEGIN .. JOB_END). A forged stream ends the job with `forged` set.
-    `on_checked`: called with each checked call once its outputs are all in (the judge digests it there)."""
+    `on_checked`: called with each checked call once its outputs are all in (the judge digests it there). A checked
+    call's OUTPUT records past its `outputs` carry the arguments it may change in place (its `mutable`), as it left
+    them."""
     job = analysis.Job()
     current: analysis.Call | None = None
 
     def complete(call: analysis.Call) -> None:
-        if on_checked is not None and call.outputs is not None and len(call.outputs) == call.n_outputs:
+        if on_checked is not None and call.outputs is not None and len(call.outputs) == call.n_outputs and \
+                len(call.inputs_after or []) == len(call.mutable):
             on_checked(call)
     while True:
         try:
@@ -101,7 +104,9 @@ def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: 
                                     bool(b.get("checked")), bool(b.get("alias_input")),
                                     bool(b.get("persistent_output")), int(b.get("mutated_input", -1)),
                                     int(b.get("async_diff", -1)), [] if b.get("checked") else None, rec.received,
-                                    int(b.get("t_ns", 0)), int(b.get("outputs", 0)), int(str(b.get("seed", "0")), 16))
+                                    int(b.get("t_ns", 0)), int(b.get("outputs", 0)), int(str(b.get("seed", "0")), 16),
+                                    mutable=tuple(int(k) for k in b.get("mutable", [])),
+                                    inputs_after=[] if b.get("checked") else None)
             job.calls.append(current)
             complete(current)
         elif rec.type == wire.OUTPUT:
@@ -109,7 +114,14 @@ def collect(next_record: Callable[[float], wire.Record], job_id: int, deadline: 
                 job.forged = f"an output record for iteration {b.get('i')} arrived out of place"
                 return job
             try:
-                current.outputs.append(decode(rec, int(b.get("k", 0))))
+                value = decode(rec, int(b.get("k", 0)))
+                if len(current.outputs) < current.n_outputs:
+                    current.outputs.append(value)
+                elif current.inputs_after is not None and len(current.inputs_after) < len(current.mutable):
+                    current.inputs_after.append(value)
+                else:
+                    job.forged = f"more output records than announced for iteration {b.get('i')}"
+                    return job
             except wire.Forgery as exc:
                 job.forged = str(exc)
                 return job

@@ -34,10 +34,12 @@ class TimingJudge:
         self.req, self.local, self.result = req, local, result
 
     def verdict(self, runtime: TaskRuntime, prep: Prepared, tol: analysis.Tolerance,
-                job: analysis.Job, hasher: Hasher = host_hash, fresh: Fresh | None = None) -> TimingRow:
+                job: analysis.Job, hasher: Hasher = host_hash, fresh: Fresh | None = None,
+                mutated: tuple[int, ...] = ()) -> TimingRow:
         """The verdict on a timing job of the candidate's (its runner already stopped; its checked iterations
         digested, else digested here against `prep`'s references), with the null loop and the baselines timed now
-        by the judge alone, or the session's baselines where a re-timing agrees."""
+        by the judge alone, or the session's baselines where a re-timing agrees (`mutated`: the arguments the
+        reference changes in place, judge_configs.Prepared.mutated of the config the candidate was timed on)."""
         import torch  # lazy: the judge loads torch only after its runner is spawned (judge.py)
         p = self.req.timing_params
         known = self._session_baselines(runtime, prep)
@@ -52,7 +54,7 @@ class TimingJudge:
                                      0.0).median_ms
         null_gap = analysis.median_gap_ms(null.timed())
         res = analysis.judge_timing(job, [v.ref for v in prep.variants], composer(runtime, prep), tol,
-                                    null_ms, null_gap, hasher, p.checks)
+                                    null_ms, null_gap, hasher, p.checks, mutated)
         if self.req.integrity:
             self.result.integrity[f"{prep.name}@timing"] = res.integrity
         if res.stats is None:

@@ -36,6 +36,7 @@ class TimingPhase:
         jobs: dict[str, analysis.Job] = {}
         call_seeds: dict[str, int | None] = {}   # a reference that draws random numbers: the baselines' seed
         fresh: dict[str, Fresh | None] = {}        # the null loop pays for the same fresh inputs
+        mutated: dict[str, tuple[int, ...]] = {}   # the arguments the reference changes in place
         self.timing_since_us = time.time_ns() // 1000
         p = self.req.timing_params
         for cfg in configs:
@@ -74,6 +75,7 @@ class TimingPhase:
             jobs[cfg.name] = job
             call_seeds[cfg.name] = prep.variants[0].plan.call_seed
             fresh[cfg.name] = prep.fresh
+            mutated[cfg.name] = prep.mutated
             if to_time[cfg.name] is None:   # prepared again for this job: freed now
                 self._release(cfg.name)
                 del prep
@@ -90,7 +92,7 @@ class TimingPhase:
             # the first variant set up again on this GPU, without a reference: the baselines' and the null loop's
             prep = prepare_baseline(runtime, cfg, torch.device("cuda"), call_seeds[cfg.name])
             self.out.data.timing[cfg.name] = timing.verdict(runtime, prep, tol, jobs[cfg.name], self.hasher,
-                                                            fresh[cfg.name])
+                                                            fresh[cfg.name], mutated=mutated[cfg.name])
             self.out.write()
             del prep
         self.spent("baselines", t)

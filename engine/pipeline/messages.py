@@ -142,6 +142,9 @@ class Config(_Message):
     # per tensor of a variant: how each call's fresh values are drawn (engine/pipeline/fresh.py; 0: a plain copy)
     fresh_modes: tuple[int, ...] | None = None
     fresh_alphas: tuple[float, ...] | None = None
+    # the tensors of a variant the reference mutates in place: the helper leaves them out of its mutation probe
+    # and sends them back after each checked call's outputs (engine/pipeline/judge_configs.py `mutations`)
+    mutable_inputs: tuple[int, ...] = field(default=(), metadata=_OMIT)
     # the tensors' metas, which wire.Channel.send adds to the header: filled on the runner's side only
     tensors: tuple[dict[str, Any], ...] = field(default=(), metadata=_OMIT)
 
@@ -151,6 +154,10 @@ class Config(_Message):
         if (self.fresh_modes is None) != (self.fresh_alphas is None) or self.fresh_modes is not None and not \
                 len(self.fresh_modes) == len(self.fresh_alphas or ()) == self.per_variant:
             raise MessageError(f"`config` message: fresh-input modes and spreads for {self.per_variant} tensors")
+        if any(not 0 <= k < self.per_variant for k in self.mutable_inputs) or \
+                list(self.mutable_inputs) != sorted(set(self.mutable_inputs)):
+            raise MessageError(f"`config` message: mutable inputs {list(self.mutable_inputs)[:20]} of "
+                               f"{self.per_variant} tensors")
         if self.call_seeds is not None and len(self.call_seeds) != self.variants:
             raise MessageError(f"`config` message: {len(self.call_seeds)} call seeds for {self.variants} variants")
         if (self.kind == "modelnew") != (self.model is not None):
@@ -173,7 +180,7 @@ class Job(_Message):
     budget_s: float = 0.0
     checks: int = 0                  # time: timed iterations whose outputs go to the judge
     flush: bool = True               # flush the L2 before each call
-    probe_inputs: bool = False
+    probe_inputs: bool = False       # the mutation probe (the config's mutable inputs left out)
     settle_ms: float = -1.0
 
 

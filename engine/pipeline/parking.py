@@ -2,11 +2,12 @@
 time, not every variant's (KernelBench's level 1 L1/L2 norms take 8 GiB in and 8 GiB out per variant).
 
 Once a variant is prepared (its inputs drawn, its call plan captured, its reference computed), its inputs, call
-arguments and reference outputs move to host memory (page-locked where the driver allows, so a copy back runs at
-full speed); the models stay on the GPU (a KernelBench model is shared by the variants, and a model's weights are
-what every reference call needs). The runner gets its copies from the parked tensors (they go through host memory
-anyway: engine/pipeline/arena.py). Where the judge needs a variant again (to compose a candidate's outputs under
-it, to compare with its reference) it brings that one back for the moment (`loaded`, `ParkedRefs`).
+arguments, reference outputs and the arguments the reference changes in place (as it leaves them) move to host
+memory (page-locked where the driver allows, so a copy back runs at full speed); the models stay on the GPU (a
+KernelBench model is shared by the variants, and a model's weights are what every reference call needs). The
+runner gets its copies from the parked tensors (they go through host memory anyway: engine/pipeline/arena.py).
+Where the judge needs a variant again (to compose a candidate's outputs under it, to compare with its reference) it
+brings that one back for the moment (`loaded`, `ParkedRefs`).
 
 Lazy imports: torch, inside the functions, as in judge_configs.py (the judge spawns its runner before torch loads).
 """
@@ -52,7 +53,8 @@ def park(runtime: TaskRuntime, variant: Variant) -> Variant:
     memo: dict[int, Any] = {}
     state = {k: moved(v, "cpu", memo) for k, v in variant.state.items()}
     plan = dataclasses.replace(variant.plan, args=moved(variant.plan.args, "cpu", memo))
-    parked = dataclasses.replace(variant, state=state, plan=plan, ref=moved(variant.ref, "cpu", memo), parked=True)
+    parked = dataclasses.replace(variant, state=state, plan=plan, ref=moved(variant.ref, "cpu", memo),
+                                 after=moved(variant.after, "cpu", memo), parked=True)
     runtime.restore_state(state)
     return parked
 
@@ -69,7 +71,7 @@ def loaded(runtime: TaskRuntime, prep: Prepared, v: int) -> Iterator[Variant]:
     memo: dict[int, Any] = {}
     here = dataclasses.replace(var, state={k: moved(x, GPU, memo) for k, x in var.state.items()},
                                plan=dataclasses.replace(var.plan, args=moved(var.plan.args, GPU, memo)),
-                               ref=moved(var.ref, GPU, memo), parked=False)
+                               ref=moved(var.ref, GPU, memo), after=moved(var.after, GPU, memo), parked=False)
     runtime.restore_state(here.state)
     try:
         yield here

@@ -40,6 +40,7 @@ class _Configured:
     call: Callable[[], Any]
     fresh_modes: list[int]         # per tensor: how each call's values are drawn from its variant's (helper)
     fresh_alphas: list[float]
+    mutable: list[int]             # tensors the reference mutates in place (msg.Config.mutable_inputs)
 
 
 class Runner:
@@ -143,7 +144,8 @@ class Runner:
                     return fn(*args)
         if m.call_seeds is not None:
             call = seeded_calls(call, m.call_seeds, self.timer.current_variant)
-        self.configs[m.cid] = _Configured(live, variants, call, list(m.fresh_modes or ()), list(m.fresh_alphas or ()))
+        self.configs[m.cid] = _Configured(live, variants, call, list(m.fresh_modes or ()), list(m.fresh_alphas or ()),
+                                          list(m.mutable_inputs))
         return msg.Configured(cid=m.cid)
 
     def _from_arena(self, meta: dict[str, Any]) -> Any:
@@ -182,7 +184,7 @@ class Runner:
         poison_free_cache()
         status = self.timer.run(m.job, m.mode, cfg.call, cfg.live, cfg.variants, list(m.schedule), m.warmup,
                                 m.min_iters, m.max_iters, m.budget_s, m.checks, m.flush, m.probe_inputs, m.settle_ms,
-                                cfg.fresh_modes, cfg.fresh_alphas)
+                                cfg.fresh_modes, cfg.fresh_alphas, cfg.mutable)
         try:
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - a sticky CUDA error: this process can do nothing more

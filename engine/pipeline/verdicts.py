@@ -77,6 +77,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
         row = ConfigRow(name, timed=opts.timing and (timed is None or name in timed))
         if (c := correctness.get(name)) is not None:
             row.correct, row.reason, row.max_abs_err = c.ok, c.reason, c.max_abs_err
+        row.mutated_by_reference = list(res.mutated.get(name, []))
         if (t := timing.get(name)) is not None and t.candidate is not None:
             row.candidate_ms, row.candidate_iqr_ms = t.candidate.median_ms, t.candidate.iqr_ms
             row.eager_ms = t.eager.median_ms if t.eager else None
@@ -124,8 +125,11 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
             correctness_data(report)))
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "correctness failed"))
         return
+    mutated = sorted({k for r in report.rows for k in r.mutated_by_reference})
     report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS,
-                                   f"{len(report.rows)} configs x {opts.trials} trials within tolerance",
+                                   f"{len(report.rows)} configs x {opts.trials} trials within tolerance"
+                                   + (f" (inputs {', '.join(map(str, mutated))} mutated in place by the reference, "
+                                      "compared after each call)" if mutated else ""),
                                    correctness_data(report)))
     if not opts.timing:
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "timing not requested"))
@@ -177,8 +181,10 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
 
 
 def correctness_data(report: EvalReport) -> dict[str, Any]:
-    """The correctness verdict's data: each config's result, and the numeric settings both sides ran under."""
-    return {"configs": {r.name: {"ok": r.correct, "reason": r.reason, "max_abs_err": r.max_abs_err}
+    """The correctness verdict's data: each config's result (and the inputs its reference mutates in place, which
+    were compared after each call), and the numeric settings both sides ran under."""
+    return {"configs": {r.name: {"ok": r.correct, "reason": r.reason, "max_abs_err": r.max_abs_err,
+                                 **({"mutated_by_reference": r.mutated_by_reference} if r.mutated_by_reference else {})}
                         for r in report.rows}, "numerics": report.numerics}
 
 

@@ -100,7 +100,8 @@ def test_held_timing_outputs_are_settled_after_the_job_and_a_changed_one_voids_t
 
 def _prep(label: str) -> SimpleNamespace:
     """A stand-in for a config's preparation, named by `label`."""
-    return SimpleNamespace(label=label, variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))], fresh=None)
+    return SimpleNamespace(label=label, variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))], fresh=None,
+                           mutated=())
 
 
 def _judge(tmp_path, events, held):
@@ -150,7 +151,7 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
         def __init__(self, *a):
             pass
 
-        def verdict(self, runtime, prep, tol, job, hasher=None, fresh=None):
+        def verdict(self, runtime, prep, tol, job, hasher=None, fresh=None, mutated=()):
             events.append(f"baselines on {prep}")
             return judge_timing_phase.TimingRow()
     monkeypatch.setattr(judge_timing_phase, "TimingJudge", Timing)

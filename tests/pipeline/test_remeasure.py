@@ -339,7 +339,7 @@ def timing_phase(monkeypatch, tmp_path):
             def __init__(self, req, local, data):
                 pass
 
-            def verdict(self, runtime, prep, tol, job, hasher=None, fresh=None):
+            def verdict(self, runtime, prep, tol, job, hasher=None, fresh=None, mutated=()):
                 timed.append(job)
                 return TimingRow(error=job.error or None)
 
@@ -351,7 +351,8 @@ def timing_phase(monkeypatch, tmp_path):
                                             close=lambda: closed.append(True)), contended)
         judge._digest_timed = judge._note_memory = lambda *a: None    # the job's outputs and figures: none here
         with contextlib.suppress(judge_eval.Stop):
-            prep = SimpleNamespace(variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))], fresh=None)
+            prep = SimpleNamespace(variants=[SimpleNamespace(plan=SimpleNamespace(call_seed=None))], fresh=None,
+                                   mutated=())
             judge._time([SimpleNamespace(name="bench")], {"bench": prep}, None, None)
         return judge.out.data, timed, bool(closed)
     return run
@@ -383,7 +384,7 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     from engine.pipeline.analysis import Job
     task = load_task("gelu_bias")
     monkeypatch.setattr(judge_eval, "prepare",
-                        lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)], flops=0.0))
+                        lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)], flops=0.0, mutated=()))
     monkeypatch.setattr(judge_eval, "plan_message", lambda prep: ({}, []))
     monkeypatch.setattr(judge_eval, "composer", lambda runtime, prep: None)
     monkeypatch.setattr(judge_eval, "footprint", lambda prep: 0)

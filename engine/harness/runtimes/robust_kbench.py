@@ -88,9 +88,9 @@ def try_compile(fn: Callable[..., Any], args: list[Any] | tuple) -> Callable[[],
 
 
 class ModelState:
-    """A copy of a model's parameters and buffers, written back before each reference or candidate call, so a
-    candidate that writes into a weight cannot change what the reference computes next, and a training-mode
-    BatchNorm's running statistics start every call from the same values.
+    """A copy of a model's parameters and buffers, written back before each reference or candidate call (and after
+    a forward one: RobustKbenchRuntime._forward), so a candidate that writes into a weight cannot change what the
+    reference computes next, and a training-mode BatchNorm's running statistics start every call from the same values.
 
     The copy is kept in host memory (page-locked where there is a GPU, so writing it back is a fast copy): on the
     GPU it would double the weights the judge holds for a config (a KernelBench level 3 model's)."""
@@ -194,11 +194,20 @@ class RobustKbenchRuntime(TaskRuntime):
     # --- forward -----------------------------------------------------------------------------------------
 
     def _forward(self, inputs: list[Any], fn: Callable[..., Any] | None) -> Outputs:
+        """One model call between two restores: a training-mode BatchNorm's update of its running statistics does
+        not outlive the call, so the call plan's arguments (which are the model's buffers) keep the values every
+        call starts from, the candidate's and the reference's alike. An output that is a parameter or a buffer is
+        copied before the restore."""
         import torch
         self._restore()
         with torch.no_grad():
-            out = self._model(*inputs) if fn is None else self._model(*inputs, fn=fn)
-        return as_outputs(out)
+            out = as_outputs(self._model(*inputs) if fn is None else self._model(*inputs, fn=fn))
+        if self._state is not None:
+            own = {t.untyped_storage().data_ptr() for t, _ in self._state.saved if t.numel()}
+            out = tuple(o.clone() if isinstance(o, torch.Tensor) and o.numel() and
+                        o.untyped_storage().data_ptr() in own else o for o in out)
+        self._restore()
+        return out
 
     # --- backward ----------------------------------------------------------------------------------------
 

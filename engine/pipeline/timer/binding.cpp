@@ -16,7 +16,10 @@
 // checked calls the output itself: a signed header with a keyed fingerprint of its bytes, then the bytes (in the
 // shared arena's slot when the judge gave one: engine/pipeline/arena.py). In a timing job the checked calls are
 // a few iterations drawn at random after the iteration count is known: the candidate cannot tell a checked call
-// from any other.
+// from any other. The inputs the judge names as mutable (those its reference mutates in place: a BatchNorm's
+// running statistics) are left out of the mutation probe, watched by the async-completeness probe like outputs,
+// listed in every ITER record, and sent after a checked call's outputs as further OUTPUT records, so that the
+// judge compares them with what its reference leaves in them.
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -416,6 +419,8 @@ struct Job {
   std::vector<double> fresh_alphas;   // per live tensor: the factor's spread (a power of two)
   std::vector<at::Tensor> prev;   // the previous call's outputs, kept alive for the persistence check
   Events ev;
+  std::vector<int64_t> mutable_idx;   // live tensors the call may change (the reference does), ascending
+  std::vector<char> is_mutable;       // per live tensor: listed in mutable_idx
 };
 
 // ------------------------------------------------------------------------------------------ fresh inputs
@@ -511,11 +516,14 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
   }
   std::vector<uint64_t> snaps;
   std::vector<char> snapped;
+  std::vector<at::Tensor> watched;   // the settle probe's: each output (undefined: none), then the mutable inputs
+  for (auto& o : outs) watched.push_back(o.kind == Out::TENSOR ? o.t : at::Tensor());
+  for (auto k : job.mutable_idx) watched.push_back(job.live[(size_t)k]);
   const uint64_t snap_seed = job.settle_ms >= 0 ? urandom64() : 0;
   if (job.settle_ms >= 0)
-    for (auto& o : outs) {  // before any device-wide sync: what the current stream's work left in the output
+    for (auto& t : watched) {  // before any device-wide sync: what the current stream's work left in the tensor
       uint64_t fp = 0;
-      snapped.push_back(o.kind == Out::TENSOR && snapshot(o.t, snap_seed, &fp) == cudaSuccess ? 1 : 0);
+      snapped.push_back(t.defined() && snapshot(t, snap_seed, &fp) == cudaSuccess ? 1 : 0);
       snaps.push_back(fp);
     }
   cudaError_t err = cudaDeviceSynchronize();
@@ -541,10 +549,10 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
       cudaDeviceSynchronize();
     }
     async_diff = 0;
-    for (size_t k = 0; k < outs.size(); ++k) {
+    for (size_t k = 0; k < watched.size(); ++k) {
       uint64_t settled = 0;
       if (!snapped[k]) continue;
-      check_cuda(snapshot(outs[k].t, snap_seed, &settled), "settle probe");   // an error since the sync: the job's
+      check_cuda(snapshot(watched[k], snap_seed, &settled), "settle probe");   // an error since the sync: the job's
       if (settled != snaps[k]) async_diff = 1;
     }
   }
@@ -555,7 +563,10 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
   int mutated = -1;
   if (job.probe_inputs && !job.variants.empty())
     for (size_t k = 0; k < job.live.size(); ++k)
-      if (fingerprint(job.live[k].contiguous(), probe_seed) != given[k]) { mutated = (int)k; break; }
+      if (!job.is_mutable[k] && fingerprint(job.live[k].contiguous(), probe_seed) != given[k]) {
+        mutated = (int)k;
+        break;
+      }
   const long long t_ns = (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::steady_clock::now().time_since_epoch()).count();
   std::string b = "{\"i\":" + std::to_string(i) + ",\"t_ns\":" + std::to_string(t_ns) + ",\"phase\":\"" +
@@ -563,10 +574,14 @@ bool one_call(Job& job, int64_t i, char phase, int v, bool checked) {
                   "\",\"ms\":" + num(ms) + ",\"ms_all\":" + num(ms_all) + ",\"outputs\":" +
                   std::to_string(outs.size()) + ",\"checked\":" + std::to_string(checked ? 1 : 0) +
                   ",\"alias_input\":" + std::to_string(alias_in) + ",\"persistent_output\":" + std::to_string(persist) +
-                  ",\"mutated_input\":" + std::to_string(mutated) + ",\"async_diff\":" + std::to_string(async_diff) + "}";
+                  ",\"mutated_input\":" + std::to_string(mutated) + ",\"async_diff\":" + std::to_string(async_diff) +
+                  ",\"mutable\":" + ints(job.mutable_idx) + "}";
   emit(ITER, job.id, b);
-  if (checked)
+  if (checked) {
     for (size_t k = 0; k < outs.size(); ++k) send_output(job.id, i, (int)k, outs[k]);
+    for (size_t j = 0; j < job.mutable_idx.size(); ++j)   // as the call left them, after the outputs
+      send_output(job.id, i, (int)(outs.size() + j), Out{Out::TENSOR, job.live[(size_t)job.mutable_idx[j]]});
+  }
   job.prev = out_tensors;
   return true;
 }
@@ -634,14 +649,20 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
                 std::vector<std::vector<at::Tensor>> variants, std::vector<int64_t> schedule, int64_t warmup,
                 int64_t min_iters, int64_t max_iters, double budget_s, int64_t checks, bool flush,
                 bool probe_inputs, double settle_ms, std::vector<int64_t> fresh_modes,
-                std::vector<double> fresh_alphas) {
+                std::vector<double> fresh_alphas, std::vector<int64_t> mutable_inputs) {
   for (auto& v : variants)
     if (v.size() != live.size()) throw std::runtime_error("kbench timer: a variant has the wrong number of tensors");
   if (mode != "check" && mode != "time") throw std::runtime_error("kbench timer: unknown mode " + mode);
   if (!fresh_modes.empty() && (fresh_modes.size() != live.size() || fresh_alphas.size() != live.size()))
     throw std::runtime_error("kbench timer: fresh-input modes for another number of tensors");
+  for (size_t j = 0; j < mutable_inputs.size(); ++j)
+    if (mutable_inputs[j] < 0 || (size_t)mutable_inputs[j] >= live.size() ||
+        (j && mutable_inputs[j] <= mutable_inputs[j - 1]))
+      throw std::runtime_error("kbench timer: mutable inputs out of range or not ascending");
   Job job{job_id, std::move(live), std::move(variants), std::move(call), flush, probe_inputs, settle_ms,
-          std::move(fresh_modes), std::move(fresh_alphas), {}, {}};
+          std::move(fresh_modes), std::move(fresh_alphas), {}, {}, std::move(mutable_inputs), {}};
+  job.is_mutable.assign(job.live.size(), 0);
+  for (auto k : job.mutable_idx) job.is_mutable[(size_t)k] = 1;
   check_cuda(cudaEventCreate(&job.ev.start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&job.ev.end), "cudaEventCreate");
   check_cuda(cudaEventCreate(&job.ev.end_all), "cudaEventCreate");
@@ -752,7 +773,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("run", &run, py::arg("job_id"), py::arg("mode"), py::arg("call"), py::arg("live"), py::arg("variants"),
         py::arg("schedule"), py::arg("warmup"), py::arg("min_iters"), py::arg("max_iters"), py::arg("budget_s"),
         py::arg("checks"), py::arg("flush"), py::arg("probe_inputs"), py::arg("settle_ms"),
-        py::arg("fresh_modes") = std::vector<int64_t>(), py::arg("fresh_alphas") = std::vector<double>());
+        py::arg("fresh_modes") = std::vector<int64_t>(), py::arg("fresh_alphas") = std::vector<double>(),
+        py::arg("mutable_inputs") = std::vector<int64_t>());
   // a call's fresh inputs rebuilt from its variant's tensors and the seed its ITER record carries (the judge's)
   m.def("fresh_args", &fresh_args, py::arg("tensors"), py::arg("seed"), py::arg("modes"), py::arg("alphas"));
   m.def("fingerprint", &py_fingerprint, py::arg("tensor"), py::arg("seed"));
