@@ -167,3 +167,20 @@ def test_a_parked_variant_comes_back_one_at_a_time_and_goes_again(monkeypatch):
     assert not rt.pristine()[0].is_meta and rt.pristine()[0] is prep.variants[1].plan.args[0]
     refs = parking.ParkedRefs(prep)
     assert len(refs) == 2 and refs[0][0].is_meta and [r[0].shape for r in refs] == [(37, 129), (37, 129)]
+
+
+def test_a_cold_judges_task_setup_is_timed_after_its_start(monkeypatch, tmp_path):
+    """`judge.task_setup` counts from the end of `judge.judge_start`: both phases used to read the start's 3 s
+    (kbench eval's time line showed a 3 s task setup that was the start counted twice)."""
+    import time
+    req = SimpleNamespace(timer=TimerSpec("t.so", "t"), result_path=str(tmp_path / "result.json"), deadline_s=60)
+    monkeypatch.setattr(judge_main, "JudgeRequest", SimpleNamespace(from_json=lambda obj: req))
+
+    def attach(self, r, out):
+        self.req, self.out, self.t0 = r, out, time.monotonic()
+    monkeypatch.setattr(Judge, "attach", attach)
+    monkeypatch.setattr(judge_main, "_warm", lambda judge, spare=False: time.sleep(0.3))
+    (tmp_path / "request.json").write_text("{}")
+    judge, _, out, _ = judge_main._cold(tmp_path / "request.json")
+    assert out.data.seconds["judge_start"] >= 0.3
+    assert judge.spent("task_setup", judge.t0) and out.data.seconds["task_setup"] < 0.2
