@@ -4,7 +4,8 @@ A `Toolchain` is a frozen description; `key()` hashes everything that affects ob
 caches (and the precompiled torch header) are keyed by it. `detect()` builds one from this machine.
 Flags live here, next to the fields they derive from, so that a change to any of them changes the key.
 
-Lazy imports: torch, only where a toolchain is detected: the CLI and the app load this module at start-up.
+Lazy imports: torch, only where a toolchain is detected or TORCH_CUDA_ARCH_LIST parsed (by torch's own
+function): the CLI and the app load this module at start-up.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,7 +43,7 @@ TORCH_LIBS = ("c10", "c10_cuda", "torch_cpu", "torch_cuda", "torch", "torch_pyth
 TORCH_NVCC_DEFINES = ("__CUDA_NO_HALF_OPERATORS__", "__CUDA_NO_HALF_CONVERSIONS__",
                       "__CUDA_NO_BFLOAT16_CONVERSIONS__", "__CUDA_NO_HALF2_OPERATORS__")
 _CUDA_LIB_HEADERS = ("cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h")  # what CUDAContext.h needs
-_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")   # one entry of Toolchain.archs (parse_arch_list's)
 
 
 class ToolchainError(RuntimeError):
@@ -149,20 +151,59 @@ class Toolchain:
 
 # ---------------------------------------------------------------------- detection
 def parse_arch_list(text: str) -> tuple[str, ...]:
-    """'8.0;9.0+PTX' / '8.0 9.0a' / '9.0,10.0' -> ('8.0', '9.0+PTX'). Named archs are not supported."""
-    archs: list[str] = []
-    for item in re.split(r"[;,\s]+", text.strip()):
-        if not item:
-            continue
-        if not _ARCH.match(item):
-            raise ToolchainError(
-                f"TORCH_CUDA_ARCH_LIST entry {item!r} is not a compute capability like '9.0', '9.0a' or "
-                "'8.0+PTX' (named architectures such as 'Hopper' are not supported).")
-        if item not in archs:
-            archs.append(item)
+    """TORCH_CUDA_ARCH_LIST as the installed torch reads it, by torch's own function
+    (torch.utils.cpp_extension._get_cuda_arch_flags, which every torch extension build calls): entries separated
+    by ';' or spaces, torch's named architectures expanded ('Hopper' is '9.0+PTX', 'Ampere' '8.0;8.6+PTX'),
+    '+PTX' embedding PTX too, arch-specific targets ('9.0a') where torch supports them. Returned as kbench's
+    entries, lowest first: 'Ampere;9.0a' -> ('8.0', '8.6+PTX', '9.0a'). What torch refuses (a comma, an
+    unknown name) is a ToolchainError that quotes torch."""
+    flags = _torch_arch_flags(text)
+    targets: dict[str, bool] = {}                 # "90a" -> with PTX
+    for flag in flags:
+        m = re.fullmatch(r"-gencode=arch=compute_(\w+),code=(sm|compute)_(\w+)", flag)
+        if m is None:
+            raise ToolchainError(f"TORCH_CUDA_ARCH_LIST={text!r}: torch produced the flag {flag!r}, which kbench "
+                                 "does not understand.")
+        targets[m.group(1)] = targets.get(m.group(1), False) or m.group(2) == "compute"
+    archs = []
+    for num, ptx in targets.items():
+        m = re.fullmatch(r"(\d+)(\d)([af]?)", num)
+        if m is None:
+            raise ToolchainError(f"TORCH_CUDA_ARCH_LIST={text!r}: compute_{num} is not a compute capability.")
+        archs.append((int(m.group(1)), int(m.group(2)), m.group(3), ptx))
     if not archs:
         raise ToolchainError(f"TORCH_CUDA_ARCH_LIST={text!r} names no architecture.")
-    return tuple(archs)
+    return tuple(f"{major}.{minor}{suffix}{'+PTX' if ptx else ''}" for major, minor, suffix, ptx in sorted(archs))
+
+
+_ENV_LOCK = threading.Lock()
+
+
+def _torch_arch_flags(text: str) -> list[str]:
+    """torch's gencode flags for TORCH_CUDA_ARCH_LIST=`text` (its function reads the variable itself, so it is
+    set for the call, under a lock, and put back)."""
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)   # "No CUDA runtime is found"
+    from torch.utils import cpp_extension
+
+    if not text.strip() or text.strip() == "native":
+        raise ToolchainError(f"TORCH_CUDA_ARCH_LIST={text!r} names no architecture (torch then asks the visible GPUs).")
+    with _ENV_LOCK:
+        saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        os.environ["TORCH_CUDA_ARCH_LIST"] = text.strip()
+        try:
+            return list(cpp_extension._get_cuda_arch_flags())
+        except ValueError as exc:
+            import torch
+
+            raise ToolchainError(
+                f"TORCH_CUDA_ARCH_LIST={text!r}: torch {torch.__version__} refuses it ({exc}). Entries are compute "
+                "capabilities such as '9.0', '9.0a' or '8.0+PTX', or torch's named architectures (Ampere, Hopper, "
+                "Blackwell, ...), separated by ';' or spaces.") from None
+        finally:
+            if saved is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
 def _visible_gpu_archs() -> tuple[str, ...]:
@@ -256,7 +297,7 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
                *_pybind_abi_defines()]
 
     env_archs = archs or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    if env_archs.strip():
+    if env_archs.strip() and env_archs.strip() != "native":   # "native": the visible GPUs, as torch reads it
         arch_tuple, source = parse_arch_list(env_archs), "env"
     elif gpu := _visible_gpu_archs():
         arch_tuple, source = tuple(ARCH_SPECIFIC.get(a, a) for a in gpu), "gpu"
