@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", default=None, help="with --from-dir: built-in task name or task folder")
     p.add_argument("--backward-dir", metavar="PATH", default=None,
                    help="with --from-dir: the backward candidate folder (or .cu)")
+    p.add_argument("--arch", metavar="LIST", default=None,
+                   help="GPUs the package builds for, as TORCH_CUDA_ARCH_LIST reads them (torch's rules: '8.0;9.0', "
+                        "'Hopper', '9.0a'); PTX is embedded for the newest "
+                        "(default: 9.0+PTX)")
     p.set_defaults(func=cmd_export)
 
 
@@ -55,7 +59,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.backward:
             raise ExportError("--backward names a workspace candidate; with --from-dir use --backward-dir.")
         plan = plan_from_dirs(args.from_dir, args.task, None if args.no_backward else args.backward_dir,
-                              name=args.name, force=args.force)
+                              name=args.name, force=args.force, archs=args.arch)
     else:
         if not args.candidate:
             raise ExportError("nothing to export: give a candidate ID, or --from-dir PATH --task TASK.")
@@ -64,7 +68,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         ws = Workspace.open(workspace_path(args))
         try:
             plan = plan_from_workspace(ws, args.candidate, name=args.name, force=args.force,
-                                       backward=args.backward, with_backward=not args.no_backward)
+                                       backward=args.backward, with_backward=not args.no_backward,
+                                       archs=args.arch)
         finally:
             ws.close()
     out = Path(args.out) if args.out else _default_out(args, plan.name)
@@ -76,8 +81,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     ops = ", ".join(f"torch.ops.{plan.name}.{s.op}" for s in (plan.forward_schema, plan.backward_schema) if s)
     print(f"exported {plan.forward.origin}"
           + (f" + backward {plan.backward.origin}" if plan.backward else "")
-          + f"\n  package {out}/  ({ops})\n  build:  pip install --no-build-isolation {out}\n"
-          f"  test:   pytest {out}/tests   (needs a GPU)")
+          + f"\n  package {out}/  ({ops}; builds for {';'.join(plan.archs)})\n"
+          f"  build:  cd {out} && python -m pip install --no-build-isolation .   (its README.md says what it needs)\n"
+          f"  test:   python -m pytest tests   (in {out}; the gpu tests skip where no GPU is visible)")
     return 0
 
 

@@ -18,6 +18,7 @@ from engine.eval_records import lookup
 from engine.export import names
 from engine.export.errors import ExportError
 from engine.export.schema import CppEntry, OpSchema, backward_schema, find_entry, forward_schema
+from engine.export.targets import export_archs
 from engine.pipeline.evaluate import default_cache_root
 from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
@@ -71,6 +72,7 @@ class ExportPlan:
     forced: bool = False
     warnings: list[str] = field(default_factory=list)   # written into the README (forced exports)
     notes: list[str] = field(default_factory=list)      # why no backward, etc.
+    archs: tuple[str, ...] = ()          # the GPUs the package builds for (targets.export_archs), set by _finish
 
     @property
     def class_name(self) -> str:
@@ -147,7 +149,8 @@ def _reference(task: Task, folder: Path | None = None) -> tuple[str, str]:
         raise ExportError(f"task {task.name!r}: cannot read its reference {path} ({exc.strerror}).") from None
 
 
-def _finish(plan: ExportPlan, force: bool) -> ExportPlan:
+def _finish(plan: ExportPlan, force: bool, archs: str | None = None) -> ExportPlan:
+    plan.archs = export_archs(archs)
     refused = [k for k in (plan.forward, plan.backward) if k is not None and not k.passing]
     for k in refused:
         msg = f"the {k.direction} kernel ({k.origin}) has no passing verdict: {k.why_not_passing}."
@@ -165,10 +168,11 @@ def _finish(plan: ExportPlan, force: bool) -> ExportPlan:
 
 
 def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str | Path | None = None,
-                   name: str | None = None, force: bool = False) -> ExportPlan:
+                   name: str | None = None, force: bool = False, archs: str | None = None) -> ExportPlan:
     """Export candidate folders (or robust-kbench .cu files) with their task. A task's shipped baseline counts
     as passing (the GPU test suite checks every baseline on every config); any other folder by what `kbench eval`
-    recorded for its exact sources (engine/eval_records.py), else it needs `force`."""
+    recorded for its exact sources (engine/eval_records.py), else it needs `force`. `archs`: the GPUs to build
+    for (TORCH_CUDA_ARCH_LIST syntax; targets.export_archs)."""
     name = names.check_name(name) if name else None
     try:
         task = task_ref if isinstance(task_ref, Task) else load_task(task_ref)
@@ -199,7 +203,7 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
                       fwd, fs, bwd, bs)
     if bwd is None and "backward" in task.directions:
         plan.notes.append("No backward kernel was given (--backward-dir), so the op has no autograd formula.")
-    return _finish(plan, force)
+    return _finish(plan, force, archs)
 
 
 def _folder_verdict(task: Task, direction: str, cand: Candidate, p: Path) -> tuple[bool, str, str]:
@@ -271,7 +275,8 @@ def find_backward(ws: Workspace, task: Task) -> tuple[str | None, str]:
 
 
 def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, force: bool = False,
-                        backward: str | None = None, with_backward: bool = True) -> ExportPlan:
+                        backward: str | None = None, with_backward: bool = True,
+                        archs: str | None = None) -> ExportPlan:
     """Export workspace candidate `query` (a forward kernel). Its backward is `backward` when given, else the
     best verified backward candidate of the same task in the workspace (none: the op has no autograd)."""
     name = names.check_name(name) if name else None
@@ -300,4 +305,4 @@ def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, forc
     fs, bs = _schemas(task, fwd, bwd)
     plan = ExportPlan(name or names.default_name(task.name), task, ref_name, ref_text,
                       fwd, fs, bwd, bs, notes=notes)
-    return _finish(plan, force)
+    return _finish(plan, force, archs)

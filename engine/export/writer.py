@@ -23,10 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from engine.export import targets
+from engine.export.dtypes import DtypeCheck, dtype_checks
 from engine.export.errors import ExportError
 from engine.export.plan import ExportPlan, KernelSource
 from engine.export.render import render
-from engine.harness.toolchain import DEFAULT_ARCHS
+from engine.harness import cuda_home
 from engine.tasks import inits
 
 VERSION = "0.1.0"
@@ -183,8 +185,54 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
         "reference_name": plan.reference_name, "provenance": _provenance(plan),
         "verdicts": _verdicts(plan), "measurements": _measurements(plan), "csrc_listing": "\n".join(csrc),
         "autograd_word": ", register_autograd" if has_bwd else "",
-        "default_archs": ";".join(DEFAULT_ARCHS),
+        "dtype_line": _dtype_line(plan), **_build_values(plan),
     }
+
+
+def _build_values(plan: ExportPlan) -> dict[str, str]:
+    """What setup.py, pyproject.toml and the README's Install section say about building: the GPUs, the torch,
+    the CUDA toolkit (find_cuda_home's own source, so the package looks where kbench looks), CUTLASS."""
+    torch = targets.torch_version()
+    files = {rel: text for k in (plan.forward, plan.backward) if k is not None for rel, text in k.candidate.files.items()}
+    cutlass = targets.cutlass_requirement() if targets.uses_cutlass(files) else ""
+    source = Path(cuda_home.__file__).read_text()
+    find = ast.get_source_segment(source, next(n for n in ast.parse(source).body
+                                               if isinstance(n, ast.FunctionDef) and n.name == "find_cuda_home"))
+    reqs = [f"torch=={torch}", "setuptools>=70.1", "ninja", "pytest", *([cutlass] if cutlass else [])]
+    return {
+        "archs": ";".join(plan.archs), "torch_version": torch, "find_cuda_home": find,
+        "cutlass_requirement": cutlass,
+        "build_requires": ", ".join(f'"{r}"' for r in reqs[:2] + reqs[4:]),
+        "install_requirements": " ".join(f'"{r}"' for r in reqs),
+        "cutlass_words": f" and {cutlass} (the CUTLASS/CuTe headers the kernel includes)" if cutlass else "",
+        "cutlass_line": (f"- **CUTLASS/CuTe**: the kernel includes their headers; the build takes them from the installed "
+                         f"`{cutlass}` (its `cutlass_library/source/include`)." if cutlass else
+                         "- **CUTLASS/CuTe**: not used by this kernel (where `nvidia-cutlass` is installed, its headers "
+                         "are on the include path all the same, as in kbench's builds)."),
+        "cutlass_doc": (f"- the CUTLASS/CuTe headers the kernel includes: the installed {cutlass} package's.\n"
+                        if cutlass else ""),
+    }
+
+
+def _checks(plan: ExportPlan, k: KernelSource | None) -> list[DtypeCheck]:
+    return dtype_checks(k.candidate.files[k.binding_file], k.entry) if k is not None else []
+
+
+def _dtype_line(plan: ExportPlan) -> str:
+    parts = []
+    for k, schema in ((plan.forward, plan.forward_schema), (plan.backward, plan.backward_schema)):
+        checks = _checks(plan, k)
+        if k is None or schema is None:
+            continue
+        if not checks:
+            parts.append(f"`{schema.op}`: its binding checks no dtype kbench can read, so the fake checks none")
+            continue
+        by_arg: dict[str, list[str]] = {}
+        for c in checks:
+            by_arg.setdefault(schema.args[c.position].name, list(c.dtypes))
+        parts.append(f"`{schema.op}` takes " + ", ".join(f"{a}: {'/'.join(d)}" for a, d in by_arg.items()))
+    return ("- Dtypes, as the kernels' bindings check them (their `TORCH_CHECK`s); the fake implementations raise the "
+            "same errors for any other, so `torch.compile` refuses what the kernel would: " + "; ".join(parts) + ".")
 
 
 def _py_list(extensions: list) -> str:
@@ -226,9 +274,11 @@ def _model_signature(reference_text: str) -> str:
 
 def export_json(plan: ExportPlan) -> dict[str, Any]:
     task = plan.task
-    ops = {"forward": plan.forward_schema.to_json()}
+    ops = {"forward": {**plan.forward_schema.to_json(),
+                       "dtype_checks": [c.to_json() for c in _checks(plan, plan.forward)]}}
     if plan.backward_schema is not None:
-        ops["backward"] = plan.backward_schema.to_json()
+        ops["backward"] = {**plan.backward_schema.to_json(),
+                           "dtype_checks": [c.to_json() for c in _checks(plan, plan.backward)]}
     tolerance = {d: {"atol": s.tolerance.atol, "rtol": s.tolerance.rtol,
                      "max_mismatch_fraction": s.max_mismatch_fraction} for d, s in task.directions.items()}
     return {
@@ -240,6 +290,7 @@ def export_json(plan: ExportPlan) -> dict[str, Any]:
                      "seed": c.seed, "init": c.init} for c in task.configs],
         "kernels": {k.direction: _kernel_json(k) for k in (plan.forward, plan.backward) if k is not None},
         "forced": plan.forced, "warnings": plan.warnings, "notes": plan.notes,
+        "archs": list(plan.archs), "verified_with_torch": targets.torch_version(),
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 

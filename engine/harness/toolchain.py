@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.harness import nvml
+from engine.harness.cuda_home import find_cuda_home
 from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
 from engine.harness.vendor_libs import wheel_dirs
 
@@ -248,14 +249,19 @@ def _pybind_abi_defines() -> list[str]:
 
 
 def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | None = None) -> Toolchain:
-    """Describe this machine's toolchain. Arguments override CUDA_HOME, CXX and TORCH_CUDA_ARCH_LIST."""
+    """Describe this machine's toolchain. Arguments override CUDA_HOME, CXX and TORCH_CUDA_ARCH_LIST; without
+    them the toolkit is engine.harness.cuda_home.find_cuda_home's (CUDA_HOME, CUDA_PATH, nvcc on PATH,
+    /usr/local/cuda), as in the packages kbench exports."""
     import torch
     # Importing cpp_extension on a machine without a GPU logs "No CUDA runtime is found" to stderr: kbench says
     # that itself, and from a build worker the line lands on top of the app's screen.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import cpp_extension
 
-    cuda_home = cuda_home or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    if not cuda_home:
+        cuda_home, how = find_cuda_home()
+        if cuda_home is None:
+            raise ToolchainError(f"no CUDA toolkit found ({how}): set CUDA_HOME to one (the folder with bin/nvcc).")
     nvcc = os.path.join(cuda_home, "bin", "nvcc")
     if not os.access(nvcc, os.X_OK):
         raise ToolchainError(f"nvcc not found at {nvcc}: set CUDA_HOME to a CUDA toolkit.")
