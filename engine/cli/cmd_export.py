@@ -11,6 +11,7 @@ from pathlib import Path
 from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.export import plan_from_dirs, plan_from_workspace, write_package
 from engine.export.errors import ExportError
+from engine.export.kernelbench import KernelBenchPlan
 from engine.workspace import Workspace, default_export_dir
 
 
@@ -78,7 +79,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"kbench: warning: {w} (written into the README)", file=sys.stderr)
     for n in plan.notes:
         print(f"kbench: note: {n}", file=sys.stderr)
-    ops = ", ".join(f"torch.ops.{plan.name}.{s.op}" for s in (plan.forward_schema, plan.backward_schema) if s)
+    if isinstance(plan, KernelBenchPlan):
+        ops = f"{plan.name}.ModelNew with {len(plan.extensions)} prebuilt load_inline extension(s)"
+    else:
+        ops = ", ".join(f"torch.ops.{plan.name}.{s.op}" for s in (plan.forward_schema, plan.backward_schema) if s)
     print(f"exported {plan.forward.origin}"
           + (f" + backward {plan.backward.origin}" if plan.backward else "")
           + f"\n  package {out}/  ({ops}; builds for {';'.join(plan.archs)})\n"

@@ -7,10 +7,13 @@ Lazy imports: none; torch's version is read from its installed metadata, without
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import re
+from pathlib import Path
 
 from engine.export.errors import ExportError
+from engine.harness import cuda_home
 from engine.harness.toolchain import DEFAULT_ARCHS, ToolchainError, parse_arch_list
 
 # The CUTLASS/CuTe headers' package kbench builds with (pyproject.toml pins the same release).
@@ -53,3 +56,33 @@ def cutlass_requirement() -> str:
 def uses_cutlass(files: dict[str, str]) -> bool:
     """Whether any source includes a CUTLASS or CuTe header."""
     return any(_CUTLASS_INCLUDE.search(text) for text in files.values())
+
+
+def build_values(archs: tuple[str, ...], files: dict[str, str]) -> dict[str, str]:
+    """What setup.py, pyproject.toml and the README's Install section say about building a package of `files`
+    (its kernels' sources) for `archs`: the GPUs, the torch, the CUDA toolkit (find_cuda_home's own source, so the
+    package looks where kbench looks), CUTLASS."""
+    torch = torch_version()
+    cutlass = cutlass_requirement() if uses_cutlass(files) else ""
+    source = Path(cuda_home.__file__).read_text()
+    find = ast.get_source_segment(source, next(n for n in ast.parse(source).body
+                                               if isinstance(n, ast.FunctionDef) and n.name == "find_cuda_home"))
+    reqs = [f"torch=={torch}", "setuptools>=70.1", "ninja", "pytest", *([cutlass] if cutlass else [])]
+    return {
+        "archs": ";".join(archs), "torch_version": torch, "find_cuda_home": find,
+        "cutlass_requirement": cutlass,
+        "build_requires": ", ".join(f'"{r}"' for r in reqs[:2] + reqs[4:]),
+        "install_requirements": " ".join(f'"{r}"' for r in reqs),
+        "cutlass_words": f" and {cutlass} (the CUTLASS/CuTe headers the kernel includes)" if cutlass else "",
+        "cutlass_line": (f"- **CUTLASS/CuTe**: the kernel includes their headers; the build takes them from the installed "
+                         f"`{cutlass}` (its `cutlass_library/source/include`)." if cutlass else
+                         "- **CUTLASS/CuTe**: not used by this kernel (where `nvidia-cutlass` is installed, its headers "
+                         "are on the include path all the same, as in kbench's builds)."),
+        "cutlass_doc": (f"- the CUTLASS/CuTe headers the kernel includes: the installed {cutlass} package's.\n"
+                        if cutlass else ""),
+    }
+
+
+def py_list(extensions: list) -> str:
+    """setup.py's EXTENSIONS: (module, sources, g++ flags, nvcc flags, link flags) per extension."""
+    return "\n".join(["[", *(f"    {tuple(e)!r}," for e in extensions), "]"])

@@ -23,12 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from engine.export import targets
+from engine.export import kernelbench, readme_parts, targets
 from engine.export.dtypes import DtypeCheck, dtype_checks
 from engine.export.errors import ExportError
-from engine.export.plan import ExportPlan, KernelSource
+from engine.export.kernelbench import KernelBenchPlan
+from engine.export.plan import AnyPlan, ExportPlan, KernelSource
 from engine.export.render import render
-from engine.harness import cuda_home
 from engine.tasks import inits
 
 VERSION = "0.1.0"
@@ -54,7 +54,7 @@ def prepare_out(out: Path, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def write_package(plan: ExportPlan, out: str | Path, overwrite: bool = False) -> list[Path]:
+def write_package(plan: AnyPlan, out: str | Path, overwrite: bool = False) -> list[Path]:
     out = Path(out)
     prepare_out(out, overwrite)
     files = package_files(plan)
@@ -70,8 +70,10 @@ def write_package(plan: ExportPlan, out: str | Path, overwrite: bool = False) ->
 # ------------------------------------------------------------------------------------------- files
 
 
-def package_files(plan: ExportPlan) -> dict[str, str]:
-    """Every file of the package, relative path -> text."""
+def package_files(plan: AnyPlan) -> dict[str, str]:
+    """Every file of the package, relative path -> text (a KernelBench ModelNew's: engine/export/kernelbench.py)."""
+    if isinstance(plan, KernelBenchPlan):
+        return kernelbench.package_files(plan)
     ns = plan.name
     kernels = [k for k in (plan.forward, plan.backward) if k is not None]
     files: dict[str, str] = {}
@@ -85,8 +87,8 @@ def package_files(plan: ExportPlan) -> dict[str, str]:
         sources = [shim]
         if k.candidate.format == "native":
             sources.append(f"csrc/{k.direction}/kernel.cu")
-        extensions.append((MODULES[k.direction], sources,
-                           NATIVE_NVCC_FLAGS if k.candidate.format == "native" else []))
+        extensions.append((MODULES[k.direction], sources, [],
+                           NATIVE_NVCC_FLAGS if k.candidate.format == "native" else [], []))
     files["csrc/kbench_export.h"] = render("csrc/kbench_export.h", {})
     values = _values(plan, extensions)
     files["pyproject.toml"] = render("pyproject.toml", values)
@@ -174,7 +176,10 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
         "namespace": ns, "version": VERSION, "description": repr(desc), "description_line": desc,
         "task_name": task.name, "class_name": plan.class_name, "model_init": model_init,
         "model_signature": _model_signature(plan.reference_text),
-        "extensions": _py_list(extensions), "origin": plan.forward.origin,
+        "extensions": targets.py_list(extensions),
+        "extensions_doc": ("Each kernel direction is its own extension module, so the two candidates' sources never "
+                           "share a link unit\n(two kernels may well define functions of the same name)."),
+        "origin": plan.forward.origin,
         "forward_module": MODULES["forward"],
         "backward_import": (f"from . import {MODULES['backward']}  # noqa: F401  registers the backward kernel"
                             if has_bwd else ""),
@@ -182,36 +187,16 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
         "backward_all": ', "backward"' if has_bwd else "",
         "exported_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "warnings": warnings, "op_rows": "\n".join(rows), "autograd_line": autograd, "notes": notes,
-        "reference_name": plan.reference_name, "provenance": _provenance(plan),
-        "verdicts": _verdicts(plan), "measurements": _measurements(plan), "csrc_listing": "\n".join(csrc),
+        "reference_name": plan.reference_name, "provenance": readme_parts.provenance(plan),
+        "verdicts": readme_parts.verdicts(plan), "measurements": readme_parts.measurements(plan),
+        "csrc_listing": "\n".join(csrc),
         "autograd_word": ", register_autograd" if has_bwd else "",
-        "dtype_line": _dtype_line(plan), **_build_values(plan),
+        "dtype_line": _dtype_line(plan), **targets.build_values(plan.archs, _files(plan)),
     }
 
 
-def _build_values(plan: ExportPlan) -> dict[str, str]:
-    """What setup.py, pyproject.toml and the README's Install section say about building: the GPUs, the torch,
-    the CUDA toolkit (find_cuda_home's own source, so the package looks where kbench looks), CUTLASS."""
-    torch = targets.torch_version()
-    files = {rel: text for k in (plan.forward, plan.backward) if k is not None for rel, text in k.candidate.files.items()}
-    cutlass = targets.cutlass_requirement() if targets.uses_cutlass(files) else ""
-    source = Path(cuda_home.__file__).read_text()
-    find = ast.get_source_segment(source, next(n for n in ast.parse(source).body
-                                               if isinstance(n, ast.FunctionDef) and n.name == "find_cuda_home"))
-    reqs = [f"torch=={torch}", "setuptools>=70.1", "ninja", "pytest", *([cutlass] if cutlass else [])]
-    return {
-        "archs": ";".join(plan.archs), "torch_version": torch, "find_cuda_home": find,
-        "cutlass_requirement": cutlass,
-        "build_requires": ", ".join(f'"{r}"' for r in reqs[:2] + reqs[4:]),
-        "install_requirements": " ".join(f'"{r}"' for r in reqs),
-        "cutlass_words": f" and {cutlass} (the CUTLASS/CuTe headers the kernel includes)" if cutlass else "",
-        "cutlass_line": (f"- **CUTLASS/CuTe**: the kernel includes their headers; the build takes them from the installed "
-                         f"`{cutlass}` (its `cutlass_library/source/include`)." if cutlass else
-                         "- **CUTLASS/CuTe**: not used by this kernel (where `nvidia-cutlass` is installed, its headers "
-                         "are on the include path all the same, as in kbench's builds)."),
-        "cutlass_doc": (f"- the CUTLASS/CuTe headers the kernel includes: the installed {cutlass} package's.\n"
-                        if cutlass else ""),
-    }
+def _files(plan: ExportPlan) -> dict[str, str]:
+    return {rel: text for k in (plan.forward, plan.backward) if k is not None for rel, text in k.candidate.files.items()}
 
 
 def _checks(plan: ExportPlan, k: KernelSource | None) -> list[DtypeCheck]:
@@ -233,14 +218,6 @@ def _dtype_line(plan: ExportPlan) -> str:
         parts.append(f"`{schema.op}` takes " + ", ".join(f"{a}: {'/'.join(d)}" for a, d in by_arg.items()))
     return ("- Dtypes, as the kernels' bindings check them (their `TORCH_CHECK`s); the fake implementations raise the "
             "same errors for any other, so `torch.compile` refuses what the kernel would: " + "; ".join(parts) + ".")
-
-
-def _py_list(extensions: list) -> str:
-    lines = ["["]
-    for mod, sources, flags in extensions:
-        lines.append(f"    ({mod!r}, {sources!r}, {flags!r}),")
-    lines.append("]")
-    return "\n".join(lines)
 
 
 def _no_grad(plan: ExportPlan) -> list[int]:
@@ -288,85 +265,8 @@ def export_json(plan: ExportPlan) -> dict[str, Any]:
         "tolerance": tolerance,
         "configs": [{"name": c.name, "model_kwargs": c.model_kwargs, "input_kwargs": c.input_kwargs,
                      "seed": c.seed, "init": c.init} for c in task.configs],
-        "kernels": {k.direction: _kernel_json(k) for k in (plan.forward, plan.backward) if k is not None},
+        "kernels": {k.direction: readme_parts.kernel_json(k) for k in (plan.forward, plan.backward) if k is not None},
         "forced": plan.forced, "warnings": plan.warnings, "notes": plan.notes,
         "archs": list(plan.archs), "verified_with_torch": targets.torch_version(),
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def _kernel_json(k: KernelSource) -> dict[str, Any]:
-    return {"origin": k.origin, "format": k.candidate.format, "files": sorted(k.candidate.files),
-            "source_hash": k.candidate.source_hash, "entry": k.entry.function, "candidate": k.candidate_id,
-            "commit": k.commit, "session": k.session, "passing": k.passing,
-            "why_not_passing": k.why_not_passing or None, "status": k.status}
-
-
-# --------------------------------------------------------------------------------------- README parts
-
-
-def _provenance(plan: ExportPlan) -> str:
-    lines = [f"- Task: `{plan.task.name}` ({plan.task.format}), {len(plan.task.configs)} configs"]
-    for k in (plan.forward, plan.backward):
-        if k is None:
-            continue
-        lines.append(f"- {k.direction.capitalize()} kernel: {k.origin}; {k.candidate.format} format, "
-                     f"source hash `{k.candidate.source_hash}`, entry point `{k.entry.function}`")
-        meta = k.candidate.meta or {}
-        if k.session:
-            extra = [f"session `{k.session}`"]
-            for key in ("operator", "proposer", "model"):
-                if meta.get(key):
-                    extra.append(f"{key} `{meta[key]}`")
-            lines.append("  (" + ", ".join(extra) + ")")
-    return "\n".join(lines)
-
-
-def _verdicts(plan: ExportPlan) -> str:
-    parts = []
-    for k in (plan.forward, plan.backward):
-        if k is None:
-            continue
-        head = f"**{k.direction}** — " + ("passing" if k.passing else f"NOT passing: {k.why_not_passing}")
-        stages = (k.status or {}).get("stages") or {}
-        if not stages:
-            parts.append(head + "\n\nNo verdicts recorded" + (
-                " (a shipped baseline: tests/pipeline/test_gpu_baselines.py checks it on every config)." if k.passing
-                else "."))
-            continue
-        rows = ["| stage | status | reason |", "| --- | --- | --- |"]
-        for stage, st in stages.items():
-            mark = " (override)" if st.get("override") else ""
-            reason = str(st.get("reason") or "").replace("|", "\\|").replace("\n", " ")
-            rows.append(f"| {stage} | {st.get('status')}{mark} | {reason} |")
-        parts.append(head + "\n\n" + "\n".join(rows))
-    return "\n\n".join(parts)
-
-
-def _fmt(v: Any, spec: str = ".3g", suffix: str = "") -> str:
-    return "—" if v is None else f"{v:{spec}}{suffix}"
-
-
-def _measurements(plan: ExportPlan) -> str:
-    parts = []
-    for k in (plan.forward, plan.backward):
-        if k is None:
-            continue
-        m = (k.status or {}).get("measurement")
-        if not m:
-            parts.append(f"**{k.direction}** — no measurement recorded.")
-            continue
-        where = ", ".join(x for x in (m.get("gpu"), m.get("driver") and f"driver {m['driver']}",
-                                       m.get("torch") and f"torch {m['torch']}",
-                                       m.get("cuda") and f"CUDA {m['cuda']}", m.get("at")) if x)
-        head = (f"**{k.direction}** — speedup {_fmt(m.get('speedup_eager'), '.2f', 'x')} over eager PyTorch, "
-                f"{_fmt(m.get('speedup_compile'), '.2f', 'x')} over torch.compile (geomeans over the timed "
-                "configs below; correctness covers every config)"
-                + (f"; {where}" if where else ""))
-        rows = ["| config | kernel ms | eager ms | compile ms | vs eager |", "| --- | --- | --- | --- | --- |"]
-        for c in m.get("configs") or []:
-            sp = c["eager_ms"] / c["ms"] if c.get("eager_ms") and c.get("ms") else None
-            rows.append(f"| {c.get('config')} | {_fmt(c.get('ms'), '.4g')} | {_fmt(c.get('eager_ms'), '.4g')} | "
-                        f"{_fmt(c.get('compile_ms'), '.4g')} | {_fmt(sp, '.2f', 'x')} |")
-        parts.append(head + "\n\n" + "\n".join(rows))
-    return "\n\n".join(parts)
