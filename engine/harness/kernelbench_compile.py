@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 import torch.utils.cpp_extension as cpp
 
+from engine.harness.kernelbench_includes import add_include_path
 from engine.harness.kernelbench_prebuilt import recording_versioner
 from engine.harness.kernelbench_types import CompileRequest, CompileResult, ExtensionBuild
 from engine.harness.runtimes.base import import_file
@@ -81,6 +82,8 @@ def run(request: CompileRequest) -> CompileResult:
     recording_versioner(cpp.JIT_EXTENSION_VERSIONER, out.versions)
     if request.record_sources:
         cpp._jit_compile = _recording_compile(out.extensions)
+    else:   # the CUTLASS/CuTe headers, as on every build (the runner's import adds the same, so nothing rebuilds)
+        add_include_path(cpp)
     cpp.load_inline = _recording(cpp.load_inline, out.extensions, "load_inline")
     cpp.load = _recording(cpp.load, out.extensions, "load", skip=request.record_sources)   # its files are not the file's
     try:

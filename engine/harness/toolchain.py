@@ -26,10 +26,11 @@ from pathlib import Path
 from engine.harness import nvml
 from engine.harness.cuda_home import find_cuda_home
 from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
+from engine.harness.vendor_libs import cutlass_include as cutlass_headers
 from engine.harness.vendor_libs import wheel_dirs
 
 # Bump when the flag recipes below change: it is part of key(), so old cache entries stop matching.
-RECIPE_VERSION = 2     # 2: compilers jailed without /etc (entries built before may quote root-only files)
+RECIPE_VERSION = 3     # 2: compilers jailed without /etc (entries built before may quote root-only files); 3: CUTLASS
 
 DEFAULT_ARCHS = ("9.0",)          # portable: what an exported package builds for by default
 # Candidates are built for the exact GPU that measures them: Hopper's and Blackwell's arch-specific
@@ -76,6 +77,9 @@ class Toolchain:
     # the pip nvidia-* header folders (cuBLAS, cuSPARSE, ...) beside torch, searched after the toolkit's own
     # by kernel.cu too, so an engineering-policy kernel that includes <cublas_v2.h> builds on a minimal toolkit
     vendor_include_dirs: tuple[str, ...] = ()
+    # the CUTLASS/CuTe headers (vendor_libs.cutlass_include: the pinned nvidia-cutlass package), searched last by
+    # every compile: a candidate's own CuTe code builds; "" where the package is not installed
+    cutlass_include: str = ""
 
     # ------------------------------------------------------------------ identity
     def key(self) -> str:
@@ -116,7 +120,7 @@ class Toolchain:
             flags.append(f"-DTORCH_EXTENSION_NAME={module_name}")
         for inc in (*self.include_dirs, self.python_include):
             flags += ["-isystem", inc]
-        return flags
+        return flags + self._cutlass_flags()
 
     def nvcc_kernel_flags(self) -> list[str]:
         """nvcc flags for a native kernel.cu: CUDA only, no torch headers, so no torch defines either."""
@@ -124,7 +128,10 @@ class Toolchain:
                  "-lineinfo", "-ccbin", self.cxx, *self._abi_define(), *self.gencode_flags()]
         for inc in self.vendor_include_dirs:
             flags += ["-isystem", inc]
-        return flags
+        return flags + self._cutlass_flags()
+
+    def _cutlass_flags(self) -> list[str]:
+        return ["-isystem", self.cutlass_include] if self.cutlass_include else []
 
     def nvcc_torch_flags(self, module_name: str) -> list[str]:
         """nvcc flags for a single .cu that includes torch headers (robust-kbench): the slow path."""
@@ -134,7 +141,7 @@ class Toolchain:
         flags.append(f"-DTORCH_EXTENSION_NAME={module_name}")
         for inc in (*self.include_dirs, self.python_include):
             flags += ["-isystem", inc]
-        return flags
+        return flags + self._cutlass_flags()
 
     def link_flags(self) -> list[str]:
         # --no-undefined + --warn-unresolved-symbols: the linker reports every unresolved symbol of our
@@ -319,6 +326,7 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
         include_dirs=tuple(include_dirs), library_dirs=tuple(library_dirs), defines=tuple(defines),
         cxx_std=_torch_cxx_std(Path(torch_inc[0])), archs=arch_tuple, arch_source=source,
         vendor_include_dirs=tuple(d for d in dict.fromkeys(vendor_include_dirs) if d != "/usr/include"),
+        cutlass_include=cutlass_headers() or "",
     )
 
 

@@ -5,6 +5,7 @@ flags, and the dtype checks its fake implementation copies from the kernel's bin
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import json
 import os
 import stat
@@ -120,3 +121,19 @@ def test_the_package_carries_the_kernels_dtype_checks():
     assert [c["param"] for c in ops["backward"]["dtype_checks"]] == ["grad_y", "x", "weight"]
     assert 'check_dtypes("forward", args)' in files["src/kbench_layernorm/ops.py"]
     assert "`forward` takes x: float32, weight: float32, bias: float32" in files["README.md"]
+
+
+def test_a_kernel_that_includes_cute_declares_the_cutlass_headers_package(tmp_path):
+    import shutil
+
+    folder = tmp_path / "cand"
+    shutil.copytree(TASKS / "softmax" / "baselines" / "forward", folder)
+    kernel = folder / "kernel.cu"
+    kernel.write_text("#include <cute/tensor.hpp>\n" + kernel.read_text())
+    files = package_files(plan_from_dirs(folder, "softmax", force=True))
+    pin = f"nvidia-cutlass=={importlib.metadata.version('nvidia-cutlass')}"
+    assert f'CUTLASS = "{pin}"' in files["setup.py"] and f'"{pin}"' in files["pyproject.toml"]
+    block = files["README.md"].split("<!-- install-and-test -->\n```bash\n", 1)[1].split("```", 1)[0]
+    assert f'"{pin}"' in block.splitlines()[0]
+    plain = package_files(plan_from_dirs(TASKS / "softmax" / "baselines" / "forward", "softmax"))
+    assert 'CUTLASS = ""' in plain["setup.py"] and "nvidia-cutlass==" not in plain["pyproject.toml"]

@@ -234,7 +234,9 @@ def test_kernelbench_modelnew_compiles_into_its_extensions_dir(toolchain: Toolch
     assert "load_inline kbench_fixture_scaled_swish_correct: ok" in res.log
     built = kernelbench_extensions_dir(tmp_path, cand) / "kbench_fixture_scaled_swish_correct"
     assert (built / "kbench_fixture_scaled_swish_correct.so").is_file()
-    assert "sm_90" in (built / "build.ninja").read_text()  # the toolchain's arch list, not the machine's GPU
+    ninja = (built / "build.ninja").read_text()
+    assert "sm_90" in ninja  # the toolchain's arch list, not the machine's GPU
+    assert f"-I{toolchain.cutlass_include}" in ninja  # the CUTLASS/CuTe headers, as on every build
     # The runner imports a copy in its scratch: torch must load the built library, not run ninja again (a copy's
     # build.ninja names other paths, so ninja would rebuild: 60-80 s inside the evaluation).
     from engine.pipeline.runner_process import make_run_dir, stage_candidate
