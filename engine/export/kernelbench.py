@@ -88,11 +88,11 @@ def package_files(plan: KernelBenchPlan) -> dict[str, str]:
         extensions.append((module_of(i), sources, e.flag_list("extra_cflags"), e.flag_list("extra_cuda_cflags"),
                            e.flag_list("extra_ldflags")))
     values = _values(plan, extensions)
-    for rel, template in (("pyproject.toml", "pyproject.toml"), ("setup.py", "setup.py"), ("MANIFEST.in", "MANIFEST.in"),
-                          ("README.md", "kernelbench/README.md"), (f"src/{ns}/__init__.py", "kernelbench/__init__.py"),
-                          (f"src/{ns}/_prebuilt.py", "kernelbench/_prebuilt.py"),
-                          ("tests/conftest.py", "tests/conftest.py"), (f"tests/test_{ns}_cpu.py", "kernelbench/test_cpu.py"),
-                          (f"tests/test_{ns}.py", "kernelbench/test_gpu.py")):
+    rendered = {"pyproject.toml": "pyproject.toml", "setup.py": "setup.py", "MANIFEST.in": "MANIFEST.in",
+                "README.md": "kernelbench/README.md", f"src/{ns}/__init__.py": "kernelbench/__init__.py",
+                f"src/{ns}/_prebuilt.py": "kernelbench/_prebuilt.py", "tests/conftest.py": "tests/conftest.py",
+                f"tests/test_{ns}_cpu.py": "kernelbench/test_cpu.py", f"tests/test_{ns}.py": "kernelbench/test_gpu.py"}
+    for rel, template in rendered.items():
         files[rel] = render(template, values)
     files[f"src/{ns}/model_new.py"] = plan.forward.candidate.files[plan.forward.candidate.main_file]
     files[f"src/{ns}/reference.py"] = plan.reference_text

@@ -275,7 +275,8 @@ def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, forc
     task, ref_name, ref_text = _session_task(ws, fwd.session, fwd.candidate_id)
     if task.format == "kernelbench":
         if backward:
-            raise ExportError(f"--backward {backward}: task {task.name!r} is a KernelBench problem: it has a forward only.")
+            raise ExportError(f"--backward {backward}: task {task.name!r} is a KernelBench problem: it has a forward "
+                              "only.")
         return _finish(kernelbench_plan(name or names.default_name(task.name), task, ref_name, ref_text, fwd),
                        force, archs)
     notes = []

@@ -1,8 +1,8 @@
 """What an exported package is built for and against: the GPUs (chosen at export, with PTX for the newest so
 that later GPUs can run it), the torch it must be built with (the binary is tied to one torch release), and
-the CUTLASS headers' package where the kernel includes CUTLASS or CuTe.
-
-Lazy imports: none; torch's version is read from its installed metadata, without importing it.
+the CUTLASS headers' package where the kernel includes CUTLASS or CuTe; and the values setup.py, pyproject.toml
+and the README's install section are rendered with (`build_values`, `py_list`), shared by the op package and the
+KernelBench ModelNew package. torch's version is read from its installed metadata, without importing it.
 """
 
 from __future__ import annotations
@@ -74,10 +74,10 @@ def build_values(archs: tuple[str, ...], files: dict[str, str]) -> dict[str, str
         "build_requires": ", ".join(f'"{r}"' for r in reqs[:2] + reqs[4:]),
         "install_requirements": " ".join(f'"{r}"' for r in reqs),
         "cutlass_words": f" and {cutlass} (the CUTLASS/CuTe headers the kernel includes)" if cutlass else "",
-        "cutlass_line": (f"- **CUTLASS/CuTe**: the kernel includes their headers; the build takes them from the installed "
-                         f"`{cutlass}` (its `cutlass_library/source/include`)." if cutlass else
-                         "- **CUTLASS/CuTe**: not used by this kernel (where `nvidia-cutlass` is installed, its headers "
-                         "are on the include path all the same, as in kbench's builds)."),
+        "cutlass_line": (f"- **CUTLASS/CuTe**: the kernel includes their headers; the build takes them from the "
+                         f"installed `{cutlass}` (its `cutlass_library/source/include`)." if cutlass else
+                         "- **CUTLASS/CuTe**: not used by this kernel (where `nvidia-cutlass` is installed, its "
+                         "headers are on the include path all the same, as in kbench's builds)."),
         "cutlass_doc": (f"- the CUTLASS/CuTe headers the kernel includes: the installed {cutlass} package's.\n"
                         if cutlass else ""),
     }

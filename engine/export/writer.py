@@ -10,7 +10,9 @@
 <out>/tests/conftest.py  test_<name>_cpu.py  test_<name>.py (gpu)
 ```
 The Python package sits under src/ so that `python -m pytest tests`, run in the package folder, imports the
-installed (built) package and not the source folder, which has no compiled extension.
+installed (built) package and not the source folder, which has no compiled extension. What setup.py and the README
+say about building (CUDA, GPUs, torch, CUTLASS) is engine/export/targets.py's; the op's dtype checks,
+engine/export/dtypes.py's. A KernelBench ModelNew's package is engine/export/kernelbench.py's.
 """
 
 from __future__ import annotations
@@ -196,19 +198,22 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
 
 
 def _files(plan: ExportPlan) -> dict[str, str]:
-    return {rel: text for k in (plan.forward, plan.backward) if k is not None for rel, text in k.candidate.files.items()}
+    """The kernels' sources, both directions (what build_values looks for CUTLASS includes in)."""
+    kernels = [k for k in (plan.forward, plan.backward) if k is not None]
+    return {rel: text for k in kernels for rel, text in k.candidate.files.items()}
 
 
-def _checks(plan: ExportPlan, k: KernelSource | None) -> list[DtypeCheck]:
+def _checks(k: KernelSource | None) -> list[DtypeCheck]:
+    """The dtype checks of a kernel's binding (engine/export/dtypes.py)."""
     return dtype_checks(k.candidate.files[k.binding_file], k.entry) if k is not None else []
 
 
 def _dtype_line(plan: ExportPlan) -> str:
     parts = []
     for k, schema in ((plan.forward, plan.forward_schema), (plan.backward, plan.backward_schema)):
-        checks = _checks(plan, k)
         if k is None or schema is None:
             continue
+        checks = _checks(k)
         if not checks:
             parts.append(f"`{schema.op}`: its binding checks no dtype kbench can read, so the fake checks none")
             continue
@@ -252,10 +257,10 @@ def _model_signature(reference_text: str) -> str:
 def export_json(plan: ExportPlan) -> dict[str, Any]:
     task = plan.task
     ops = {"forward": {**plan.forward_schema.to_json(),
-                       "dtype_checks": [c.to_json() for c in _checks(plan, plan.forward)]}}
+                       "dtype_checks": [c.to_json() for c in _checks(plan.forward)]}}
     if plan.backward_schema is not None:
         ops["backward"] = {**plan.backward_schema.to_json(),
-                           "dtype_checks": [c.to_json() for c in _checks(plan, plan.backward)]}
+                           "dtype_checks": [c.to_json() for c in _checks(plan.backward)]}
     tolerance = {d: {"atol": s.tolerance.atol, "rtol": s.tolerance.rtol,
                      "max_mismatch_fraction": s.max_mismatch_fraction} for d, s in task.directions.items()}
     return {

@@ -85,7 +85,8 @@ def run(request: CompileRequest) -> CompileResult:
     else:   # the CUTLASS/CuTe headers, as on every build (the runner's import adds the same, so nothing rebuilds)
         add_include_path(cpp)
     cpp.load_inline = _recording(cpp.load_inline, out.extensions, "load_inline")
-    cpp.load = _recording(cpp.load, out.extensions, "load", skip=request.record_sources)   # its files are not the file's
+    # record_sources: a load of files is refused by the export (they are not the candidate's), so it is not run
+    cpp.load = _recording(cpp.load, out.extensions, "load", skip=request.record_sources)
     try:
         module = import_file(Path(request.py_path), request.module_name or "kbench_modelnew_compile")
         if not hasattr(module, "ModelNew"):

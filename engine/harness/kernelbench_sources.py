@@ -83,7 +83,8 @@ def record_sources(candidate: Candidate, timeout_s: float = TIMEOUT_S) -> list[I
                                + (f" ({call.error})" if call.error else "") + ".")
         out.append(InlineExtension(call.name, dict(call.sources), dict(call.flags)))
     names = [e.name for e in out]
-    if len(set(names)) != len(names):
-        raise SourcesError(f"{main} calls load_inline twice with one name ({', '.join(sorted(set(n for n in names if names.count(n) > 1)))}); "
-                           "torch would build the first only.")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SourcesError(f"{main} calls load_inline twice with one name ({', '.join(twice)}); torch would build the "
+                           "first only.")
     return out
