@@ -11,6 +11,7 @@ from pathlib import Path
 from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.export import plan_from_dirs, plan_from_workspace, write_package
 from engine.export.errors import ExportError
+from engine.export.kernelbench import KernelBenchPlan
 from engine.workspace import Workspace, default_export_dir
 
 
@@ -41,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", default=None, help="with --from-dir: built-in task name or task folder")
     p.add_argument("--backward-dir", metavar="PATH", default=None,
                    help="with --from-dir: the backward candidate folder (or .cu)")
+    p.add_argument("--arch", metavar="LIST", default=None,
+                   help="GPUs the package builds for, as TORCH_CUDA_ARCH_LIST reads them (torch's rules: '8.0;9.0', "
+                        "'Hopper', '9.0a'); PTX is embedded for the newest "
+                        "(default: 9.0+PTX)")
     p.set_defaults(func=cmd_export)
 
 
@@ -55,7 +60,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.backward:
             raise ExportError("--backward names a workspace candidate; with --from-dir use --backward-dir.")
         plan = plan_from_dirs(args.from_dir, args.task, None if args.no_backward else args.backward_dir,
-                              name=args.name, force=args.force)
+                              name=args.name, force=args.force, archs=args.arch)
     else:
         if not args.candidate:
             raise ExportError("nothing to export: give a candidate ID, or --from-dir PATH --task TASK.")
@@ -64,7 +69,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         ws = Workspace.open(workspace_path(args))
         try:
             plan = plan_from_workspace(ws, args.candidate, name=args.name, force=args.force,
-                                       backward=args.backward, with_backward=not args.no_backward)
+                                       backward=args.backward, with_backward=not args.no_backward,
+                                       archs=args.arch)
         finally:
             ws.close()
     out = Path(args.out) if args.out else _default_out(args, plan.name)
@@ -73,11 +79,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"kbench: warning: {w} (written into the README)", file=sys.stderr)
     for n in plan.notes:
         print(f"kbench: note: {n}", file=sys.stderr)
-    ops = ", ".join(f"torch.ops.{plan.name}.{s.op}" for s in (plan.forward_schema, plan.backward_schema) if s)
+    if isinstance(plan, KernelBenchPlan):
+        ops = f"{plan.name}.ModelNew with {len(plan.extensions)} prebuilt load_inline extension(s)"
+    else:
+        ops = ", ".join(f"torch.ops.{plan.name}.{s.op}" for s in (plan.forward_schema, plan.backward_schema) if s)
     print(f"exported {plan.forward.origin}"
           + (f" + backward {plan.backward.origin}" if plan.backward else "")
-          + f"\n  package {out}/  ({ops})\n  build:  pip install --no-build-isolation {out}\n"
-          f"  test:   pytest {out}/tests   (needs a GPU)")
+          + f"\n  package {out}/  ({ops}; builds for {';'.join(plan.archs)})\n"
+          f"  build:  cd {out} && python -m pip install --no-build-isolation .   (its README.md says what it needs)\n"
+          f"  test:   python -m pytest tests   (in {out}; the gpu tests skip where no GPU is visible)")
     return 0
 
 

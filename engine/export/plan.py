@@ -10,14 +10,17 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.candidates import Candidate
 from engine.errors import KbenchError
 from engine.eval_records import lookup
 from engine.export import names
 from engine.export.errors import ExportError
+from engine.export.kernel_source import KernelSource
+from engine.export.kernelbench import KernelBenchPlan, kernelbench_plan
 from engine.export.schema import CppEntry, OpSchema, backward_schema, find_entry, forward_schema
+from engine.export.targets import export_archs
 from engine.pipeline.evaluate import default_cache_root
 from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
@@ -28,34 +31,13 @@ if TYPE_CHECKING:
     from engine.workspace.views import CandidateStatus
     from engine.workspace.workspace import Workspace
 
-EXPORTABLE_FORMATS = ("native", "robust-kbench")
+EXPORTABLE_FORMATS = ("native", "robust-kbench", "kernelbench")
 # robust-kbench's backward kernel takes what the task's AutogradFunction.backward passes it (task-specific, e.g.
 # (grad_output, x, weights) or (ctx.saved_tensors, grad_output)) and returns what that method unpacks: no op schema
 # or fake (meta) implementation can be derived from that without the kernel's own shape rules.
 ROBUST_KBENCH_BACKWARD = ("task {task!r} is a robust-kbench task: its backward kernel takes the task-specific "
                           "arguments of AutogradFunction.backward, which export cannot wire into an autograd "
                           "formula; export the forward kernel alone (--no-backward).")
-
-
-@dataclass(frozen=True)
-class KernelSource:
-    """One direction's kernel and where it came from."""
-
-    direction: str
-    candidate: Candidate
-    entry: CppEntry
-    origin: str                          # one line for the README: "workspace candidate ln-g3-2 (commit …)"
-    candidate_id: str | None = None
-    commit: str | None = None
-    session: str | None = None
-    passing: bool = False
-    why_not_passing: str = ""            # set when passing is False
-    status: dict[str, Any] | None = None  # CandidateStatus.to_json() for workspace candidates
-
-    @property
-    def binding_file(self) -> str:
-        """The file whose PYBIND11_MODULE exports the entry point (and which the op shim includes)."""
-        return "binding.cpp" if self.candidate.format == "native" else self.candidate.main_file
 
 
 @dataclass
@@ -71,10 +53,14 @@ class ExportPlan:
     forced: bool = False
     warnings: list[str] = field(default_factory=list)   # written into the README (forced exports)
     notes: list[str] = field(default_factory=list)      # why no backward, etc.
+    archs: tuple[str, ...] = ()          # the GPUs the package builds for (targets.export_archs), set by _finish
 
     @property
     def class_name(self) -> str:
         return names.class_name(self.name)
+
+
+AnyPlan = ExportPlan | KernelBenchPlan     # an op package, or a KernelBench ModelNew package
 
 
 # ------------------------------------------------------------------------------------------- kernels
@@ -83,12 +69,14 @@ class ExportPlan:
 def _check_format(candidate: Candidate, where: str) -> None:
     if candidate.format not in EXPORTABLE_FORMATS:
         raise ExportError(f"{where} is a {candidate.format} candidate; export builds native (kernel.cu + "
-                          "binding.cpp) and robust-kbench (.cu with PYBIND11_MODULE) candidates only. A KernelBench "
-                          "ModelNew is a Python module that compiles itself with load_inline.")
+                          "binding.cpp), robust-kbench (.cu with PYBIND11_MODULE) and KernelBench ModelNew "
+                          "candidates only.")
 
 
 def _entry(candidate: Candidate, direction: str, where: str) -> CppEntry:
     _check_format(candidate, where)
+    if candidate.format == "kernelbench":     # the package is ModelNew itself (engine/export/kernelbench.py)
+        return CppEntry("ModelNew", None, None)
     main = "binding.cpp" if candidate.format == "native" else candidate.main_file
     try:
         return find_entry(candidate.files[main], direction)
@@ -147,7 +135,8 @@ def _reference(task: Task, folder: Path | None = None) -> tuple[str, str]:
         raise ExportError(f"task {task.name!r}: cannot read its reference {path} ({exc.strerror}).") from None
 
 
-def _finish(plan: ExportPlan, force: bool) -> ExportPlan:
+def _finish(plan: AnyPlan, force: bool, archs: str | None = None) -> AnyPlan:
+    plan.archs = export_archs(archs)
     refused = [k for k in (plan.forward, plan.backward) if k is not None and not k.passing]
     for k in refused:
         msg = f"the {k.direction} kernel ({k.origin}) has no passing verdict: {k.why_not_passing}."
@@ -165,10 +154,11 @@ def _finish(plan: ExportPlan, force: bool) -> ExportPlan:
 
 
 def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str | Path | None = None,
-                   name: str | None = None, force: bool = False) -> ExportPlan:
+                   name: str | None = None, force: bool = False, archs: str | None = None) -> AnyPlan:
     """Export candidate folders (or robust-kbench .cu files) with their task. A task's shipped baseline counts
     as passing (the GPU test suite checks every baseline on every config); any other folder by what `kbench eval`
-    recorded for its exact sources (engine/eval_records.py), else it needs `force`."""
+    recorded for its exact sources (engine/eval_records.py), else it needs `force`. `archs`: the GPUs to build
+    for (TORCH_CUDA_ARCH_LIST syntax; targets.export_archs)."""
     name = names.check_name(name) if name else None
     try:
         task = task_ref if isinstance(task_ref, Task) else load_task(task_ref)
@@ -192,6 +182,11 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
         return KernelSource(direction, cand, entry, origin, passing=passing, why_not_passing=why)
 
     fwd = kernel(from_dir, "forward")
+    if task.format == "kernelbench":
+        if backward_dir is not None:
+            raise ExportError(f"task {task.name!r} is a KernelBench problem: it has a forward only.")
+        return _finish(kernelbench_plan(name or names.default_name(task.name), task, *_reference(task), fwd),
+                       force, archs)
     bwd = kernel(backward_dir, "backward") if backward_dir is not None else None
     fs, bs = _schemas(task, fwd, bwd)
     ref_name, ref_text = _reference(task)
@@ -199,7 +194,7 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
                       fwd, fs, bwd, bs)
     if bwd is None and "backward" in task.directions:
         plan.notes.append("No backward kernel was given (--backward-dir), so the op has no autograd formula.")
-    return _finish(plan, force)
+    return _finish(plan, force, archs)
 
 
 def _folder_verdict(task: Task, direction: str, cand: Candidate, p: Path) -> tuple[bool, str, str]:
@@ -271,12 +266,19 @@ def find_backward(ws: Workspace, task: Task) -> tuple[str | None, str]:
 
 
 def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, force: bool = False,
-                        backward: str | None = None, with_backward: bool = True) -> ExportPlan:
+                        backward: str | None = None, with_backward: bool = True,
+                        archs: str | None = None) -> AnyPlan:
     """Export workspace candidate `query` (a forward kernel). Its backward is `backward` when given, else the
     best verified backward candidate of the same task in the workspace (none: the op has no autograd)."""
     name = names.check_name(name) if name else None
     fwd = _ws_kernel(ws, query, "forward")
     task, ref_name, ref_text = _session_task(ws, fwd.session, fwd.candidate_id)
+    if task.format == "kernelbench":
+        if backward:
+            raise ExportError(f"--backward {backward}: task {task.name!r} is a KernelBench problem: it has a forward "
+                              "only.")
+        return _finish(kernelbench_plan(name or names.default_name(task.name), task, ref_name, ref_text, fwd),
+                       force, archs)
     notes = []
     bwd = None
     if backward and "backward" not in task.directions:
@@ -300,4 +302,4 @@ def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, forc
     fs, bs = _schemas(task, fwd, bwd)
     plan = ExportPlan(name or names.default_name(task.name), task, ref_name, ref_text,
                       fwd, fs, bwd, bs, notes=notes)
-    return _finish(plan, force)
+    return _finish(plan, force, archs)

@@ -10,7 +10,9 @@
 <out>/tests/conftest.py  test_<name>_cpu.py  test_<name>.py (gpu)
 ```
 The Python package sits under src/ so that `python -m pytest tests`, run in the package folder, imports the
-installed (built) package and not the source folder, which has no compiled extension.
+installed (built) package and not the source folder, which has no compiled extension. What setup.py and the README
+say about building (CUDA, GPUs, torch, CUTLASS) is engine/export/targets.py's; the op's dtype checks,
+engine/export/dtypes.py's. A KernelBench ModelNew's package is engine/export/kernelbench.py's.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from engine.export import kernelbench, readme_parts, targets
+from engine.export.dtypes import DtypeCheck, dtype_checks
 from engine.export.errors import ExportError
-from engine.export.plan import ExportPlan, KernelSource
+from engine.export.kernelbench import KernelBenchPlan
+from engine.export.plan import AnyPlan, ExportPlan, KernelSource
 from engine.export.render import render
-from engine.harness.toolchain import DEFAULT_ARCHS
 from engine.tasks import inits
 
 VERSION = "0.1.0"
@@ -52,7 +56,7 @@ def prepare_out(out: Path, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def write_package(plan: ExportPlan, out: str | Path, overwrite: bool = False) -> list[Path]:
+def write_package(plan: AnyPlan, out: str | Path, overwrite: bool = False) -> list[Path]:
     out = Path(out)
     prepare_out(out, overwrite)
     files = package_files(plan)
@@ -68,8 +72,10 @@ def write_package(plan: ExportPlan, out: str | Path, overwrite: bool = False) ->
 # ------------------------------------------------------------------------------------------- files
 
 
-def package_files(plan: ExportPlan) -> dict[str, str]:
-    """Every file of the package, relative path -> text."""
+def package_files(plan: AnyPlan) -> dict[str, str]:
+    """Every file of the package, relative path -> text (a KernelBench ModelNew's: engine/export/kernelbench.py)."""
+    if isinstance(plan, KernelBenchPlan):
+        return kernelbench.package_files(plan)
     ns = plan.name
     kernels = [k for k in (plan.forward, plan.backward) if k is not None]
     files: dict[str, str] = {}
@@ -83,8 +89,8 @@ def package_files(plan: ExportPlan) -> dict[str, str]:
         sources = [shim]
         if k.candidate.format == "native":
             sources.append(f"csrc/{k.direction}/kernel.cu")
-        extensions.append((MODULES[k.direction], sources,
-                           NATIVE_NVCC_FLAGS if k.candidate.format == "native" else []))
+        extensions.append((MODULES[k.direction], sources, [],
+                           NATIVE_NVCC_FLAGS if k.candidate.format == "native" else [], []))
     files["csrc/kbench_export.h"] = render("csrc/kbench_export.h", {})
     values = _values(plan, extensions)
     files["pyproject.toml"] = render("pyproject.toml", values)
@@ -172,7 +178,10 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
         "namespace": ns, "version": VERSION, "description": repr(desc), "description_line": desc,
         "task_name": task.name, "class_name": plan.class_name, "model_init": model_init,
         "model_signature": _model_signature(plan.reference_text),
-        "extensions": _py_list(extensions), "origin": plan.forward.origin,
+        "extensions": targets.py_list(extensions),
+        "extensions_doc": ("Each kernel direction is its own extension module, so the two candidates' sources never "
+                           "share a link unit\n(two kernels may well define functions of the same name)."),
+        "origin": plan.forward.origin,
         "forward_module": MODULES["forward"],
         "backward_import": (f"from . import {MODULES['backward']}  # noqa: F401  registers the backward kernel"
                             if has_bwd else ""),
@@ -180,19 +189,40 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
         "backward_all": ', "backward"' if has_bwd else "",
         "exported_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "warnings": warnings, "op_rows": "\n".join(rows), "autograd_line": autograd, "notes": notes,
-        "reference_name": plan.reference_name, "provenance": _provenance(plan),
-        "verdicts": _verdicts(plan), "measurements": _measurements(plan), "csrc_listing": "\n".join(csrc),
+        "reference_name": plan.reference_name, "provenance": readme_parts.provenance(plan),
+        "verdicts": readme_parts.verdicts(plan), "measurements": readme_parts.measurements(plan),
+        "csrc_listing": "\n".join(csrc),
         "autograd_word": ", register_autograd" if has_bwd else "",
-        "default_archs": ";".join(DEFAULT_ARCHS),
+        "dtype_line": _dtype_line(plan), **targets.build_values(plan.archs, _files(plan)),
     }
 
 
-def _py_list(extensions: list) -> str:
-    lines = ["["]
-    for mod, sources, flags in extensions:
-        lines.append(f"    ({mod!r}, {sources!r}, {flags!r}),")
-    lines.append("]")
-    return "\n".join(lines)
+def _files(plan: ExportPlan) -> dict[str, str]:
+    """The kernels' sources, both directions (what build_values looks for CUTLASS includes in)."""
+    kernels = [k for k in (plan.forward, plan.backward) if k is not None]
+    return {rel: text for k in kernels for rel, text in k.candidate.files.items()}
+
+
+def _checks(k: KernelSource | None) -> list[DtypeCheck]:
+    """The dtype checks of a kernel's binding (engine/export/dtypes.py)."""
+    return dtype_checks(k.candidate.files[k.binding_file], k.entry) if k is not None else []
+
+
+def _dtype_line(plan: ExportPlan) -> str:
+    parts = []
+    for k, schema in ((plan.forward, plan.forward_schema), (plan.backward, plan.backward_schema)):
+        if k is None or schema is None:
+            continue
+        checks = _checks(k)
+        if not checks:
+            parts.append(f"`{schema.op}`: its binding checks no dtype kbench can read, so the fake checks none")
+            continue
+        by_arg: dict[str, list[str]] = {}
+        for c in checks:
+            by_arg.setdefault(schema.args[c.position].name, list(c.dtypes))
+        parts.append(f"`{schema.op}` takes " + ", ".join(f"{a}: {'/'.join(d)}" for a, d in by_arg.items()))
+    return ("- Dtypes, as the kernels' bindings check them (their `TORCH_CHECK`s); the fake implementations raise the "
+            "same errors for any other, so `torch.compile` refuses what the kernel would: " + "; ".join(parts) + ".")
 
 
 def _no_grad(plan: ExportPlan) -> list[int]:
@@ -226,9 +256,11 @@ def _model_signature(reference_text: str) -> str:
 
 def export_json(plan: ExportPlan) -> dict[str, Any]:
     task = plan.task
-    ops = {"forward": plan.forward_schema.to_json()}
+    ops = {"forward": {**plan.forward_schema.to_json(),
+                       "dtype_checks": [c.to_json() for c in _checks(plan.forward)]}}
     if plan.backward_schema is not None:
-        ops["backward"] = plan.backward_schema.to_json()
+        ops["backward"] = {**plan.backward_schema.to_json(),
+                           "dtype_checks": [c.to_json() for c in _checks(plan.backward)]}
     tolerance = {d: {"atol": s.tolerance.atol, "rtol": s.tolerance.rtol,
                      "max_mismatch_fraction": s.max_mismatch_fraction} for d, s in task.directions.items()}
     return {
@@ -238,84 +270,8 @@ def export_json(plan: ExportPlan) -> dict[str, Any]:
         "tolerance": tolerance,
         "configs": [{"name": c.name, "model_kwargs": c.model_kwargs, "input_kwargs": c.input_kwargs,
                      "seed": c.seed, "init": c.init} for c in task.configs],
-        "kernels": {k.direction: _kernel_json(k) for k in (plan.forward, plan.backward) if k is not None},
+        "kernels": {k.direction: readme_parts.kernel_json(k) for k in (plan.forward, plan.backward) if k is not None},
         "forced": plan.forced, "warnings": plan.warnings, "notes": plan.notes,
+        "archs": list(plan.archs), "verified_with_torch": targets.torch_version(),
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def _kernel_json(k: KernelSource) -> dict[str, Any]:
-    return {"origin": k.origin, "format": k.candidate.format, "files": sorted(k.candidate.files),
-            "source_hash": k.candidate.source_hash, "entry": k.entry.function, "candidate": k.candidate_id,
-            "commit": k.commit, "session": k.session, "passing": k.passing,
-            "why_not_passing": k.why_not_passing or None, "status": k.status}
-
-
-# --------------------------------------------------------------------------------------- README parts
-
-
-def _provenance(plan: ExportPlan) -> str:
-    lines = [f"- Task: `{plan.task.name}` ({plan.task.format}), {len(plan.task.configs)} configs"]
-    for k in (plan.forward, plan.backward):
-        if k is None:
-            continue
-        lines.append(f"- {k.direction.capitalize()} kernel: {k.origin}; {k.candidate.format} format, "
-                     f"source hash `{k.candidate.source_hash}`, entry point `{k.entry.function}`")
-        meta = k.candidate.meta or {}
-        if k.session:
-            extra = [f"session `{k.session}`"]
-            for key in ("operator", "proposer", "model"):
-                if meta.get(key):
-                    extra.append(f"{key} `{meta[key]}`")
-            lines.append("  (" + ", ".join(extra) + ")")
-    return "\n".join(lines)
-
-
-def _verdicts(plan: ExportPlan) -> str:
-    parts = []
-    for k in (plan.forward, plan.backward):
-        if k is None:
-            continue
-        head = f"**{k.direction}** — " + ("passing" if k.passing else f"NOT passing: {k.why_not_passing}")
-        stages = (k.status or {}).get("stages") or {}
-        if not stages:
-            parts.append(head + "\n\nNo verdicts recorded" + (
-                " (a shipped baseline: tests/pipeline/test_gpu_baselines.py checks it on every config)." if k.passing
-                else "."))
-            continue
-        rows = ["| stage | status | reason |", "| --- | --- | --- |"]
-        for stage, st in stages.items():
-            mark = " (override)" if st.get("override") else ""
-            reason = str(st.get("reason") or "").replace("|", "\\|").replace("\n", " ")
-            rows.append(f"| {stage} | {st.get('status')}{mark} | {reason} |")
-        parts.append(head + "\n\n" + "\n".join(rows))
-    return "\n\n".join(parts)
-
-
-def _fmt(v: Any, spec: str = ".3g", suffix: str = "") -> str:
-    return "—" if v is None else f"{v:{spec}}{suffix}"
-
-
-def _measurements(plan: ExportPlan) -> str:
-    parts = []
-    for k in (plan.forward, plan.backward):
-        if k is None:
-            continue
-        m = (k.status or {}).get("measurement")
-        if not m:
-            parts.append(f"**{k.direction}** — no measurement recorded.")
-            continue
-        where = ", ".join(x for x in (m.get("gpu"), m.get("driver") and f"driver {m['driver']}",
-                                       m.get("torch") and f"torch {m['torch']}",
-                                       m.get("cuda") and f"CUDA {m['cuda']}", m.get("at")) if x)
-        head = (f"**{k.direction}** — speedup {_fmt(m.get('speedup_eager'), '.2f', 'x')} over eager PyTorch, "
-                f"{_fmt(m.get('speedup_compile'), '.2f', 'x')} over torch.compile (geomeans over the timed "
-                "configs below; correctness covers every config)"
-                + (f"; {where}" if where else ""))
-        rows = ["| config | kernel ms | eager ms | compile ms | vs eager |", "| --- | --- | --- | --- | --- |"]
-        for c in m.get("configs") or []:
-            sp = c["eager_ms"] / c["ms"] if c.get("eager_ms") and c.get("ms") else None
-            rows.append(f"| {c.get('config')} | {_fmt(c.get('ms'), '.4g')} | {_fmt(c.get('eager_ms'), '.4g')} | "
-                        f"{_fmt(c.get('compile_ms'), '.4g')} | {_fmt(sp, '.2f', 'x')} |")
-        parts.append(head + "\n\n" + "\n".join(rows))
-    return "\n\n".join(parts)

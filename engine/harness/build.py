@@ -205,8 +205,9 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
         built = box / "ext"
         built.mkdir(mode=0o700)
         request = CompileRequest(py_path=str(box / "src" / main), module_name=f"kb_modelnew_{candidate.source_hash}")
+        # CUDA_HOME: the toolkit kbench found (engine.harness.cuda_home), not torch's guess from the nvcc on PATH
         env = {"TORCH_EXTENSIONS_DIR": str(built), "TORCH_CUDA_ARCH_LIST": ";".join(tc.archs),
-               "CUDA_VISIBLE_DEVICES": "", "HOME": str(built), "TMPDIR": str(built)}
+               "CUDA_VISIBLE_DEVICES": "", "HOME": str(built), "TMPDIR": str(built), "CUDA_HOME": tc.cuda_home}
         timeout = max(deadline - time.monotonic(), 5.0)
         # a result file that is not a JSON object (not text, not JSON, a list) reads as {}: an import that did not
         # finish (engine.procs.await_child)

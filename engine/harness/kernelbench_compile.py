@@ -5,29 +5,43 @@ so its compile stage is that import, run in a sandboxed child without a GPU. Eve
 extension name, and the compiler's output when it fails) and the result is written as JSON to the request's
 `result_path`. The builds land in TORCH_EXTENSIONS_DIR; torch's versioner calls are recorded too, so the
 runner's import reuses them (engine.harness.kernelbench_prebuilt).
+
+With `record_sources` nothing is built: torch's load_inline still writes its sources (main.cpp with the pybind
+module it generates, cuda.cu with its implicit headers), and its compile step is replaced by one that records
+those files and the flags, and returns an empty module, so the import finishes. `kbench export` packages what
+is recorded (engine/harness/kernelbench_sources.py).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
 import sys
 import traceback
+import types
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.utils.cpp_extension as cpp
 
+from engine.harness.kernelbench_includes import add_include_path
 from engine.harness.kernelbench_prebuilt import recording_versioner
 from engine.harness.kernelbench_types import CompileRequest, CompileResult, ExtensionBuild
 from engine.harness.runtimes.base import import_file
 
 
-def _recording(original: Callable[..., Any], calls: list[ExtensionBuild], kind: str) -> Callable[..., Any]:
+def _recording(original: Callable[..., Any], calls: list[ExtensionBuild], kind: str,
+               skip: bool = False) -> Callable[..., Any]:
+    """`original` (load_inline or load), each call recorded; with `skip`, recorded only (an empty module back)."""
     def build(*args: Any, **kwargs: Any) -> Any:
         name = kwargs.get("name", args[0] if args else "?")
         entry = ExtensionBuild(name=str(name), via=kind)
         calls.append(entry)
+        if skip:
+            entry.error = f"{kind} is not recorded"
+            return types.ModuleType(str(name))
         try:
             module = original(*args, **kwargs)
         except BaseException as exc:
@@ -38,11 +52,41 @@ def _recording(original: Callable[..., Any], calls: list[ExtensionBuild], kind: 
     return build
 
 
+_FLAGS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "with_cuda")
+
+
+def _recording_compile(calls: list[ExtensionBuild]) -> Callable[..., Any]:
+    """A stand-in for torch's _jit_compile: the files and flags of the build the last load_inline/load call asked
+    for go into that call's record; nothing is compiled; the module returned is empty."""
+    signature = inspect.signature(cpp._jit_compile)
+
+    def compile_step(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs).arguments
+        entry = calls[-1] if calls else ExtensionBuild(name=str(bound.get("name")), via="?")
+        for path in bound.get("sources") or []:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                entry.sources[os.path.basename(str(path))] = fh.read()
+        entry.flags = {k: _plain(bound.get(k)) for k in _FLAGS}
+        return types.ModuleType(str(bound.get("name")))
+    return compile_step
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return value if value is None or isinstance(value, bool) else str(value)
+
+
 def run(request: CompileRequest) -> CompileResult:
     out = CompileResult()
     recording_versioner(cpp.JIT_EXTENSION_VERSIONER, out.versions)
+    if request.record_sources:
+        cpp._jit_compile = _recording_compile(out.extensions)
+    else:   # the CUTLASS/CuTe headers, as on every build (the runner's import adds the same, so nothing rebuilds)
+        add_include_path(cpp)
     cpp.load_inline = _recording(cpp.load_inline, out.extensions, "load_inline")
-    cpp.load = _recording(cpp.load, out.extensions, "load")
+    # record_sources: a load of files is refused by the export (they are not the candidate's), so it is not run
+    cpp.load = _recording(cpp.load, out.extensions, "load", skip=request.record_sources)
     try:
         module = import_file(Path(request.py_path), request.module_name or "kbench_modelnew_compile")
         if not hasattr(module, "ModelNew"):

@@ -17,6 +17,7 @@ from engine.errors import DataError
 
 MAX_EXTENSIONS = 256         # load_inline calls in one import; more is a forgery (or a file not worth building)
 MAX_TEXT_CHARS = 20000       # an error or traceback kept for the log
+MAX_SOURCE_CHARS = 2_000_000  # one recorded source file (record_sources); more is not a kernel worth exporting
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class CompileRequest:
     py_path: str
     module_name: str
     result_path: str = ""
+    # Record the sources torch's load_inline writes and the flags it passes on, and build nothing (the import gets
+    # an empty module for each call): what `kbench export` packages (engine/export/kernelbench.py).
+    record_sources: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -41,6 +45,10 @@ class ExtensionBuild:
     via: str                     # "load_inline" or "load"
     ok: bool = False
     error: str | None = None     # the compiler's message, when it failed
+    # record_sources: the files torch wrote for the build (main.cpp, cuda.cu: name -> text), and the arguments it
+    # passed to its compile step (extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, with_cuda)
+    sources: dict[str, str] = field(default_factory=dict)
+    flags: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,5 +71,7 @@ class CompileResult:
             raise DataError(f"{what}: more than {MAX_EXTENSIONS} extension builds")
         for ext in res.extensions:
             ext.error = ext.error[:MAX_TEXT_CHARS] if ext.error is not None else None
+            if any(len(t) > MAX_SOURCE_CHARS for t in ext.sources.values()) or len(ext.sources) > 8:
+                raise DataError(f"{what}: extension {ext.name!r} records more source than a kernel has")
         res.import_error = res.import_error[:MAX_TEXT_CHARS] if res.import_error is not None else None
         return res

@@ -4,7 +4,8 @@ A `Toolchain` is a frozen description; `key()` hashes everything that affects ob
 caches (and the precompiled torch header) are keyed by it. `detect()` builds one from this machine.
 Flags live here, next to the fields they derive from, so that a change to any of them changes the key.
 
-Lazy imports: torch, only where a toolchain is detected: the CLI and the app load this module at start-up.
+Lazy imports: torch, only where a toolchain is detected or TORCH_CUDA_ARCH_LIST parsed (by torch's own
+function): the CLI and the app load this module at start-up.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.harness import nvml
+from engine.harness.cuda_home import find_cuda_home
 from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
+from engine.harness.vendor_libs import cutlass_include as cutlass_headers
 from engine.harness.vendor_libs import wheel_dirs
 
 # Bump when the flag recipes below change: it is part of key(), so old cache entries stop matching.
-RECIPE_VERSION = 2     # 2: compilers jailed without /etc (entries built before may quote root-only files)
+RECIPE_VERSION = 3     # 2: compilers jailed without /etc (entries built before may quote root-only files); 3: CUTLASS
 
 DEFAULT_ARCHS = ("9.0",)          # portable: what an exported package builds for by default
 # Candidates are built for the exact GPU that measures them: Hopper's and Blackwell's arch-specific
@@ -41,7 +45,7 @@ TORCH_LIBS = ("c10", "c10_cuda", "torch_cpu", "torch_cuda", "torch", "torch_pyth
 TORCH_NVCC_DEFINES = ("__CUDA_NO_HALF_OPERATORS__", "__CUDA_NO_HALF_CONVERSIONS__",
                       "__CUDA_NO_BFLOAT16_CONVERSIONS__", "__CUDA_NO_HALF2_OPERATORS__")
 _CUDA_LIB_HEADERS = ("cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h")  # what CUDAContext.h needs
-_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")   # one entry of Toolchain.archs (parse_arch_list's)
 
 
 class ToolchainError(RuntimeError):
@@ -73,6 +77,9 @@ class Toolchain:
     # the pip nvidia-* header folders (cuBLAS, cuSPARSE, ...) beside torch, searched after the toolkit's own
     # by kernel.cu too, so an engineering-policy kernel that includes <cublas_v2.h> builds on a minimal toolkit
     vendor_include_dirs: tuple[str, ...] = ()
+    # the CUTLASS/CuTe headers (vendor_libs.cutlass_include: the pinned nvidia-cutlass package), searched last by
+    # every compile: a candidate's own CuTe code builds; "" where the package is not installed
+    cutlass_include: str = ""
 
     # ------------------------------------------------------------------ identity
     def key(self) -> str:
@@ -113,7 +120,7 @@ class Toolchain:
             flags.append(f"-DTORCH_EXTENSION_NAME={module_name}")
         for inc in (*self.include_dirs, self.python_include):
             flags += ["-isystem", inc]
-        return flags
+        return flags + self._cutlass_flags()
 
     def nvcc_kernel_flags(self) -> list[str]:
         """nvcc flags for a native kernel.cu: CUDA only, no torch headers, so no torch defines either."""
@@ -121,7 +128,10 @@ class Toolchain:
                  "-lineinfo", "-ccbin", self.cxx, *self._abi_define(), *self.gencode_flags()]
         for inc in self.vendor_include_dirs:
             flags += ["-isystem", inc]
-        return flags
+        return flags + self._cutlass_flags()
+
+    def _cutlass_flags(self) -> list[str]:
+        return ["-isystem", self.cutlass_include] if self.cutlass_include else []
 
     def nvcc_torch_flags(self, module_name: str) -> list[str]:
         """nvcc flags for a single .cu that includes torch headers (robust-kbench): the slow path."""
@@ -131,7 +141,7 @@ class Toolchain:
         flags.append(f"-DTORCH_EXTENSION_NAME={module_name}")
         for inc in (*self.include_dirs, self.python_include):
             flags += ["-isystem", inc]
-        return flags
+        return flags + self._cutlass_flags()
 
     def link_flags(self) -> list[str]:
         # --no-undefined + --warn-unresolved-symbols: the linker reports every unresolved symbol of our
@@ -149,20 +159,59 @@ class Toolchain:
 
 # ---------------------------------------------------------------------- detection
 def parse_arch_list(text: str) -> tuple[str, ...]:
-    """'8.0;9.0+PTX' / '8.0 9.0a' / '9.0,10.0' -> ('8.0', '9.0+PTX'). Named archs are not supported."""
-    archs: list[str] = []
-    for item in re.split(r"[;,\s]+", text.strip()):
-        if not item:
-            continue
-        if not _ARCH.match(item):
-            raise ToolchainError(
-                f"TORCH_CUDA_ARCH_LIST entry {item!r} is not a compute capability like '9.0', '9.0a' or "
-                "'8.0+PTX' (named architectures such as 'Hopper' are not supported).")
-        if item not in archs:
-            archs.append(item)
+    """TORCH_CUDA_ARCH_LIST as the installed torch reads it, by torch's own function
+    (torch.utils.cpp_extension._get_cuda_arch_flags, which every torch extension build calls): entries separated
+    by ';' or spaces, torch's named architectures expanded ('Hopper' is '9.0+PTX', 'Ampere' '8.0;8.6+PTX'),
+    '+PTX' embedding PTX too, arch-specific targets ('9.0a') where torch supports them. Returned as kbench's
+    entries, lowest first: 'Ampere;9.0a' -> ('8.0', '8.6+PTX', '9.0a'). What torch refuses (a comma, an
+    unknown name) is a ToolchainError that quotes torch."""
+    flags = _torch_arch_flags(text)
+    targets: dict[str, bool] = {}                 # "90a" -> with PTX
+    for flag in flags:
+        m = re.fullmatch(r"-gencode=arch=compute_(\w+),code=(sm|compute)_(\w+)", flag)
+        if m is None:
+            raise ToolchainError(f"TORCH_CUDA_ARCH_LIST={text!r}: torch produced the flag {flag!r}, which kbench "
+                                 "does not understand.")
+        targets[m.group(1)] = targets.get(m.group(1), False) or m.group(2) == "compute"
+    archs = []
+    for num, ptx in targets.items():
+        m = re.fullmatch(r"(\d+)(\d)([af]?)", num)
+        if m is None:
+            raise ToolchainError(f"TORCH_CUDA_ARCH_LIST={text!r}: compute_{num} is not a compute capability.")
+        archs.append((int(m.group(1)), int(m.group(2)), m.group(3), ptx))
     if not archs:
         raise ToolchainError(f"TORCH_CUDA_ARCH_LIST={text!r} names no architecture.")
-    return tuple(archs)
+    return tuple(f"{major}.{minor}{suffix}{'+PTX' if ptx else ''}" for major, minor, suffix, ptx in sorted(archs))
+
+
+_ENV_LOCK = threading.Lock()
+
+
+def _torch_arch_flags(text: str) -> list[str]:
+    """torch's gencode flags for TORCH_CUDA_ARCH_LIST=`text` (its function reads the variable itself, so it is
+    set for the call, under a lock, and put back)."""
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)   # "No CUDA runtime is found"
+    from torch.utils import cpp_extension
+
+    if not text.strip() or text.strip() == "native":
+        raise ToolchainError(f"TORCH_CUDA_ARCH_LIST={text!r} names no architecture (torch then asks the visible GPUs).")
+    with _ENV_LOCK:
+        saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        os.environ["TORCH_CUDA_ARCH_LIST"] = text.strip()
+        try:
+            return list(cpp_extension._get_cuda_arch_flags())
+        except ValueError as exc:
+            import torch
+
+            raise ToolchainError(
+                f"TORCH_CUDA_ARCH_LIST={text!r}: torch {torch.__version__} refuses it ({exc}). Entries are compute "
+                "capabilities such as '9.0', '9.0a' or '8.0+PTX', or torch's named architectures (Ampere, Hopper, "
+                "Blackwell, ...), separated by ';' or spaces.") from None
+        finally:
+            if saved is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
 def _visible_gpu_archs() -> tuple[str, ...]:
@@ -207,14 +256,19 @@ def _pybind_abi_defines() -> list[str]:
 
 
 def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | None = None) -> Toolchain:
-    """Describe this machine's toolchain. Arguments override CUDA_HOME, CXX and TORCH_CUDA_ARCH_LIST."""
+    """Describe this machine's toolchain. Arguments override CUDA_HOME, CXX and TORCH_CUDA_ARCH_LIST; without
+    them the toolkit is engine.harness.cuda_home.find_cuda_home's (CUDA_HOME, CUDA_PATH, nvcc on PATH,
+    /usr/local/cuda), as in the packages kbench exports."""
     import torch
     # Importing cpp_extension on a machine without a GPU logs "No CUDA runtime is found" to stderr: kbench says
     # that itself, and from a build worker the line lands on top of the app's screen.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import cpp_extension
 
-    cuda_home = cuda_home or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    if not cuda_home:
+        cuda_home, how = find_cuda_home()
+        if cuda_home is None:
+            raise ToolchainError(f"no CUDA toolkit found ({how}): set CUDA_HOME to one (the folder with bin/nvcc).")
     nvcc = os.path.join(cuda_home, "bin", "nvcc")
     if not os.access(nvcc, os.X_OK):
         raise ToolchainError(f"nvcc not found at {nvcc}: set CUDA_HOME to a CUDA toolkit.")
@@ -256,7 +310,7 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
                *_pybind_abi_defines()]
 
     env_archs = archs or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    if env_archs.strip():
+    if env_archs.strip() and env_archs.strip() != "native":   # "native": the visible GPUs, as torch reads it
         arch_tuple, source = parse_arch_list(env_archs), "env"
     elif gpu := _visible_gpu_archs():
         arch_tuple, source = tuple(ARCH_SPECIFIC.get(a, a) for a in gpu), "gpu"
@@ -272,6 +326,7 @@ def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | No
         include_dirs=tuple(include_dirs), library_dirs=tuple(library_dirs), defines=tuple(defines),
         cxx_std=_torch_cxx_std(Path(torch_inc[0])), archs=arch_tuple, arch_source=source,
         vendor_include_dirs=tuple(d for d in dict.fromkeys(vendor_include_dirs) if d != "/usr/include"),
+        cutlass_include=cutlass_headers() or "",
     )
 
 

@@ -1,4 +1,5 @@
-"""The vendor libraries a candidate's sources include, and the files to link them from.
+"""The vendor libraries a candidate's sources include, and the files to link them from; and where the CUTLASS/CuTe
+headers are (`cutlass_include`), which every build has on its include path.
 
 Under the `engineering` library policy a candidate may call cuBLAS, cuBLASLt, cuDNN, cuFFT, cuRAND,
 cuSPARSE or cuSOLVER (engine/integrity/policy.py tags every use); under `pure` the static stage fails it
@@ -9,6 +10,7 @@ torch already loaded (same soname), so the candidate and torch share one cuBLAS.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -63,3 +65,21 @@ def wheel_dirs(sub: str) -> list[Path]:
 def search_dirs(library_dirs: list[str]) -> list[str]:
     """The toolchain's library folders, then those of the nvidia-* wheels beside torch."""
     return [*library_dirs, *(str(p) for p in wheel_dirs("lib"))]
+
+
+CUTLASS_PACKAGE = "cutlass_library"   # what the nvidia-cutlass wheel (a pinned dependency of kbench) installs
+
+
+def cutlass_include() -> str | None:
+    """The CUTLASS/CuTe header folder of the installed nvidia-cutlass package (cutlass_library/source/include,
+    holding cute/ and cutlass/), found without importing the package; None where it is not installed. Header-only:
+    a CuTe kernel the candidate writes needs nothing else, and CUTLASS's device-level operators are library calls
+    the library policy rules on (engine/integrity/cpp_vocab.py, CUTLASS_LIBRARY)."""
+    try:
+        spec = importlib.util.find_spec(CUTLASS_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    folder = Path(spec.origin).parent / "source" / "include"
+    return str(folder) if (folder / "cute" / "tensor.hpp").is_file() else None

@@ -109,13 +109,14 @@ class _LibraryRules(_ScanBase):
                 self.add(TORCH_COMPUTE, SUSPICIOUS if self.policy == "pure" else INFO, call,
                          f"calls {short} unqualified under `using namespace torch/at`: it may be an ATen compute op",
                          0.5, "ATen")
-        # CUTLASS device-level operators appear as types (using Gemm = cutlass::gemm::device::Gemm<...>).
-        seen: set[int] = set()
+        # CUTLASS's library operators appear as types (using Gemm = cutlass::gemm::device::Gemm<...>): one finding a
+        # line, a call on it (cutlass::device_kernel<K><<<...>>>) included.
+        seen = {f.line - self.offset for f in self.found if f.library == "CUTLASS"}
         for q in self.caps.get("qual", []):
             if q.parent is not None and q.parent.type == "qualified_identifier":
                 continue
             if CUTLASS_LIBRARY.match(_name(q)):
-                line = q.start_point[0]
+                line = q.start_point[0] + 1
                 if line not in seen:
                     seen.add(line)
                     self._vendor(q, _name(q), "CUTLASS")

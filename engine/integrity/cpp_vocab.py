@@ -60,9 +60,14 @@ VENDOR_HANDLES = {"getCurrentCUDABlasHandle": "cuBLAS", "getCurrentCUDABlasLtHan
                   "getCudnnHandle": "cuDNN", "getCurrentCUDASolverDnHandle": "cuSOLVER"}
 THRUST_UTILITIES = {"device_pointer_cast", "raw_pointer_cast", "device_ptr", "make_tuple", "get", "pair",
                     "make_pair", "complex", "tuple", "plus", "maximum", "minimum", "identity", "multiplies"}
-# CUTLASS's device-level operators run whole library kernels; its numeric types, arrays and CuTe are the
-# building blocks of a kernel the candidate writes itself (not library compute).
-CUTLASS_LIBRARY = re.compile(r"^cutlass::(?:gemm|conv|reduction)::device::|^cutlass::library::")
+# CUTLASS's library operators compute the result: device-level operators (cutlass::gemm::device::Gemm, the
+# GemmUniversalAdapter), the kernels under them (cutlass::gemm::kernel::GemmUniversal, launched through the adapter
+# or cutlass::device_kernel), their collective mainloops and epilogues (CollectiveBuilder, CollectiveMma) and the
+# instance library. CuTe (cute::Tensor, layouts, copies, cute::gemm over register fragments, MMA atoms) and
+# CUTLASS's numeric types, arrays and arch tags are the building blocks of a kernel the candidate writes itself.
+CUTLASS_LIBRARY = re.compile(r"^cutlass::(?:gemm|conv|reduction)::(?:device|kernel)::|"
+                             r"^cutlass::(?:gemm|conv|epilogue)::collective::(?:Collective|DefaultEpilogue)\w*\b|"
+                             r"^cutlass::library::|^cutlass::device_kernel$")
 
 HALF_TYPES = {"half", "half2", "__half", "__half2", "__nv_bfloat16", "__nv_bfloat162", "nv_bfloat16",
               "nv_bfloat162", "__nv_fp8_e4m3", "__nv_fp8_e5m2", "__nv_fp8x2_e4m3", "__nv_fp8x2_e5m2",

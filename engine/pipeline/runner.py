@@ -10,9 +10,9 @@ and maps the arena, engine/pipeline/arena.py). Only then does candidate code run
 helper's signed records, and the judge checks them against references it computed itself. Its messages are
 the typed ones of engine/pipeline/messages.py.
 
-Lazy imports: torch and the harness (build, numerics, runtimes, poison, kernelbench_prebuilt) are imported inside
-the functions that need them: they may load only once the runner has jailed itself, and before its jail it imports
-little (the jail, the wire format and the messages, all of them free of torch).
+Lazy imports: torch and the harness (build, numerics, runtimes, poison, kernelbench_prebuilt, kernelbench_includes)
+are imported inside the functions that need them: they may load only once the runner has jailed itself, and before
+its jail it imports little (the jail, the wire format and the messages, all of them free of torch).
 """
 
 from __future__ import annotations
@@ -218,6 +218,10 @@ def load_candidate(load: msg.Load) -> Any:
     from engine.harness.build import load_extension
     from engine.harness.runtimes.base import import_file
     if load.py_path:
+        import torch.utils.cpp_extension as cpp
+
+        from engine.harness.kernelbench_includes import add_include_path
+        add_include_path(cpp)   # the include paths the compile stage's build had: torch's versioner hashes them
         ext_root = os.environ.get("TORCH_EXTENSIONS_DIR")
         if ext_root:  # the compile stage's load_inline builds, staged into scratch: imported, not built again
             from engine.harness.kernelbench_prebuilt import seed_versions

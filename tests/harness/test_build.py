@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -45,11 +46,30 @@ def _native(**changes: str) -> Candidate:
 
 
 # ---------------------------------------------------------------------------- toolchain (no compiler runs)
-def test_parse_arch_list() -> None:
+def test_parse_arch_list_reads_torch_cuda_arch_list_by_torchs_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsed by torch's own function, so kbench accepts exactly what a torch extension build accepts."""
+    from torch.utils.cpp_extension import _get_cuda_arch_flags
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")
     assert parse_arch_list("8.0;9.0+PTX") == ("8.0", "9.0+PTX")
-    assert parse_arch_list(" 9.0a, 10.0 9.0a") == ("9.0a", "10.0")
-    with pytest.raises(ToolchainError, match="Hopper"):
-        parse_arch_list("Hopper")
+    assert parse_arch_list(" 9.0a 10.0;9.0a") == ("9.0a", "10.0")        # spaces separate too; lowest first
+    assert parse_arch_list("Hopper") == ("9.0+PTX",)                     # torch's named architectures
+    assert parse_arch_list("Ampere;9.0a") == ("8.0", "8.6+PTX", "9.0a")
+    for text in ("Hopper", "Ampere;9.0a", "8.0 9.0a+PTX"):              # the same flags as torch gives
+        tc_flags = sorted(set(dataclasses.replace(_any_toolchain(), archs=parse_arch_list(text)).gencode_flags()))
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", text)
+        assert tc_flags == _get_cuda_arch_flags(), text
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")
+    for bad in ("9.0,10.0", "Hoper", "10.0f"):                           # torch refuses a comma, a typo
+        with pytest.raises(ToolchainError, match="refuses it"):
+            parse_arch_list(bad)
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "7.5"                   # put back as it was
+
+
+def _any_toolchain() -> Toolchain:
+    return Toolchain(cuda_home="/cuda", nvcc="/cuda/bin/nvcc", nvcc_version="13.0", cxx="/usr/bin/g++",
+                     cxx_version="13", cxx_is_gcc=True, torch_version="2", cuda_version="13.0", python_include="/py",
+                     ext_suffix=".so", include_dirs=(), library_dirs=(), defines=(), cxx_std="c++20", archs=("9.0",))
 
 
 def test_toolchain_flags_and_key(toolchain: Toolchain) -> None:
@@ -214,7 +234,9 @@ def test_kernelbench_modelnew_compiles_into_its_extensions_dir(toolchain: Toolch
     assert "load_inline kbench_fixture_scaled_swish_correct: ok" in res.log
     built = kernelbench_extensions_dir(tmp_path, cand) / "kbench_fixture_scaled_swish_correct"
     assert (built / "kbench_fixture_scaled_swish_correct.so").is_file()
-    assert "sm_90" in (built / "build.ninja").read_text()  # the toolchain's arch list, not the machine's GPU
+    ninja = (built / "build.ninja").read_text()
+    assert "sm_90" in ninja  # the toolchain's arch list, not the machine's GPU
+    assert f"-I{toolchain.cutlass_include}" in ninja  # the CUTLASS/CuTe headers, as on every build
     # The runner imports a copy in its scratch: torch must load the built library, not run ninja again (a copy's
     # build.ninja names other paths, so ninja would rebuild: 60-80 s inside the evaluation).
     from engine.pipeline.runner_process import make_run_dir, stage_candidate
