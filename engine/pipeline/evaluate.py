@@ -5,6 +5,10 @@ runs in jailed compiler processes, and everything that executes candidate code r
 that the judge (engine/pipeline/judge.py, a trusted child process) starts and reads. Verdict policy lives in
 engine/pipeline/verdicts.py; what the verdicts amount to (EvalReport.passed) is engine.verdict.judge's rule.
 EvalOptions and EvalReport are defined in engine/pipeline/eval_types.py and re-exported here.
+
+Where no CUDA GPU can be visible (engine.harness.device_info.no_gpu_visible: CUDA_VISIBLE_DEVICES, /dev, NVML;
+no CUDA in this process) no judge is started: the candidate is compiled, and correctness and timing are skipped
+with the judge's own no-GPU reason, so a CPU machine gets its compile verdict without seconds of judge start-up.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Callable
 from engine import jsonable
 from engine.candidates import Candidate
 from engine.harness import build as builds  # a module, not its function: tests substitute build_candidate
+from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain import detect as detect_toolchain
 from engine.integrity.static import gate_static
 from engine.pipeline import profiling, verdicts
@@ -94,6 +99,14 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         return report
     report.verdicts.append(Verdict(Stage.COMPILE, Status.PASS, "cache hit" if build.cache_hit else "compiled",
                                    dict(report.build)))
+    if (why := no_gpu_visible(opts.gpu)) is not None:
+        # a judge would take seconds to start only to find no GPU: the compile verdict is what this machine gives
+        say(f"no CUDA GPU is visible ({why}): compiled only, no judge started")
+        report.unmeasured = NO_GPU
+        for stage in (Stage.CORRECTNESS, Stage.TIMING):
+            report.verdicts.append(Verdict(stage, Status.SKIPPED, verdicts.NO_GPU_REASON, {"no_gpu": why}))
+        report.seconds = time.monotonic() - t0
+        return report
     helper = timers.build_timer(opts.cache_root, toolchain)
     request = JudgeRequest(
         task=task.to_json(), direction=direction,
