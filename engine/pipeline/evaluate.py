@@ -21,6 +21,7 @@ from typing import Callable
 from engine import jsonable
 from engine.candidates import Candidate
 from engine.harness import build as builds  # a module, not its function: tests substitute build_candidate
+from engine.harness.build_wait import cached, expected_wait
 from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain import detect as detect_toolchain
 from engine.integrity.static import gate_static
@@ -89,6 +90,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             return report
     say(f"compiling {candidate.format} candidate {candidate.source_hash}")
     toolchain = detect_toolchain()
+    if (wait := expected_wait(candidate, opts.cache_root, toolchain)) is not None:
+        say(wait)
     build = builds.build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
     report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
     report.phases["build"] = round(build.seconds, 3)
@@ -107,6 +110,9 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             report.verdicts.append(Verdict(stage, Status.SKIPPED, verdicts.NO_GPU_REASON, {"no_gpu": why}))
         report.seconds = time.monotonic() - t0
         return report
+    if not cached(timer := timers.timer_candidate(), opts.cache_root, toolchain):
+        wait = expected_wait(timer, opts.cache_root, toolchain)
+        say("building kbench's timing helper once" + (f": {wait}" if wait else ", about 15 s"))
     helper = timers.build_timer(opts.cache_root, toolchain)
     request = JudgeRequest(
         task=task.to_json(), direction=direction,

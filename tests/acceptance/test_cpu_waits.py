@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import time
 
+from tests.acceptance.conftest import KBENCH
+from tests.acceptance.terminal import Terminal
 from tests.paths import REPO
 
 KB = REPO / "tests" / "fixtures" / "kernelbench"
@@ -43,3 +45,45 @@ def test_eval_without_a_gpu_says_so_in_one_line_and_starts_no_judge(user):
     assert took < 30, f"{took:.1f} s"
     report = json.loads(user.run(*args, "--json", env=NO_GPU, timeout=120).stdout)
     assert not any(p.startswith("judge") for p in report["phases"]), report["phases"]
+
+
+def _first_line_with(proc, text: str, timeout: float) -> tuple[str, float]:
+    """The first stderr line of `proc` that holds `text`, and when it came (seconds after the call)."""
+    t0 = time.monotonic()
+    seen = []
+    while time.monotonic() - t0 < timeout:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return line, time.monotonic() - t0
+    raise AssertionError(f"no line with {text!r} in {timeout} s; stderr:\n{''.join(seen)}")
+
+
+def test_eval_with_a_fresh_cache_says_it_builds_the_precompiled_header(user, tmp_path):
+    user.env["KBENCH_CACHE"] = str(tmp_path / "fresh-cache")
+    proc = user.start("eval", "gelu_bias", str(REPO / "tasks" / "gelu_bias" / "baselines" / "forward"), env=NO_GPU)
+    try:
+        line, at = _first_line_with(proc, "precompiled header", 60)
+        assert "building torch's precompiled header once, about a minute" in line
+        assert at < 15 and proc.poll() is None, f"said after {at:.1f} s"    # before the wait, not after it
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+
+
+def test_the_app_says_the_first_session_waits_for_the_precompiled_header(user, tmp_path):
+    user.env["KBENCH_CACHE"] = str(tmp_path / "fresh-cache")
+    term = Terminal([str(KBENCH)], cwd=user.cwd, env={**user.env, **NO_GPU})
+    try:
+        term.wait_for(lambda t: "Tasks (enter: new session)" in t and "gelu_bias" in t, 90, "the home screen")
+        term.send("n")                               # gelu_bias, the first task, has the focus
+        term.wait_for(lambda t: "New evolution session" in t, 30, "the new-session form")
+        term.send("\x13")                            # ctrl+s: Start
+        shown = term.wait_for(lambda t: "building torch's precompiled header" in t, 60,
+                              "the precompiled header's wait on the session screen")
+        row = next(line for line in shown.splitlines() if "g0-1" in line and "baseline" in line)
+        assert "compiling" in row and "pending" not in row, shown
+    finally:
+        term.close()
