@@ -110,10 +110,10 @@ class LocalPipelineExecutor:
         """What the build of `candidate` will wait on (engine.harness.build_wait), each wait shared by every build
         (torch's precompiled header) said once. The toolchain is detected once, here, in the parent."""
         wait = expected_wait(candidate, self.options.cache_root, self._toolchain.result(timeout=60))
-        if wait is None or wait in self._said:
-            return None
-        if wait == PCH_WAIT:
-            self._said.add(wait)
+        if wait is not None and wait.startswith(PCH_WAIT):
+            if PCH_WAIT in self._said:      # said already: what else this build waits on, if anything
+                wait = wait[len(PCH_WAIT):].removeprefix(", then ") or None
+            self._said.add(PCH_WAIT)
         return wait
 
     def _detect(self) -> None:

@@ -21,7 +21,7 @@ _BUILDS_EXTENSION = re.compile(r"load_inline|cpp_extension")
 
 
 def kernelbench_wait(main: str) -> str:
-    return f"building the extension {main} makes with load_inline (torch headers in every source), a minute or more"
+    return f"building the extension {main} makes with load_inline (nvcc over torch's headers), a minute or more"
 
 
 def cached(candidate: Candidate, cache_root: Path, toolchain: Toolchain) -> bool:
@@ -37,7 +37,10 @@ def expected_wait(candidate: Candidate, cache_root: Path, toolchain: Toolchain) 
         return PCH_WAIT if pch_pending(cache_root, toolchain) else None
     if candidate.format == "robust-kbench":
         return SINGLE_CU_WAIT
-    if candidate.format == "kernelbench":
+    if candidate.format == "kernelbench":   # its C++ half uses the precompiled header too (kernelbench_fast.py)
         main = candidate.main_file
-        return kernelbench_wait(main) if _BUILDS_EXTENSION.search(candidate.files.get(main, "")) else None
+        if not _BUILDS_EXTENSION.search(candidate.files.get(main, "")):
+            return None
+        first = f"{PCH_WAIT}, then " if pch_pending(cache_root, toolchain) else ""
+        return first + kernelbench_wait(main)
     return None

@@ -4,7 +4,9 @@ A ModelNew file builds its kernels with `torch.utils.cpp_extension.load_inline` 
 so its compile stage is that import, run in a sandboxed child without a GPU. Every build call is recorded (its
 extension name, and the compiler's output when it fails) and the result is written as JSON to the request's
 `result_path`. The builds land in TORCH_EXTENSIONS_DIR; torch's versioner calls are recorded too, so the
-runner's import reuses them (engine.harness.kernelbench_prebuilt).
+runner's import reuses them (engine.harness.kernelbench_prebuilt). The C++ half of each build uses kbench's
+precompiled header where the request names one, and the first failed compile ends the build
+(engine.harness.kernelbench_fast).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.utils.cpp_extension as cpp
 
+from engine.harness.kernelbench_fast import fail_fast, use_pch
 from engine.harness.kernelbench_prebuilt import recording_versioner
 from engine.harness.kernelbench_types import CompileRequest, CompileResult, ExtensionBuild
 from engine.harness.runtimes.base import import_file
@@ -43,6 +46,9 @@ def run(request: CompileRequest) -> CompileResult:
     recording_versioner(cpp.JIT_EXTENSION_VERSIONER, out.versions)
     cpp.load_inline = _recording(cpp.load_inline, out.extensions, "load_inline")
     cpp.load = _recording(cpp.load, out.extensions, "load")
+    fail_fast(cpp)       # ninja's first failed compile is the build's error, without waiting for the others
+    if request.pch_header:
+        use_pch(cpp, request.pch_header, list(request.pch_flags))
     try:
         module = import_file(Path(request.py_path), request.module_name or "kbench_modelnew_compile")
         if not hasattr(module, "ModelNew"):

@@ -25,6 +25,8 @@ class CompileRequest:
     py_path: str
     module_name: str
     result_path: str = ""
+    pch_header: str = ""              # kbench's precompiled header for load_inline's C++ half ("" : none)
+    pch_flags: tuple[str, ...] = ()   # the g++ flags its .gch was built with (engine/harness/kernelbench_fast.py)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -93,7 +93,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     if (wait := expected_wait(candidate, opts.cache_root, toolchain)) is not None:
         say(wait)
     build = builds.build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
-    report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
+    report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit,
+                    **({"steps": dict(build.steps)} if getattr(build, "steps", None) else {})}   # pch, nvcc, import...
     report.phases["build"] = round(build.seconds, 3)
     if not build.ok:
         report.verdicts.append(Verdict(Stage.COMPILE, Status.FAIL, build.error or "compilation failed",

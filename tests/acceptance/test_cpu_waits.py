@@ -6,7 +6,11 @@ these run the same on a GPU machine."""
 from __future__ import annotations
 
 import json
+import os
 import time
+import uuid
+
+import pytest
 
 from tests.acceptance.conftest import KBENCH
 from tests.acceptance.terminal import Terminal
@@ -87,3 +91,26 @@ def test_the_app_says_the_first_session_waits_for_the_precompiled_header(user, t
         assert "compiling" in row and "pending" not in row, shown
     finally:
         term.close()
+
+
+@pytest.mark.slow
+def test_a_kernelbench_typo_is_reported_in_seconds_naming_its_line(user):
+    """A one-character typo in a ModelNew's CUDA source: the compile verdict quotes nvcc's error and the line, in
+    under 30 s of build on an idle 2-core machine (torch's precompiled header, built once per machine, aside).
+    Other work on the machine stretches every compile by its load, so the bound does too."""
+    cand = user.cwd / "swish_typo.py"
+    cand.write_text((KB / "candidates" / "scaled_swish_compile_error.py").read_text()
+                    + f"\n# {uuid.uuid4().hex}: a source of its own, so no earlier build of it is in the cache\n")
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    out = user.run("eval", str(KB / "scaled_swish.py"), str(cand), "--json", env=NO_GPU, timeout=900)
+    assert out.returncode == 1, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    compile_ = next(v for v in report["verdicts"] if v["stage"] == "compile")
+    assert compile_["status"] == "fail"
+    assert 'cuda.cu:10: identifier "scal" is undefined' in compile_["reason"], compile_["reason"]
+    assert "y[i] = scal * x[i]" in compile_["reason"]                      # the offending line, quoted
+    steps = report["build"]["steps"]
+    took = report["build"]["seconds"] - steps.get("pch", 0.0)
+    assert took < 30 * max(1.0, load), f"{took:.1f} s at load {load:.1f} per CPU; steps {steps}"
+    assert "kbench_torch.h" in compile_["data"]["log"]      # main.cpp was compiled against the precompiled header
+

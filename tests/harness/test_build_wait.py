@@ -106,3 +106,15 @@ def test_the_loop_emits_the_wait_as_a_long_wait_event(ws):
     i = events.index(waits[0])
     assert any(e.kind == "CandidateCommitted" and e.candidate == cid for e in events[:i])
     assert any(e.kind == "StageFinished" and e.candidate == cid for e in events[i:])
+
+
+def test_a_kernelbench_build_waits_for_the_pch_first_then_says_its_own_wait_once_it_is_said(tmp_path):
+    kb = load_candidate(FIXTURES / "kernelbench" / "candidates" / "scaled_swish_compile_error.py")
+    ex = LocalPipelineExecutor(load_task("gelu_bias"), "forward", EvalOptions(cache_root=tmp_path), gpus=[None],
+                               build_fn=lambda *a: {}, gpu_fn=lambda *a, **k: None, processes=False)
+    try:
+        first = ex.expected_wait(kb)
+        assert first.startswith(PCH_WAIT + ", then building the extension scaled_swish_compile_error.py"), first
+        assert ex.expected_wait(kb) == first[len(PCH_WAIT + ", then "):]
+    finally:
+        ex.close(wait=False)
