@@ -114,3 +114,19 @@ def test_a_kernelbench_typo_is_reported_in_seconds_naming_its_line(user):
     assert took < 30 * max(1.0, load), f"{took:.1f} s at load {load:.1f} per CPU; steps {steps}"
     assert "kbench_torch.h" in compile_["data"]["log"]      # main.cpp was compiled against the precompiled header
 
+
+def test_check_task_on_a_cpu_skips_the_readme_tasks_4096_by_4096_config_and_says_so(user):
+    """The README's own task (my_tasks/scaled_tanh) has a 4096x4096 `bench` config: checked on a CPU it took six
+    minutes. Now it is skipped with the reason, the small configs are checked, and the whole check is short."""
+    from tests.acceptance.test_app_llm import readme_task
+
+    readme_task(user)
+    t0 = time.monotonic()
+    out = user.run("check-task", "scaled_tanh", env=NO_GPU, timeout=600)
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stdout + out.stderr
+    bench = next(line for line in out.stdout.splitlines() if " bench " in line)
+    assert "skipped: too large for the CPU check: 0.13 GB moved" in bench and "--cpu-all" in bench, out.stdout
+    assert "[cpu, 3 seeds]  ok" in out.stdout and "(2 checked, 1 skipped)" in out.stdout, out.stdout
+    assert "starting torch" in out.stderr and "sizing its configs for the CPU" in out.stderr, out.stderr
+    assert took < 120, f"{took:.0f} s"
