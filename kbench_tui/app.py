@@ -40,6 +40,7 @@ class KbenchApp(ThreadedMixin, App):
         self._logs: dict[str, list[tuple[float, str]]] = {}   # session -> (when, line) of its events
         self.prefetch_generations = True
         self._counts: dict[str, dict[str, int]] = {}
+        self._waits: dict[str, dict[str, str]] = {}          # session -> candidate -> what its build waits on
 
     def on_mount(self) -> None:
         self.backend.editor_runner = self.run_editor
@@ -115,6 +116,10 @@ class KbenchApp(ThreadedMixin, App):
         """Candidates committed and evaluated by this app's runs of `session` (from the events)."""
         return self._counts.setdefault(session, {"committed": 0, "evaluated": 0})
 
+    def long_waits(self, session: str) -> dict[str, str]:
+        """Candidates of `session` whose compile stage announced a long wait (LongWait) and has not ended."""
+        return dict(self._waits.get(session, {}))
+
     def session_log(self, session: str) -> list[tuple[float, str]]:
         """(when it happened, line) of every event of `session` this app has seen."""
         return list(self._logs.get(session, []))
@@ -135,6 +140,14 @@ class KbenchApp(ThreadedMixin, App):
             counts["committed"] += 1
         elif e.kind == "CandidateEvaluated" and not getattr(e, "waiting_for_gpu", False):
             counts["evaluated"] += 1         # a candidate waiting for a GPU is compiled, not evaluated
+        if e.kind == "LongWait":
+            self._waits.setdefault(session, {})[e.candidate] = e.what
+        elif e.kind in ("StageFinished", "CandidateEvaluated", "Stopped"):
+            waits = self._waits.get(session, {})
+            if e.kind == "Stopped":
+                waits.clear()
+            elif e.kind == "CandidateEvaluated" or e.stage == "compile":
+                waits.pop(e.candidate, None)
         for s in list(self.screen_stack):
             if hasattr(s, "engine_event"):
                 s.engine_event(e)

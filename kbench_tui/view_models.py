@@ -85,8 +85,13 @@ def summarize(name: str, views: list[CandidateView]) -> SessionData:
     return data
 
 
-def status_text(view: CandidateView) -> str:
-    """One word or two for a candidate's state in lists."""
+COMPILING = "compiling"
+
+
+def status_text(view: CandidateView, long_wait: str | None = None) -> str:
+    """One word or two for a candidate's state in lists. `long_wait`: what its build said it waits on (a LongWait
+    event: torch's precompiled header, a load_inline build); until its compile verdict it then reads
+    "compiling", not "pending" or the static check's "static pass"."""
     st = view.status
     if view.problem:
         return "damaged (kbench fsck)"     # a note or a ref that cannot be read: the view's `problem` says which
@@ -95,6 +100,8 @@ def status_text(view: CandidateView) -> str:
     if j.blocked_by:
         s = st.stages[j.blocked_by[0]]
         return f"{s.status.value} {s.stage}{mark}"
+    if long_wait and "compile" not in st.stages:
+        return COMPILING
     if j.eligible:
         return f"ok{mark}"
     if st.speedup is not None:

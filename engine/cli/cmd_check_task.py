@@ -30,13 +30,16 @@ def cmd_check_task(args: argparse.Namespace) -> int:
     """Exit 0: every config checked and none degenerate (some may be skipped); 1: a degenerate config, or a
     reference that raised; 3: nothing was checked at all (every config skipped: say so, never "no degenerate
     config")."""
+    names = builtin_task_names() if args.task == "all" else [args.task]
+    tasks = [load_task(name) for name in names]      # bad input is one line, before anything is started
+    for task in tasks:
+        check_config_names(task, args.config, "--config")
+    if not args.json:
+        print("  starting torch", file=sys.stderr, flush=True)    # seconds on a loaded machine
     from engine.integrity.check_task import check_task
 
-    names = builtin_task_names() if args.task == "all" else [args.task]
     report, all_rows = {}, []
-    for name in names:
-        task = load_task(name)
-        check_config_names(task, args.config, "--config")
+    for task in tasks:
         say = None if args.json else (lambda m: print(f"  checking {m}", file=sys.stderr, flush=True))
         rows = check_task(task, seeds=args.seeds, device=args.device, directions=args.direction,
                           configs=args.config, cpu_all=args.cpu_all, progress=say)

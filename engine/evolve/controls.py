@@ -18,7 +18,7 @@ from typing import Any
 from engine.errors import KbenchError
 from engine.evolve import events as ev
 from engine.evolve.loop_state import InboxItem, LoopState
-from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome
+from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, SaysWaits
 from engine.evolve.population import DONE, PENDING, Member
 from engine.evolve.resume import member_from_view
 from engine.verdict import Stage, Status, Verdict
@@ -183,7 +183,15 @@ class SessionControls(LoopState):
 
         fut = self.evaluator.submit(cand, on_stage)
         self._in_flight[cid] = fut
+        if isinstance(self.evaluator, SaysWaits) and (wait := self._expected_wait(cand)):
+            self._emit(ev.LongWait(self.session, candidate=cid, stage=Stage.COMPILE, what=wait))
         fut.add_done_callback(lambda f: (self._inbox.put(("done", cid, f)), self._flags.wake.set()))
+
+    def _expected_wait(self, cand: Any) -> str | None:
+        try:
+            return self.evaluator.expected_wait(cand)
+        except Exception:  # noqa: BLE001 - a missing toolchain is the build's to report; this is only a word
+            return None
 
     def _drain(self, block: bool) -> None:
         """Handle everything the evaluator sent back. With `block`, wait a little for something (or a control)."""

@@ -81,6 +81,17 @@ class StageFinished(EvolveEvent):
 
 
 @dataclass(frozen=True)
+class LongWait(EvolveEvent):
+    """A stage of a candidate is about to take long, and why (e.g. torch's precompiled header is built first)."""
+    candidate: str
+    stage: str
+    what: str
+
+    def line(self) -> str:
+        return f"[{self.session}] {self.candidate} {self.stage}: {self.what}"
+
+
+@dataclass(frozen=True)
 class CandidateEvaluated(EvolveEvent):
     candidate: str
     generation: int
@@ -203,5 +214,5 @@ class Log(EvolveEvent):
         return f"[{self.session}] {self.level}: {self.message}"
 
 
-EVENT_TYPES = (SessionStarted, CandidateProposed, CandidateCommitted, StageFinished, CandidateEvaluated,
+EVENT_TYPES = (SessionStarted, CandidateProposed, CandidateCommitted, LongWait, StageFinished, CandidateEvaluated,
                CandidateProfiled, GenerationFinished, BestImproved, DirectivesUpdated, BudgetExhausted, Paused, Resumed, Stopped, Log)

@@ -37,6 +37,9 @@ from engine.evolve.worker_fns import (
     visible_gpus,
 )
 from engine.harness.build_result import BuildSummary
+from engine.harness.build_wait import PCH_WAIT, expected_wait
+from engine.harness.toolchain import Toolchain
+from engine.harness.toolchain import detect as detect_toolchain
 from engine.pipeline.evaluate import EvalOptions
 from engine.tasks.model import Task
 from engine.verdict import Stage, Status, Verdict
@@ -93,10 +96,31 @@ class LocalPipelineExecutor:
         self._unmeasured = 0
         self._profiled = 0
         self._closed = False
+        self._said: set[str] = set()
+        # the toolchain for expected_wait, detected meanwhile (importing torch's cpp_extension takes seconds), so
+        # the first build's wait is said as it starts
+        self._toolchain: Future[Toolchain] = Future()
+        threading.Thread(target=self._detect, daemon=True, name="kbench-toolchain").start()
         self._threads = [threading.Thread(target=self._gpu_worker, args=(g,), daemon=True,
                                           name=f"kbench-gpu-{g}") for g in self.gpus]
         for t in self._threads:
             t.start()
+
+    def expected_wait(self, candidate: Candidate) -> str | None:
+        """What the build of `candidate` will wait on (engine.harness.build_wait), each wait shared by every build
+        (torch's precompiled header) said once. The toolchain is detected once, here, in the parent."""
+        wait = expected_wait(candidate, self.options.cache_root, self._toolchain.result(timeout=60))
+        if wait is not None and wait.startswith(PCH_WAIT):
+            if PCH_WAIT in self._said:      # said already: what else this build waits on, if anything
+                wait = wait[len(PCH_WAIT):].removeprefix(", then ") or None
+            self._said.add(PCH_WAIT)
+        return wait
+
+    def _detect(self) -> None:
+        try:
+            self._toolchain.set_result(detect_toolchain())
+        except BaseException as exc:  # noqa: BLE001 - no toolchain: each build reports it; expected_wait raises it
+            self._toolchain.set_exception(exc)
 
     @property
     def capacity(self) -> int:

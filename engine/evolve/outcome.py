@@ -180,6 +180,14 @@ class HasCapacity(Protocol):
     def capacity(self) -> int: ...
 
 
+@runtime_checkable
+class SaysWaits(Protocol):
+    """An evaluator that can say, before a candidate's build starts, what long wait it holds (torch's precompiled
+    header built once, a load_inline build): the loop emits it as a LongWait event, so no minute passes in silence."""
+
+    def expected_wait(self, candidate: Candidate) -> str | None: ...
+
+
 def needs_profile(out: EvalOutcome) -> bool:
     """The candidate was judged, passed and timed, and its evaluation did not profile it (the profile stage runs
     only for such candidates, as evaluate() runs it with `EvalOptions.profile`)."""

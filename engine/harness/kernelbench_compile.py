@@ -10,6 +10,9 @@ With `record_sources` nothing is built: torch's load_inline still writes its sou
 module it generates, cuda.cu with its implicit headers), and its compile step is replaced by one that records
 those files and the flags, and returns an empty module, so the import finishes. `kbench export` packages what
 is recorded (engine/harness/kernelbench_sources.py).
+
+Otherwise the C++ half of each build uses kbench's precompiled header where the request names one, and the
+first failed compile ends the build (engine.harness.kernelbench_fast).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Callable
 import torch
 import torch.utils.cpp_extension as cpp
 
+from engine.harness.kernelbench_fast import fail_fast, use_pch
 from engine.harness.kernelbench_includes import add_include_path
 from engine.harness.kernelbench_prebuilt import recording_versioner
 from engine.harness.kernelbench_types import CompileRequest, CompileResult, ExtensionBuild
@@ -87,6 +91,10 @@ def run(request: CompileRequest) -> CompileResult:
     cpp.load_inline = _recording(cpp.load_inline, out.extensions, "load_inline")
     # record_sources: a load of files is refused by the export (they are not the candidate's), so it is not run
     cpp.load = _recording(cpp.load, out.extensions, "load", skip=request.record_sources)
+    if not request.record_sources:
+        fail_fast(cpp)       # ninja's first failed compile is the build's error, without waiting for the others
+        if request.pch_header:
+            use_pch(cpp, request.pch_header, list(request.pch_flags))
     try:
         module = import_file(Path(request.py_path), request.module_name or "kbench_modelnew_compile")
         if not hasattr(module, "ModelNew"):

@@ -29,6 +29,8 @@ class CompileRequest:
     # Record the sources torch's load_inline writes and the flags it passes on, and build nothing (the import gets
     # an empty module for each call): what `kbench export` packages (engine/export/kernelbench.py).
     record_sources: bool = False
+    pch_header: str = ""              # kbench's precompiled header for load_inline's C++ half ("" : none)
+    pch_flags: tuple[str, ...] = ()   # the g++ flags its .gch was built with (engine/harness/kernelbench_fast.py)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

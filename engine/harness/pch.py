@@ -32,6 +32,15 @@ def pch_dir(cache_root: Path, toolchain: Toolchain) -> Path:
     return Path(cache_root) / "pch" / toolchain.key()
 
 
+def pch_pending(cache_root: Path, toolchain: Toolchain) -> bool:
+    """Whether the next native build will build (or wait for another process building) the PCH: GCC, and neither
+    the .gch nor a remembered failure is there yet. Reads two paths; builds nothing."""
+    if not toolchain.cxx_is_gcc:
+        return False
+    d = pch_dir(cache_root, toolchain)
+    return not (d / (PCH_BASENAME + ".gch")).is_file() and not (d / "FAILED").is_file()
+
+
 def ensure_pch(cache_root: Path, toolchain: Toolchain, timeout_s: float = PCH_TIMEOUT_S) -> PchInfo:
     """Build <torch/extension.h> (+ the CUDA context headers) into a GCC PCH once per toolchain key.
 

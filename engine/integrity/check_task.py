@@ -27,6 +27,7 @@ the reference would start from).
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -42,8 +43,13 @@ if TYPE_CHECKING:
     from engine.tasks.model import DirectionSpec, Task, TaskConfig
 
 # torch is imported inside the functions that use it (start-up cost): importing this module does not load it.
-CPU_MAX_FLOPS = 3e9   # configs above these run only on a GPU (CPU is the fallback for small ones)
-CPU_MAX_BYTES = 4e8
+# Configs above these run only on a GPU (CPU is the fallback for small ones). A CPU check's time goes mostly to
+# comparing outputs (five comparisons per seed, each several float64 passes: about 2 us per element on 2 cores),
+# so the bytes bound is one of time as much as of memory: 1e8 bytes (25M float32 values in and out) is about
+# 20 s per seed there; a 4096x4096 elementwise config (134 MB) took 70 s per seed and 352 s in all before.
+CPU_MAX_FLOPS = 3e9
+CPU_MAX_BYTES = 1e8
+CPU_SEED_BUDGET_S = 20.0   # on a CPU, a config whose first seed took longer is checked on that seed alone
 
 
 @dataclass
@@ -126,14 +132,23 @@ def _reference64(runtime: TaskRuntime, config: TaskConfig, seed: int, device: An
         return None
 
 
-def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: int = 3) -> ConfigCheck:
+def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: int = 3,
+                 seed_budget_s: float | None = None) -> ConfigCheck:
+    """`seed_budget_s`: where the first seed takes longer, the check stops after it and says so in a warning
+    (the shrink that keeps a CPU check of a config that passed the size guard within a minute or so)."""
     spec = runtime.spec
     res = ConfigCheck(runtime.direction, config.name, str(device), seeds)
     atol = spec.tolerance.atol
     stds, nz, sens_in, sens_init, vac, errs = [], [], [], [], [], []
     tight: set[str] = set()
     flags: set[str] = set()
+    started = time.monotonic()
     for k in range(seeds):
+        if k == 1 and seed_budget_s is not None and (took := time.monotonic() - started) > seed_budget_s:
+            res.seeds = 1
+            res.warnings.append(f"checked on 1 of {seeds} seeds: one seed took {took:.0f} s on {device} (over "
+                                f"{seed_budget_s:.0f} s; run on a GPU, or pass --cpu-all, for every seed)")
+            break
         s1, s2 = config.seed * 7717 + 2 * k + 1, config.seed * 7717 + 2 * k + 2
         with torch.no_grad():
             runtime.setup(config, s1, device)
@@ -189,9 +204,16 @@ def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: i
         res.warnings.append(f"vacuous tolerance: 0 is within atol={atol:g} (rtol={spec.tolerance.rtol:g}) for "
                             f"{res.vacuous:.0%} of the reference's nonzero values; only the scale-aware checks "
                             "(dead rows, normalised error) judge this config")
-    res.warnings += sorted(tight)
+    res.warnings += sorted(tight)   # after a shrink's warning, which came first
     res.flags = sorted(flags)
     return res
+
+
+def _counted(runtime: TaskRuntime, config: TaskConfig) -> tuple[float, int] | None:
+    """(FLOPs, bytes) of one call of the reference, counted on the meta device; None where it cannot be built
+    there (FLOPs 0 where only its setup could be)."""
+    counted = counted_cost(runtime, config)
+    return (float(counted.cost.flops), int(counted.cost.bytes)) if counted is not None else None
 
 
 def footprint_bytes(runtime: TaskRuntime, config: TaskConfig) -> int | None:
@@ -208,20 +230,30 @@ def _too_large_on_cpu(runtime: TaskRuntime, cfg: TaskConfig, direction: str) -> 
     cost = cfg.cost.get(direction)
     if cost is not None:
         if cost.flops > CPU_MAX_FLOPS or cost.bytes > CPU_MAX_BYTES:
-            return "too large for the CPU check (run on a GPU, or pass --cpu-all)"
+            return (f"too large for the CPU check: {cost.bytes / 1e9:.2f} GB moved and {cost.flops / 1e9:.3g} GFLOP "
+                    "per call by its cost model, and the check makes a dozen calls and more (run on a GPU, or "
+                    "pass --cpu-all)")
         return ""
-    held = footprint_bytes(runtime, cfg)
-    if held is not None and held > CPU_MAX_BYTES:
+    counted = _counted(runtime, cfg)
+    if counted is None:
+        return ""
+    flops, held = counted
+    if held > CPU_MAX_BYTES:
         return (f"too large for the CPU check: one setup holds {held / 1e9:.2f} GB of inputs, parameters and "
                 "outputs, and the check builds several (run on a GPU, or pass --cpu-all)")
+    if flops > CPU_MAX_FLOPS:
+        return (f"too slow for the CPU check: one call of the reference is {flops / 1e9:.0f} GFLOP (counted), and "
+                "the check makes a dozen and more (run on a GPU, or pass --cpu-all)")
     return ""
 
 
 def check_task(task: Task, seeds: int = 3, device: str | None = None, directions: list[str] | None = None,
                configs: list[str] | None = None, cpu_all: bool = False,
                progress: Callable[[str], None] | None = None) -> list[ConfigCheck]:
-    """Check every (direction, config) of `task`; small configs only on a CPU unless cpu_all. A reference
-    that cannot even be imported is bad input (TaskError naming the file and the cause)."""
+    """Check every (direction, config) of `task`; small configs only on a CPU unless cpu_all (by cost model or
+    counted FLOPs and bytes; a config whose first seed still takes over CPU_SEED_BUDGET_S is checked on that seed
+    alone, with a warning). A reference that cannot even be imported is bad input (TaskError naming the file and
+    the cause)."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out: list[ConfigCheck] = []
     for direction in directions or list(task.directions):
@@ -231,6 +263,8 @@ def check_task(task: Task, seeds: int = 3, device: str | None = None, directions
             ref = task.spec(direction).reference_path
             raise TaskError(f"{ref}: the reference cannot be imported ({type(exc).__name__}: {exc}). "
                             "Install what it needs into kbench's Python, or fix the file.") from None
+        if dev.type == "cpu" and not cpu_all and progress:
+            progress(f"{task.name} {direction}: sizing its configs for the CPU (FLOPs and bytes on the meta device)")
         for cfg in task.configs:
             if configs and cfg.name not in configs:
                 continue
@@ -241,7 +275,8 @@ def check_task(task: Task, seeds: int = 3, device: str | None = None, directions
             if progress:
                 progress(f"{task.name} {direction} {cfg.name} on {dev}")
             try:
-                out.append(check_config(runtime, cfg, dev, seeds))
+                budget = CPU_SEED_BUDGET_S if dev.type == "cpu" and not cpu_all else None
+                out.append(check_config(runtime, cfg, dev, seeds, seed_budget_s=budget))
             except Exception as exc:  # noqa: BLE001 - a broken reference is reported, not raised
                 out.append(ConfigCheck(direction, cfg.name, str(dev), 0,
                                        error=f"the reference raised {type(exc).__name__}: {str(exc)[:300]}"))

@@ -10,6 +10,10 @@ Baselines the judge measured before are handed back to it: the session's (engine
 `reuse_baselines`) and those an earlier evaluation kept on disk (engine/pipeline/baseline_cache.py,
 `baseline_cache`); the judge re-times eager before it reuses either. The profile stage runs last (`profile`), or
 apart through `profile_after` once a caller has shown the verdict (`kbench eval --profile`).
+
+Where no CUDA GPU can be visible (engine.harness.device_info.no_gpu_visible: CUDA_VISIBLE_DEVICES, /dev, NVML;
+no CUDA in this process) no judge is started: the candidate is compiled, and correctness and timing are skipped
+with the judge's own no-GPU reason, so a CPU machine gets its compile verdict without seconds of judge start-up.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Callable
 from engine import jsonable
 from engine.candidates import Candidate
 from engine.harness import build as builds  # a module, not its function: tests substitute build_candidate
+from engine.harness.build_wait import cached, expected_wait
+from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain import detect as detect_toolchain
 from engine.integrity.static import gate_static
 from engine.pipeline import profiling, verdicts
@@ -90,8 +96,11 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             return report
     say(f"compiling {candidate.format} candidate {candidate.source_hash}")
     toolchain = detect_toolchain()
+    if (wait := expected_wait(candidate, opts.cache_root, toolchain)) is not None:
+        say(wait)
     build = builds.build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
-    report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit}
+    report.build = {"seconds": round(build.seconds, 2), "cache_hit": build.cache_hit,
+                    **({"steps": dict(build.steps)} if getattr(build, "steps", None) else {})}   # pch, nvcc, import...
     report.phases["build"] = round(build.seconds, 3)
     report.phases["build.cache_hit"] = 1.0 if build.cache_hit else 0.0
     if not build.ok:
@@ -101,6 +110,17 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         return report
     report.verdicts.append(Verdict(Stage.COMPILE, Status.PASS, "cache hit" if build.cache_hit else "compiled",
                                    dict(report.build)))
+    if (why := no_gpu_visible(opts.gpu)) is not None:
+        # a judge would take seconds to start only to find no GPU: the compile verdict is what this machine gives
+        say(f"no CUDA GPU is visible ({why}): compiled only, no judge started")
+        report.unmeasured = NO_GPU
+        for stage in (Stage.CORRECTNESS, Stage.TIMING):
+            report.verdicts.append(Verdict(stage, Status.SKIPPED, verdicts.NO_GPU_REASON, {"no_gpu": why}))
+        report.seconds = time.monotonic() - t0
+        return report
+    if not cached(timer := timers.timer_candidate(), opts.cache_root, toolchain):
+        wait = expected_wait(timer, opts.cache_root, toolchain)
+        say("building kbench's timing helper once" + (f": {wait}" if wait else ", about 15 s"))
     helper = timers.build_timer(opts.cache_root, toolchain)
     request = JudgeRequest(
         task=task.to_json(), direction=direction,

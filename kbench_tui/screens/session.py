@@ -84,6 +84,7 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         keep = self.current_candidate()
         self.data = data
         table = self.query_one(LineageTable)
+        table.long_waits = self.app.long_waits(self.session)
         table.load(data, keep)
         self.query_one(FitnessPlot).set_stats(data.stats)
         self.update_selection()
@@ -171,6 +172,8 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         q = self.app.backend.queued
         if q:
             t.append(f"  re-evaluations queued/running: {q}", style="cyan")
+        for cid, what in list(self.app.long_waits(self.session).items())[:1]:   # why a build takes long
+            t.append(f"  · {short(cid, self.session)} {what}", style="cyan")
         if self.last_event:
             t.append(f"  · {self.last_event}", style="dim")
         self.query_one("#progress", Line).set(t)
@@ -192,7 +195,10 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
             self._log_seen = n
             self.query_one(LogView).add(session_line(e.line(), self.session), e.t)
         self.last_event = status_phrase(e.line(), self.session)
-        if e.kind in RELOAD_ON:
+        table = self.query_one(LineageTable)
+        waited = e.kind == "StageFinished" and e.candidate in table.long_waits
+        table.set_long_waits(self.app.long_waits(self.session))
+        if e.kind in RELOAD_ON or waited:      # a long compile ended: its row shows the verdict, not "compiling"
             self.reload()
         self.update_progress()
 

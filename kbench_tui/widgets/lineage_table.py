@@ -33,10 +33,10 @@ def short(cid: str, session: str) -> str:
 CUT_LEFT_OPERATORS = frozenset({"tune"})
 
 
-def cells_of(view, session: str, first_of_gen: bool) -> tuple:
+def cells_of(view, session: str, first_of_gen: bool, long_wait: str | None = None) -> tuple:
     """The row's (text, style) cells, then whether its title is cut from the left."""
     r = view.record
-    st = status_text(view)
+    st = status_text(view, long_wait)
     kind = st.split(" ")[0].rstrip("*")
     sp = view.status.speedup
     return ((f"g{r.generation}" if first_of_gen else "", Style(bold=True)), (short(r.id, session), None),
@@ -92,6 +92,7 @@ class LineageTable(ScrollView, can_focus=True):
         self.views: list = []
         self._first: set[int] = set()
         self._cache: dict[int, tuple] = {}
+        self.long_waits: dict[str, str] = {}   # candidate id -> what its build waits on (LongWait events)
         self.widths = [w for _, w in COLUMNS]
 
     @property
@@ -109,11 +110,20 @@ class LineageTable(ScrollView, can_focus=True):
         self.widths[1] = max([9] + [len(short(v.record.id, data.name)) for v in sample])
         self.widths[3] = min(18, max([7] + [len(" ".join(short(p, data.name) for p in v.record.parents))
                                             for v in sample]))
-        self.widths[4] = min(22, max([6] + [len(status_text(v)) for v in sample]))
+        self.widths[4] = min(22, max([6] + [len(status_text(v, self.long_waits.get(v.record.id))) for v in sample]))
         self.virtual_size = Size(1, len(self.views) + 1)   # the title column takes what is left: no x-scroll
         row = data.index.get(keep, self.cursor_row) if keep else self.cursor_row
         self.move_cursor(row=min(max(0, row), max(0, len(self.views) - 1)))
         self.refresh()
+
+    def set_long_waits(self, waits: dict[str, str]) -> None:
+        """The candidates whose builds said they wait long (their rows read "compiling")."""
+        if waits != self.long_waits:
+            self.long_waits = dict(waits)
+            self.widths[4] = max(self.widths[4], *(len(status_text(v, waits.get(v.record.id))) for v in self.views
+                                                   if v.record.id in waits), 6)
+            self._cache.clear()
+            self.refresh()
 
     def move_cursor(self, row: int, animate: bool = False) -> None:
         if not self.views:
@@ -149,7 +159,9 @@ class LineageTable(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         cells = self._cache.get(i)
         if cells is None:
-            cells = self._cache[i] = cells_of(self.views[i], self.session, i in self._first)
+            view = self.views[i]
+            cells = self._cache[i] = cells_of(view, self.session, i in self._first,
+                                              self.long_waits.get(view.record.id))
             if len(self._cache) > 4000:
                 self._cache.clear()
         base = self.get_component_rich_style("lineage--cursor") if i == self.cursor_row else self.rich_style

@@ -52,6 +52,7 @@ def judged(monkeypatch, tmp_path):
     monkeypatch.setattr("engine.harness.build.build_candidate", lambda *a, **k: build)
     monkeypatch.setattr("engine.pipeline.timer.build_timer",
                         lambda *a, **k: SimpleNamespace(so_path=tmp_path / "t.so", module_name="t"))
+    monkeypatch.setattr(ev, "no_gpu_visible", lambda gpu=None: None)     # the stand-in judge is the GPU
     calls: list[dict] = []
 
     def run(*results):

@@ -28,13 +28,14 @@ def judge_answer(request: dict[str, Any]) -> dict[str, Any]:
 def fake_judge(monkeypatch, tmp_path) -> list[dict[str, Any]]:
     """Replace the build, the timer and the judge of engine.pipeline.evaluate; returns the list that collects
     each judge request (as JSON) evaluate() makes from then on. The roofline step (which would measure the
-    GPU's peaks) is left out."""
+    GPU's peaks) is left out; a GPU counts as visible, so that evaluate() asks the judge."""
     build = SimpleNamespace(ok=True, seconds=0.0, cache_hit=True, module_name="kb_x", so_path=tmp_path / "x.so",
                             error="", log="")
     monkeypatch.setattr("engine.harness.build.build_candidate", lambda *a, **k: build)
     monkeypatch.setattr("engine.pipeline.timer.build_timer",
                         lambda *a, **k: SimpleNamespace(so_path=tmp_path / "t.so", module_name="t"))
     monkeypatch.setattr("engine.pipeline.verdicts.roofline", lambda *a, **k: None)
+    monkeypatch.setattr(ev, "no_gpu_visible", lambda gpu=None: None)     # the stand-in judge is the GPU
     requests: list[dict[str, Any]] = []
 
     def judge(request, opts):
