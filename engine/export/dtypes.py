@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 from engine.export.schema import CppEntry
@@ -129,31 +130,9 @@ def _calls(code: str, name: str) -> list[list[str]]:
     return calls
 
 
-def _close(code: str, open_at: int, opening: str, closing: str) -> int | None:
-    """The index of the bracket that closes the one at `open_at` (string and char literals skipped)."""
-    depth, i, quote = 0, open_at, None
-    while i < len(code):
-        c = code[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == quote:
-                quote = None
-        elif c in "\"'":
-            quote = c
-        elif c == opening:
-            depth += 1
-        elif c == closing:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
-
-
-def _split(text: str, sep: str) -> list[str]:
-    """`text` split at `sep` outside brackets and string literals; parts stripped, empty ones dropped."""
-    parts, depth, quote, start, i = [], 0, None, 0, 0
+def _outside_literals(text: str, start: int = 0) -> Iterator[int]:
+    """The indices of `text`'s characters from `start` on that lie outside string and character literals."""
+    i, quote = start, None
     while i < len(text):
         c = text[i]
         if quote:
@@ -163,16 +142,38 @@ def _split(text: str, sep: str) -> list[str]:
                 quote = None
         elif c in "\"'":
             quote = c
-        elif c in "([{":
+        else:
+            yield i
+        i += 1
+
+
+def _close(code: str, open_at: int, opening: str, closing: str) -> int | None:
+    """The index of the bracket that closes the one at `open_at` (string and char literals skipped)."""
+    depth = 0
+    for i in _outside_literals(code, open_at):
+        if code[i] == opening:
+            depth += 1
+        elif code[i] == closing:
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` outside brackets and string literals; parts stripped, empty ones dropped."""
+    parts, depth, start = [], 0, 0
+    for i in _outside_literals(text):
+        c = text[i]
+        if i < start:
+            continue   # inside the separator just taken
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
         elif depth == 0 and text.startswith(sep, i):
             parts.append(text[start:i])
-            i += len(sep)
-            start = i
-            continue
-        i += 1
+            start = i + len(sep)
     parts.append(text[start:])
     return [p.strip() for p in parts if p.strip()]
 

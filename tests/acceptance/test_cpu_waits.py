@@ -19,24 +19,14 @@ from tests.paths import REPO
 KB = REPO / "tests" / "fixtures" / "kernelbench"
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
 
-# A ModelNew with no extension to build: its compile stage is its import, so no compiler runs here
-TORCH_MODELNEW = '''import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, scale: float):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x * torch.sigmoid(x)
-'''
+# A ModelNew with no extension to build (the exploit catalog's control): its compile stage is its import, so
+# no compiler runs here
+TORCH_MODELNEW = REPO / "tests" / "fixtures" / "exploits" / "honest.py"
 
 
 def test_eval_without_a_gpu_says_so_in_one_line_and_starts_no_judge(user):
     cand = user.cwd / "swish_new.py"
-    cand.write_text(TORCH_MODELNEW)
+    cand.write_text(TORCH_MODELNEW.read_text())
     args = ("eval", str(KB / "scaled_swish.py"), str(cand), "--override-static")
     t0 = time.monotonic()
     out = user.run(*args, env=NO_GPU, timeout=120)
