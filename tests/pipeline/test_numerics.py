@@ -81,8 +81,9 @@ def test_the_jailed_runner_imports_the_candidate_under_the_settings_the_judge_se
 
 @pytest.mark.skipif(not KBENCH.exists(), reason="the kbench console script is not installed beside this Python")
 def test_kbench_eval_reports_the_settings_it_judged_under(tmp_path):
-    """The installed `kbench` (here without a GPU: unmeasured, exit code 3) names the settings in its JSON report;
-    with a GPU the correctness verdict's data carries them too (test_gpu_numerics)."""
+    """The installed `kbench` names the settings a judge computed under in its JSON report; with a GPU the
+    correctness verdict's data carries them too (test_gpu_numerics). Here no GPU can be visible, so no judge starts
+    (exit code 3, unmeasured) and the report claims no settings: nothing was judged under any."""
     problem = FIXTURES / "kernelbench" / "scaled_swish.py"
     cand = FIXTURES / "exploits" / "honest.py"
     (tmp_path / "home").mkdir()
@@ -90,4 +91,7 @@ def test_kbench_eval_reports_the_settings_it_judged_under(tmp_path):
                "--no-timing", "--override-static"], env={"HOME": str(tmp_path / "home")}, timeout=600)
     assert out.returncode in (0, 1, 3), out.stderr[-3000:]
     report = json.loads(out.stdout)
-    assert report["numerics"] == JUDGE.to_json(), report
+    if out.returncode == 3:   # compiled, not checked: no judge ran
+        assert report["numerics"] == {} and not report["passed"], report
+    else:
+        assert report["numerics"] == JUDGE.to_json(), report
