@@ -34,10 +34,7 @@ def moved(value: Any, device: str, memo: dict[int, Any]) -> Any:
         if value.device.type == torch.device(device).type:
             return value
         if id(value) not in memo:
-            copy = value.detach().to(device, copy=True)
-            if device == "cpu" and torch.cuda.is_available():
-                with contextlib.suppress(RuntimeError):   # the driver refused: pageable memory, slower copies
-                    copy = copy.pin_memory()
+            copy = _to_host(value) if device == "cpu" else value.detach().to(device, copy=True)
             memo[id(value)] = copy.requires_grad_(True) if value.requires_grad else copy
         return memo[id(value)]
     if isinstance(value, (list, tuple)):
@@ -45,6 +42,22 @@ def moved(value: Any, device: str, memo: dict[int, Any]) -> Any:
     if isinstance(value, dict):
         return {k: moved(v, device, memo) for k, v in value.items()}
     return value
+
+
+def _to_host(value: Any) -> Any:
+    """A GPU tensor's copy in page-locked host memory, in one copy: the block comes from torch's pinned-memory cache
+    (a variant parked or a reference kept for the next call reuses the last one's), and the GPU writes it at full
+    speed. Copying to pageable memory and pinning that afterwards cost two slow copies and a fresh allocation: about
+    1 s per GiB, most of a large problem's check. Where the driver refuses to pin, pageable memory (slower copies)."""
+    import torch
+    if value.device.type == "cuda":
+        try:
+            host = torch.empty_like(value, device="cpu", pin_memory=True)
+        except RuntimeError:
+            host = None
+        if host is not None:
+            return host.copy_(value.detach())
+    return value.detach().to("cpu", copy=True)
 
 
 def park(runtime: TaskRuntime, variant: Variant) -> Variant:

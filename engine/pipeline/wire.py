@@ -147,14 +147,14 @@ class Channel:
     def __init__(self, sock: socket.socket):
         self.sock = sock
 
-    def send(self, header: dict[str, Any], tensors: Any = (), placed: list[int] | None = None) -> None:
-        """`placed`: the tensors are already in the arena's slot at these offsets (Arena.place); only their
-        metas travel here."""
+    def send(self, header: dict[str, Any], tensors: Any = (), placed: list[int | None] | None = None) -> None:
+        """`placed`: where the tensors already are in the arena's slot (Arena.place; None for one that is not):
+        only their metas travel here."""
         import torch
         blobs = []
         metas = []
         for j, t in enumerate(tensors):
-            if placed is not None:
+            if placed is not None and placed[j] is not None:
                 metas.append({**tensor_meta(t), "arena_offset": placed[j]})
                 continue
             c = t.detach().contiguous().cpu()

@@ -51,6 +51,28 @@ def test_place_puts_each_tensor_at_an_aligned_offset_and_refuses_what_does_not_f
     assert arena.place([too_big]) is None
 
 
+def test_a_config_larger_than_the_slot_sends_what_fits_through_it_and_the_rest_through_the_socket(arena):
+    """A config over the slot's size (KernelBench level 1's 4 GiB inputs, two variants) still moves most of its
+    bytes through the arena: each tensor that fits, in order; the others travel on the socket, framed as before."""
+    big = torch.zeros(arena.capacity // 4, dtype=torch.float32)    # the whole slot: not beside another
+    small, other = torch.arange(5, dtype=torch.int64), torch.full((30,), 2.0)
+    offsets = arena.place([small, big, other])
+    assert offsets is not None and offsets[0] == 0 and offsets[1] is None and offsets[2] == 64
+    left, right = socket.socketpair()
+    try:
+        wire.Channel(left).send({"type": "config"}, [small, torch.ones(3), other], offsets)
+        header, blobs = wire.Channel(right).recv(timeout=5)
+        assert ["arena_offset" in m for m in header["tensors"]] == [True, False, True]
+        assert blobs[0] == bytearray() and bytes(blobs[1]) == torch.ones(3).numpy().tobytes() and blobs[2] == b""
+    finally:
+        left.close()
+        right.close()
+    view = _runner_view(arena)
+    got = torch.frombuffer(view, dtype=torch.float32, offset=DATA_OFFSET + 64, count=30).clone()
+    view.close()
+    assert torch.equal(got, other)
+
+
 def test_take_copies_the_slot_then_releases_it_to_the_helper(arena):
     view = _runner_view(arena)
     payload = os.urandom(1000)

@@ -42,3 +42,20 @@ def test_the_judge_and_the_runner_of_a_1_gib_softmax_hold_a_small_multiple_of_it
               f"({judge:.2f}x, reserved {m['judge_reserved'] >> 20} MiB) | runner {(m['runner_allocated'] or 0) >> 20} "
               f"MiB ({runner:.2f}x)")
         assert judge <= JUDGE_MULTIPLE and runner <= RUNNER_MULTIPLE, (name, m)
+
+
+def test_a_parked_tensor_is_one_page_locked_copy_with_its_layout():
+    """engine/pipeline/parking.py: a GPU tensor parked in host memory lands page-locked (a copy back runs at full
+    speed) with its values, shape, strides and grad flag; one tensor reached twice is parked once."""
+    import torch
+    from engine.pipeline.parking import moved
+    x = torch.randn(64, 96, device="cuda").t()           # a transposed view: strides (1, 96)
+    w = torch.randn(8, device="cuda", requires_grad=True)
+    memo: dict = {}
+    parked = moved({"x": x, "again": [x], "w": w}, "cpu", memo)
+    host = parked["x"]
+    assert host.device.type == "cpu" and host.is_pinned() and parked["again"][0] is host
+    assert host.shape == x.shape and host.stride() == x.stride() and torch.equal(host, x.cpu())
+    assert parked["w"].requires_grad and parked["w"].is_pinned()
+    back = moved(host, "cuda", {})
+    assert back.is_cuda and torch.equal(back, x)
