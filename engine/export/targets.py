@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from engine.export.errors import ExportError
-from engine.harness import cuda_home
+from engine import cuda_home
 from engine.harness.toolchain import DEFAULT_ARCHS, ToolchainError, parse_arch_list
 
 # The CUTLASS/CuTe headers' package kbench builds with (pyproject.toml pins the same release).

@@ -213,7 +213,7 @@ def _build_kernelbench(candidate: Candidate, cache_root: Path, tc: Toolchain, sr
         request = CompileRequest(py_path=str(box / "src" / main), module_name=f"kb_modelnew_{candidate.source_hash}",
                                  pch_header=str(header or ""), pch_flags=tuple(tc.host_flags(None)) if header else ())
         # CXX: torch builds main.cpp with the toolchain's g++, the one the precompiled header was built by;
-        # CUDA_HOME: the toolkit kbench found (engine.harness.cuda_home), not torch's guess from the nvcc on PATH
+        # CUDA_HOME: the toolkit kbench found (engine.cuda_home), not torch's guess from the nvcc on PATH
         env = {"TORCH_EXTENSIONS_DIR": str(built), "TORCH_CUDA_ARCH_LIST": ";".join(tc.archs),
                "CUDA_VISIBLE_DEVICES": "", "HOME": str(built), "TMPDIR": str(built), "CXX": tc.cxx,
                "CUDA_HOME": tc.cuda_home}

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from engine.harness import nvml
-from engine.harness.cuda_home import find_cuda_home
+from engine.cuda_home import find_cuda_home
 from engine.harness.vendor_libs import HEADERS as VENDOR_HEADERS
 from engine.harness.vendor_libs import cutlass_include as cutlass_headers
 from engine.harness.vendor_libs import wheel_dirs
@@ -257,7 +257,7 @@ def _pybind_abi_defines() -> list[str]:
 
 def detect(cuda_home: str | None = None, cxx: str | None = None, archs: str | None = None) -> Toolchain:
     """Describe this machine's toolchain. Arguments override CUDA_HOME, CXX and TORCH_CUDA_ARCH_LIST; without
-    them the toolkit is engine.harness.cuda_home.find_cuda_home's (CUDA_HOME, CUDA_PATH, nvcc on PATH,
+    them the toolkit is engine.cuda_home.find_cuda_home's (CUDA_HOME, CUDA_PATH, nvcc on PATH,
     /usr/local/cuda), as in the packages kbench exports."""
     import torch
     # Importing cpp_extension on a machine without a GPU logs "No CUDA runtime is found" to stderr: kbench says

@@ -7,6 +7,7 @@ cannot write), and the network.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -16,6 +17,7 @@ import sysconfig
 from dataclasses import replace
 from pathlib import Path
 
+from engine.cuda_home import find_cuda_home
 from engine.jail import JailSpec, limits, privileges
 
 # System directories holding programs and libraries (no user data by convention). Not /etc: it holds root-only
@@ -64,7 +66,15 @@ def engine_dir() -> str:
 
 
 def cuda_home() -> str:
-    return os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    """The toolkit the builds use (engine/cuda_home.py), so the jail grants the folder nvcc runs from: an nvcc on
+    PATH that belongs to /opt/cuda-13.0 is not under /usr/local/cuda. Asked once per environment (the rule may run
+    `nvcc --dryrun`)."""
+    return _toolkit(os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), os.environ.get("PATH"))
+
+
+@functools.lru_cache(maxsize=8)
+def _toolkit(*_env_that_decides: str | None) -> str:
+    return find_cuda_home()[0] or "/usr/local/cuda"
 
 
 def install_prefix(program: str | None) -> str:

@@ -17,7 +17,7 @@ from engine.export.dtypes import dtype_checks
 from engine.export.errors import ExportError
 from engine.export.schema import find_entry
 from engine.export.targets import export_archs, torch_version
-from engine.harness.cuda_home import find_cuda_home
+from engine.cuda_home import find_cuda_home
 from tests.paths import REPO
 
 TASKS = REPO / "tasks"

@@ -352,3 +352,20 @@ def test_a_jail_that_must_be_whole_runs_nothing_where_a_layer_fails(tmp_path):
     lax = dataclasses.replace(inner, refuse_incomplete=False)
     res = subprocess.run(jailed(jailed(prog, lax), outer), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and marker.read_text() == "ran", res.stderr
+
+
+def test_the_jail_grants_the_toolkit_the_builds_use_where_nvcc_on_path_is_a_wrapper(tmp_path, monkeypatch):
+    """No CUDA_HOME, an nvcc on PATH that execs a toolkit elsewhere: the builds compile with that toolkit
+    (engine/cuda_home.py), so the compiler jail must let them read it, not /usr/local/cuda."""
+    from engine.jail import profiles
+    from tests.export.test_export_targets import _toolkit
+    real = _toolkit(tmp_path / "opt" / "cuda-13.0")
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    (wrappers / "nvcc").write_text(f'#!/bin/sh\nexec {real}/bin/nvcc "$@"\n')
+    (wrappers / "nvcc").chmod(0o755)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.defpath}")
+    assert profiles.cuda_home() == str(real)
+    assert os.path.realpath(real) in profiles._code_paths()
