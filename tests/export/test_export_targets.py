@@ -54,7 +54,7 @@ def test_the_package_finds_cuda_with_kbenchs_own_function(tmp_path):
     setup = files["setup.py"]
     module = ast.parse(setup)
     find = next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "find_cuda_home")
-    source = (REPO / "engine" / "harness" / "cuda_home.py").read_text()
+    source = (REPO / "engine" / "cuda_home.py").read_text()
     assert ast.get_source_segment(setup, find) in source
     # CUDA_HOME is set before torch.utils.cpp_extension is imported (torch reads it once, at import)
     assert setup.index('os.environ["CUDA_HOME"] = CUDA_HOME') < setup.index("from torch.utils import cpp_extension")
