@@ -41,12 +41,15 @@ PAGE = 4096
 DATA_OFFSET = PAGE                 # the slot starts after the control page
 CONTROL = struct.Struct("<Q")      # u64 `released`: slot payloads the judge has taken
 # the memfd: its slot holds the largest output or config arguments that go through it (larger ones take the
-# pipe or the socket); sparse, so only what is used takes memory
-DEFAULT_BYTES = (4 << 30) + DATA_OFFSET
+# pipe or the socket); sparse, so only what is used takes memory. 8 GiB: KernelBench level 1's elementwise
+# problems have 6.4 GiB inputs and outputs, which otherwise cross the socket and the record pipe (minutes).
+DEFAULT_BYTES = (8 << 30) + DATA_OFFSET
 REGISTER_STEP = 256 << 20          # page-lock in steps, as far as payloads reach
-# A spare judge page-locks its whole slot before its request (both sides map the same pages), so no config's
-# arguments or outputs wait for a registration. Locked memory cannot be swapped, and a spare and the evaluation
-# it follows each hold a slot per GPU: hence a slot of at most a sixteenth of the memory (arena_bytes).
+# A spare judge page-locks the first PIN_UP_FRONT of its slot before its request (both sides map the same pages),
+# so no ordinary config's arguments or outputs wait for a registration; a larger payload extends it once. Locked
+# memory cannot be swapped, and a spare and the evaluation it follows each hold a slot per GPU: hence a slot of
+# at most a sixteenth of the memory (arena_bytes).
+PIN_UP_FRONT = 4 << 30
 
 
 def arena_bytes() -> int:

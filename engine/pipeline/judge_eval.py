@@ -18,6 +18,7 @@ from engine import procs
 from engine.harness import numerics
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
+from engine.pipeline.arena import PIN_UP_FRONT
 from engine.pipeline import analysis, wire
 from engine.pipeline.analysis import tolerance
 from engine.pipeline import messages as msg
@@ -105,7 +106,7 @@ class Judge(TimingPhase):
             if arena is not None:
                 arena.pinner = self.local.mod
                 if pin_arena:
-                    arena.slot(arena.capacity)
+                    arena.slot(min(arena.capacity, PIN_UP_FRONT))
         self.not_up = self.runner.up(self.deadline)
 
     def note_forgery(self) -> None:

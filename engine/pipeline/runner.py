@@ -29,7 +29,8 @@ from typing import Any, Callable
 from engine import jail
 from engine.jail import privileges
 import engine.pipeline.messages as msg
-from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET, REGISTER_STEP as ARENA_REGISTER_STEP
+from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET, PIN_UP_FRONT as ARENA_PIN_UP_FRONT, \
+    REGISTER_STEP as ARENA_REGISTER_STEP
 from engine.pipeline.wire import Channel, ChannelClosed, decode_args, device_tensor, restride, tensor_from_bytes
 
 
@@ -82,8 +83,8 @@ class Runner:
         self.timer = load_extension(Path(setup.timer_so), setup.timer_module)
         slot = os.fstat(self.arena_fd).st_size - ARENA_DATA_OFFSET if self.arena_fd >= 0 else 0
         self.timer.init(self.key_fd, self.record_fd, self.arena_fd, ARENA_DATA_OFFSET, ARENA_REGISTER_STEP)
-        if setup.pin_arena and slot > 0:   # page-lock the slot now, not during the first config
-            self.timer.arena_view(slot)
+        if setup.pin_arena and slot > 0:   # page-lock the slot now (as far as most payloads reach), not in a config
+            self.timer.arena_view(min(slot, ARENA_PIN_UP_FRONT))
         self.send(msg.Ready(device={"gpu": torch.cuda.get_device_name()}, pid=os.getpid()))
 
     # -- messages -----------------------------------------------------------------------------------------
