@@ -304,6 +304,15 @@ def start_ticks(pid: int) -> int | None:
     return st[1] if st else None
 
 
+def process_age() -> float:
+    """Seconds since this process started, by the kernel's count (its start in clock ticks since boot, 10 ms
+    steps), interpreter start-up included; 0.0 where /proc cannot say."""
+    ticks = start_ticks(os.getpid())
+    if ticks is None:
+        return 0.0
+    return max(time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+
+
 def become_subreaper() -> None:
     """Orphans of our descendants are re-parented to us instead of init, so we can find and kill them."""
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
