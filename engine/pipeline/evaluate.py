@@ -66,12 +66,17 @@ def _load() -> str:
     return f"load {load:.1f} on {cpus} CPUs: other work shares this host" if load > cpus / 2 else ""
 
 
-def _run_judge(request: JudgeRequest, opts: EvalOptions, early: EarlyJudge | None = None) -> JudgeOutcome:
-    if early is not None and (spare := early.take(request.timer)) is not None:
-        outcome = JudgeOutcome.of(spare.run(request.to_json(), opts.timeout_s + JUDGE_GRACE_S))
-        if not (outcome.crashed and not outcome.result.correctness):
-            return outcome
-        # it died before judging any config: a judge started cold decides (as the warm pool does)
+def _run_early(request: JudgeRequest, opts: EvalOptions, early: EarlyJudge | None) -> JudgeOutcome | None:
+    """The request judged by the judge started as the command began; None where it cannot serve, or died before
+    it judged any config (a judge started cold then decides, as with the warm pool's spares)."""
+    spare = early.take(request.timer) if early is not None else None
+    if spare is None:
+        return None
+    outcome = JudgeOutcome.of(spare.run(request.to_json(), opts.timeout_s + JUDGE_GRACE_S))
+    return None if outcome.crashed and not outcome.result.correctness else outcome
+
+
+def _run_judge(request: JudgeRequest, opts: EvalOptions) -> JudgeOutcome:
     if opts.warm:
         return POOL.run(request.to_json(), request.timer, opts.gpu, opts.timeout_s + JUDGE_GRACE_S)
     return JudgeOutcome.of(run_child("engine.pipeline.judge", request.to_json(),
@@ -150,7 +155,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         request = replace(request, cached_baselines=disk.read())
         report.phases["baselines.cache_read"] = round(time.monotonic() - t, 3)
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
-    outcome = _run_judge(request, opts, early)
+    outcome = _run_early(request, opts, early) or _run_judge(request, opts)
     if early is not None:
         early.judged(outcome.result.seconds)
         report.phases.update(early.phases)
