@@ -51,7 +51,7 @@ def fingerprint() -> dict[str, Any]:
     torch_dir = Path(torch_spec.origin).parent if torch_spec is not None and torch_spec.origin else None
     arch_env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
     return {
-        "python": [sys.executable, sys.version],
+        "python": [os.path.realpath(sys.executable), sys.version],
         "env": {k: os.environ.get(k) for k in _ENV},
         "nvcc": _identity(os.path.join(cuda_home, "bin", "nvcc")) if cuda_home else None,
         "cuda_version": _identity(os.path.join(cuda_home, "version.json")) if cuda_home else None,
