@@ -251,6 +251,15 @@ class StandbyChild:
             self.proc.wait(timeout=20)
         except (OSError, subprocess.TimeoutExpired):
             pass
+        self.stop()
+
+    def stop(self) -> None:
+        """End it now, whatever it is doing (its supervisor kills its tree), and remove its folder."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
         stop_step(self.proc)
         self._tmp.cleanup()
 

@@ -64,12 +64,13 @@ def _print_task_warnings() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # `kbench eval`'s judge starts first, so that its start overlaps everything below (engine/cli/eval_start.py)
-    early = eval_start.begin(argv)
+    early: EarlyJudge | None = None
     interrupted = False
     try:
+        # `kbench eval`'s judge starts first, so that its start overlaps everything below (engine/cli/eval_start.py)
+        early = eval_start.begin(argv)
         return _main(argv, early)
-    except KeyboardInterrupt:      # before the command ran (in the parser's imports)
+    except KeyboardInterrupt:      # before the command ran (starting the judge, the parser's imports)
         interrupted = True
         print("kbench: interrupted", file=sys.stderr)
         return 130

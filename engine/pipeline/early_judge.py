@@ -68,7 +68,7 @@ class EarlyJudge:
         if timer != self.timer or not child.alive() or (state is not None and not state.ok):
             self.why_not = "another timing helper" if timer != self.timer else \
                 (state.why if state is not None and not state.ok else "it ended") or "it did not come up"
-            child.discard()
+            _let_go(child, CLOSE_GRACE_S)
             return None
         self.handed = True
         self.phases["start.judge_requested"] = self.since_start(time.monotonic())
@@ -80,18 +80,23 @@ class EarlyJudge:
             self.phases["start.judge_ready"] = self.since_start(self.spawned_at + float(seconds["standby_up"]))
 
     def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
-        """End a judge that was never handed its request: EOF on its stdin (a warm one exits and cleans up), then
-        its step stopped after `grace_s` at most (0: at once, as after a Ctrl-C)."""
+        """End a judge that was never handed its request (`grace_s` 0 after a Ctrl-C: at once)."""
         child, self.child = self.child, None
-        if child is None:
-            return
+        if child is not None:
+            _let_go(child, grace_s)
+
+
+def _let_go(child: StandbyChild, grace_s: float) -> None:
+    """A judge that is up gets EOF on its stdin and `grace_s` to exit by itself (removing its runner's folder);
+    one still warming up is stopped at once: a typo in a task name is not kept waiting for a judge's start."""
+    if grace_s > 0 and child.state(STANDBY_STATE) is not None:
         try:
             if child.proc.stdin is not None:
                 child.proc.stdin.close()
             child.proc.wait(timeout=grace_s)
         except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass            # still warming up: stopped below all the same
-        child.discard()
+            pass            # stopped below all the same
+    child.stop()
 
 
 def start_early(gpu: int | None, cache_root: Path, origin: float | None = None) -> EarlyJudge:

@@ -136,8 +136,10 @@ def test_ctrl_c_during_the_build_leaves_no_judge_behind(claimed):
     watch = Watch(proc)
     assert watch.until(lambda: bool(watch.standby_judges()), timeout=120), list(watch.seen.values())
     os.killpg(proc.pid, signal.SIGINT)              # what a terminal's Ctrl-C does to the foreground job
+    t0 = time.monotonic()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out[-2000:] + err[-3000:]
+    assert time.monotonic() - t0 < 2.0               # not kept waiting for the judge to finish starting
     assert "kbench: interrupted" in err and "Traceback" not in err, err[-3000:]
     assert not none_left(watch), "still running after kbench exited: " + "; ".join(watch.alive())
 
@@ -147,3 +149,16 @@ def test_no_judge_is_started_where_no_gpu_can_be_visible(claimed):
     assert out.returncode == 3, out.stderr[-3000:]
     phases = json.loads(out.stdout)["phases"]
     assert "start.judge_spawned" not in phases and "judge" not in phases, phases
+
+
+def test_bad_input_is_reported_without_waiting_for_the_judge_and_leaves_none(claimed):
+    proc = start(claimed, "eval", "gelu_bias", str(BASELINE), "--config", "no-such-config")
+    watch = Watch(proc)
+    t0 = time.monotonic()
+    watch.until(lambda: False, timeout=120)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 2 and "kbench: error: --config no-such-config" in err, err[-3000:]
+    assert watch.standby_judges(), list(watch.seen.values())       # one was started as the command began...
+    assert took < 3.0, f"{took:.1f} s"                             # ...and not waited for
+    assert not none_left(watch), "still running after kbench exited: " + "; ".join(watch.alive())

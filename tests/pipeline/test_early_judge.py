@@ -29,6 +29,7 @@ class FakeChild:
 
     def __init__(self, folder: Path, alive: bool = True, state: dict | None = None, answer=None):
         self.tmpdir = folder
+        self.proc = SimpleNamespace(stdin=None, wait=lambda timeout: 0)
         self._alive = alive
         self.discarded = False
         self.requests: list[dict] = []
@@ -43,7 +44,7 @@ class FakeChild:
         path = self.tmpdir / name
         return json.loads(path.read_text()) if path.is_file() else None
 
-    def discard(self) -> None:
+    def stop(self) -> None:
         self.discarded = True
 
     def run(self, request: dict, timeout_s: float) -> ChildOutcome:
@@ -82,12 +83,15 @@ def test_a_judge_that_cannot_serve_is_let_go(tmp_path, how):
     assert early.why_not
 
 
-def test_close_lets_a_judge_that_was_never_asked_go(tmp_path):
-    child = FakeChild(tmp_path)
-    child.proc = SimpleNamespace(stdin=None, wait=lambda timeout: 0)
+@pytest.mark.parametrize("up", [False, True])
+def test_close_lets_a_judge_that_was_never_asked_go(tmp_path, up):
+    waited: list[float] = []
+    child = FakeChild(tmp_path, state={"ok": True} if up else None)
+    child.proc = SimpleNamespace(stdin=None, wait=lambda timeout: waited.append(timeout))
     early = early_with(child)
-    early.close(grace_s=0.0)
+    early.close()
     assert child.discarded and early.take(TIMER) is None
+    assert waited == ([ej.CLOSE_GRACE_S] if up else [])    # EOF and a grace only for a judge that is up
 
 
 def test_none_is_started_without_a_gpu_or_without_the_timing_helper(tmp_path, monkeypatch):
