@@ -251,6 +251,15 @@ class StandbyChild:
             self.proc.wait(timeout=20)
         except (OSError, subprocess.TimeoutExpired):
             pass
+        self.stop()
+
+    def stop(self) -> None:
+        """End it now, whatever it is doing (its supervisor kills its tree), and remove its folder."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
         stop_step(self.proc)
         self._tmp.cleanup()
 
@@ -302,6 +311,15 @@ def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]
 def start_ticks(pid: int) -> int | None:
     st = _stat(pid)
     return st[1] if st else None
+
+
+def process_age() -> float:
+    """Seconds since this process started, by the kernel's count (its start in clock ticks since boot, 10 ms
+    steps), interpreter start-up included; 0.0 where /proc cannot say."""
+    ticks = start_ticks(os.getpid())
+    if ticks is None:
+        return 0.0
+    return max(time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
 
 
 def become_subreaper() -> None:

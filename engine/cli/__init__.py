@@ -13,9 +13,11 @@ import os
 import sys
 import warnings
 
+from engine.cli import eval_start
 from engine.config_env import env_raw
 from engine.errors import KbenchError, TaskWarning, storage_error
 from engine.jail.limits import check_override
+from engine.pipeline.early_judge import CLOSE_GRACE_S, EarlyJudge
 
 # One module per group of commands; each exposes register(subparsers) and sets `func` on its parsers.
 COMMAND_MODULES = (
@@ -62,6 +64,22 @@ def _print_task_warnings() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    early: EarlyJudge | None = None
+    interrupted = False
+    try:
+        # `kbench eval`'s judge starts first, so that its start overlaps everything below (engine/cli/eval_start.py)
+        early = eval_start.begin(argv)
+        return _main(argv, early)
+    except KeyboardInterrupt:      # before the command ran (starting the judge, the parser's imports)
+        interrupted = True
+        print("kbench: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if early is not None:      # a judge never handed its request (bad input, a failed build, a Ctrl-C)
+            early.close(grace_s=0.0 if interrupted or early.interrupted else CLOSE_GRACE_S)
+
+
+def _main(argv: list[str] | None, early: EarlyJudge | None) -> int:
     _print_task_warnings()
     if bad := check_override(env_raw("KBENCH_JAIL_LIMITS")):
         print(f"kbench: warning: {bad}; those limits keep their defaults", file=sys.stderr)
@@ -70,12 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    args.early_judge = early
     try:
         return int(args.func(args) or 0)
     except KbenchError as exc:
         print(f"kbench: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if early is not None:
+            early.interrupted = True
         print("kbench: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:

@@ -11,6 +11,7 @@ import json
 import sys
 
 from engine.cli.common import check_config_names
+from engine.cli.eval_start import add_arguments
 from engine.config import load_config
 from engine.eval_records import record
 from engine.pipeline.baseline_cache import FRESH, USE
@@ -25,35 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Exit code 0 only when the candidate passes (engine.verdict.judge: it compiles, "
                        "passes every config, and no stage fails or is suspicious); 3 when it compiled but "
                        "correctness could not be checked (no GPU); 1 otherwise.")
-    p.add_argument("task", help="built-in task name, task folder, or KernelBench .py")
-    p.add_argument("candidate", help="native folder (kernel.cu + binding.cpp), kernel-only kernel.cu (its binding "
-                                     "generated from the task signature: `kbench glue TASK`), robust-kbench .cu, or "
-                                     "ModelNew .py")
-    p.add_argument("--backward", action="store_true", help="evaluate the backward direction")
-    p.add_argument("--config", action="append", dest="configs", metavar="NAME", help="only this config (repeatable)")
-    p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
-                   help="time only this config (repeatable), or `all` for every config; correctness still runs on "
-                        "every selected config. Default: `bench` and the configs tagged `timed` (every config "
-                        "where the task has neither)")
-    p.add_argument("--trials", type=int, default=2, help="fresh-seed trials per config (default 2)")
-    p.add_argument("--no-timing", action="store_true", help="check correctness only")
-    p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
-    prof = p.add_mutually_exclusive_group()
-    prof.add_argument("--profile", action="store_true",
-                      help="after the verdict is printed, profile a passing candidate (ncu + torch profiler, as "
-                           "`kbench profile`); off by default")
-    prof.add_argument("--no-profile", action="store_true", help="no profile stage (the default; kept for scripts)")
-    p.add_argument("--fresh-baselines", action="store_true",
-                   help="time eager and torch.compile again instead of reusing this GPU's cached figures (they "
-                        "are reused only after a quick re-timing agrees within 10%%); the new figures are kept")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the evaluator is killed")
-    p.add_argument("--gpu", type=int, default=None, help="GPU index to pin the evaluation to")
-    p.add_argument("--override-static", action="store_true",
-                   help="a person's override: go on past a static `fail` (the verdict then says overridden)")
-    p.add_argument("--library-policy", choices=["pure", "engineering"], default=None,
-                   help="vendor libraries and ATen: pure (not allowed) or engineering (allowed, tagged); "
-                        "default: [eval] library_policy, else the task's, else pure")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_arguments(p)
     p.set_defaults(func=cmd_eval)
 
 
@@ -74,7 +47,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                        override_static=args.override_static, library_policy=policy)
     quiet = args.json
     say = None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True))
-    report = evaluate(task, candidate, direction, opts, progress=say)
+    # the judge started as the command began (engine/cli/eval_start.py), if one could be: main() closes it
+    report = evaluate(task, candidate, direction, opts, progress=say, early=getattr(args, "early_judge", None))
     if not args.json:
         print(render(report), flush=True)     # the verdict first: the profile (if asked for) takes a while
     _keep_for_export(report, task, direction, candidate, opts, quiet)

@@ -28,13 +28,14 @@ from engine.candidates import Candidate
 from engine.harness import build as builds  # a module, not its function: tests substitute build_candidate
 from engine.harness.build_wait import cached, expected_wait
 from engine.harness.device_info import no_gpu_visible
-from engine.harness.toolchain import detect as detect_toolchain
+from engine.harness.toolchain_cache import cached_toolchain
 from engine.integrity.static import gate_static
 from engine.pipeline import profiling, verdicts
 from engine.pipeline import timer as timers  # a module: tests substitute build_timer
 from engine.pipeline.baseline_cache import OFF, BaselineCache
 from engine.pipeline.baselines import SESSION, key_for
 from engine.pipeline.candidate_spec import candidate_spec
+from engine.pipeline.early_judge import EarlyJudge
 # Re-exported (callers import them from here): EvalOptions, ConfigRow, EvalReport and default_cache_root live
 # in eval_types, which verdicts and profiling import too; NO_GPU lives in engine.gpu_wait.
 from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport, default_cache_root  # noqa: F401
@@ -65,6 +66,16 @@ def _load() -> str:
     return f"load {load:.1f} on {cpus} CPUs: other work shares this host" if load > cpus / 2 else ""
 
 
+def _run_early(request: JudgeRequest, opts: EvalOptions, early: EarlyJudge | None) -> JudgeOutcome | None:
+    """The request judged by the judge started as the command began; None where it cannot serve, or died before
+    it judged any config (a judge started cold then decides, as with the warm pool's spares)."""
+    spare = early.take(request.timer) if early is not None else None
+    if spare is None:
+        return None
+    outcome = JudgeOutcome.of(spare.run(request.to_json(), opts.timeout_s + JUDGE_GRACE_S))
+    return None if outcome.crashed and not outcome.result.correctness else outcome
+
+
 def _run_judge(request: JudgeRequest, opts: EvalOptions) -> JudgeOutcome:
     if opts.warm:
         return POOL.run(request.to_json(), request.timer, opts.gpu, opts.timeout_s + JUDGE_GRACE_S)
@@ -73,7 +84,9 @@ def _run_judge(request: JudgeRequest, opts: EvalOptions) -> JudgeOutcome:
 
 
 def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOptions | None = None,
-             progress: Progress | None = None) -> EvalReport:
+             progress: Progress | None = None, early: EarlyJudge | None = None) -> EvalReport:
+    """`early`: a judge `kbench eval` started as it began (engine/pipeline/early_judge.py), handed the request
+    once it is ready; the caller closes it (it is let go here only where it cannot serve)."""
     opts = options or EvalOptions()
     say = progress or (lambda msg: None)
     t0 = time.monotonic()
@@ -95,7 +108,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             report.seconds = time.monotonic() - t0
             return report
     say(f"compiling {candidate.format} candidate {candidate.source_hash}")
-    toolchain = detect_toolchain()
+    toolchain = cached_toolchain(opts.cache_root)   # no torch import here: an earlier run's detection
     if (wait := expected_wait(candidate, opts.cache_root, toolchain)) is not None:
         say(wait)
     build = builds.build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
@@ -103,6 +116,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
                     **({"steps": dict(build.steps)} if getattr(build, "steps", None) else {})}   # pch, nvcc, import...
     report.phases["build"] = round(build.seconds, 3)
     report.phases["build.cache_hit"] = 1.0 if build.cache_hit else 0.0
+    if early is not None:
+        report.phases.update(early.phases, **{"start.build_done": early.since_start(time.monotonic())})
     if not build.ok:
         report.verdicts.append(Verdict(Stage.COMPILE, Status.FAIL, build.error or "compilation failed",
                                        {"log": build.log[-8000:]}))
@@ -140,7 +155,11 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         request = replace(request, cached_baselines=disk.read())
         report.phases["baselines.cache_read"] = round(time.monotonic() - t, 3)
     say("checking correctness" + (" and timing" if opts.timing else "") + " (judge + jailed runner)")
-    outcome = _run_judge(request, opts)
+    outcome = _run_early(request, opts, early) or _run_judge(request, opts)
+    if early is not None:
+        early.judged(outcome.result.seconds)
+        report.phases.update(early.phases)
+        report.phases["judge.early"] = 1.0 if early.handed else 0.0
     if outcome.result.unmeasured:
         # the judge's or the runner's GPU memory ran out while other processes held more of it (judge_memory):
         # once more after a pause, then the candidate stays unmeasured rather than failed

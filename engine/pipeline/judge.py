@@ -34,16 +34,14 @@ from pathlib import Path
 
 from engine import jsonable
 from engine.jail.privileges import die_with_parent, exit_without_teardown
+from engine.procs import process_age
 from engine.pipeline.contention import contention_sensitive, others_busy_since
 from engine.pipeline.judge_eval import Judge
 from engine.pipeline.judge_memory import judge_memory_outcome, judge_out_of_memory, memory_blame, out_of_memory
 from engine.pipeline.judge_runner import OutputsTooLarge
 from engine.pipeline.runner_process import RunnerGone
-from engine.pipeline.judge_result import JudgeResult, Progress, StandbyState
+from engine.pipeline.judge_result import STANDBY_STATE, JudgeResult, Progress, StandbyState  # noqa: F401 - re-exported
 from engine.pipeline.types import NO_GPU, CorrectnessResult, JudgeRequest, TimerSpec
-
-STANDBY_STATE = "standby.json"   # written by a standby judge in its folder once warm (a StandbyState)
-
 
 class ResultFile:
     """The request's result file, rewritten whole (atomically) at every step: a judge killed at its deadline
@@ -135,12 +133,15 @@ def _standby(timer: TimerSpec) -> Started | None:
     not_up = judge.not_up if judge.not_up != NO_GPU else None
     why = f"{type(warm_error).__name__}: {warm_error}" if warm_error else not_up
     Path(STANDBY_STATE).write_text(json.dumps(jsonable.dump(StandbyState(why is None, why))))
+    up, ready = process_age(), time.monotonic()
     line = sys.stdin.readline().strip()   # the request, when one comes; EOF: we were not needed
     if not line:
         judge.close()
         return None
     req = JudgeRequest.from_json(json.loads(Path(line).read_text()))
     out = ResultFile(Path(req.result_path))
+    # how long it took to come up (from its own start) and then waited for the request: did the caller wait on it?
+    out.data.seconds.update(standby_up=round(up, 3), standby_idle=round(time.monotonic() - ready, 3))
     out.progress("start")
     judge.attach(req, out)
     out.data.warm = True

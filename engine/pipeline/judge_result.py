@@ -183,6 +183,9 @@ class JudgeResult:
         return self.finished and not self.error and not self.failed_already()
 
 
+STANDBY_STATE = "standby.json"   # written by a standby judge in its folder once warm (a StandbyState)
+
+
 @dataclass(frozen=True)
 class StandbyState:
     """What a spare judge writes to its folder once warm (judge.py --standby): whether it came up, and if not,

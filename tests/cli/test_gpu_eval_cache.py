@@ -51,3 +51,25 @@ def test_a_second_eval_takes_the_cached_baselines_and_is_faster(tmp_path):
     assert not any(v["stage"] == "profile" for v in cached["verdicts"])     # no profile unless asked for
     assert cached["phases"]["judge.baselines"] < fresh["phases"]["judge.baselines"]
     assert after < before, (before, after)
+    for phases in (fresh["phases"], cached["phases"]):   # the helper is built: the judge started as kbench began
+        assert phases["judge.early"] == 1.0 and phases["judge.warm"] == 1.0, phases
+        assert phases["start.judge_spawned"] < phases["start.build_done"] <= phases["start.judge_requested"], phases
+
+
+def test_eval_of_a_built_llama_rmsnorm_candidate_takes_at_most_ten_seconds(tmp_path):
+    """The issue's goal, with kbench's defaults: the judge's start overlaps the CLI's own work."""
+    cache = tmp_path / "cache"
+    task, cand = "llama_rmsnorm", REPO / "tasks" / "llama_rmsnorm" / "baselines" / "forward"
+    runs = []
+    for extra in ((), (), ()):            # built and measured; then twice from the cache
+        t = time.monotonic()
+        proc = subprocess.run([str(KBENCH), "eval", task, str(cand), "--json", *extra], cwd=REPO, text=True,
+                              capture_output=True, timeout=900, env={**os.environ, "KBENCH_CACHE": str(cache)})
+        runs.append((time.monotonic() - t, proc))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for wall, proc in runs:
+        print(f"\nkbench eval {task} (built): {wall:.1f} s, phases {json.loads(proc.stdout)['phases']}")
+    wall, proc = runs[-1]
+    phases = json.loads(proc.stdout)["phases"]
+    assert phases["judge.early"] == 1.0 and phases["baselines.cached"] >= 1.0, phases
+    assert wall <= 10.0, f"{wall:.1f} s: {phases}"
