@@ -118,7 +118,7 @@ def load_robust_kbench(root: Path) -> Task:
         raw = read_json(cfg_path, beside=REFERENCE_FILES[d])
         specs[d] = DirectionSpec(direction=d, signature=refs[d].signature,
                                  tolerance=read_tolerance(raw, cfg_path, DEFAULT_TOLERANCE[d]),
-                                 reference_path=refs[d].path)
+                                 reference_path=refs[d].path, autograd_backward=d == "backward")
         combos.extend(expand_configs(raw, cfg_path, d))
     # Task.configs serve every direction: the union of both files' settings. A key must be a parameter of some
     # module of the task; a module that lacks it is called without it (see `routing_notes`).
