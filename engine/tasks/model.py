@@ -188,6 +188,23 @@ DEFAULT_TIMING_NOTE = (f"the default times `{BENCH_CONFIG}` and configs tagged `
                        f"--time-config {ALL_CONFIGS} times every config")
 
 
+UPSTREAM_TAG = "robust-kbench"
+
+
+def direction_configs(task: Task, direction: str) -> list[str]:
+    """The configs a direction is evaluated on: every config, except robust-kbench's own settings of the other
+    direction only. Upstream runs a forward kernel on config_forward.json's settings and a backward one on
+    config_backward.json's (robust_kbench/config_task.py); its backward files hold sizes (up to GiB tensors) its
+    forward runs never see. A config says where it came from in its tags: `forward`/`backward` (an imported
+    folder) or `from-forward`/`from-backward` (a built-in task)."""
+    def applies(c: TaskConfig) -> bool:
+        if UPSTREAM_TAG not in c.tags:
+            return True
+        origins = {t.removeprefix("from-") for t in c.tags if t.removeprefix("from-") in ("forward", "backward")}
+        return not origins or direction in origins
+    return [c.name for c in task.configs if applies(c)]
+
+
 def default_timing_configs(task: Task) -> list[str] | None:
     """The configs timed when the user names none: the one named `bench` and those tagged `timed`, in the
     task's order. None (time every config) when the task has neither, so a KernelBench problem, a
