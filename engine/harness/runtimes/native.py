@@ -30,6 +30,7 @@ class NativeRuntime(TaskRuntime):
         self.grad_out: Any = None
         # robust-kbench's convention (a reference.py with AutogradFunction): the kernel is its backward_fn
         self.autograd = direction == "backward" and self.spec.autograd_backward
+        self._sources: list[Any] = []   # per tensor of the backward_fn call: "grad", fn's argument i, or None
 
     # -- setup -------------------------------------------------------------------------------
     def setup(self, config: TaskConfig, seed: int, device: Any) -> None:
@@ -186,8 +187,6 @@ class NativeRuntime(TaskRuntime):
             return None
         self._sources = [source(t) for t in autograd_fn.tensor_leaves(calls[0])]
         return calls[0]
-
-    _sources: list[Any] = []
 
     def _sources_replaced(self, call_args: tuple) -> tuple[Any, tuple]:
         """(grad_out, fn_args) with the values `call_args` (a backward_fn call, some given fresh values) holds for
