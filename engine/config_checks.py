@@ -15,7 +15,7 @@ import functools
 from typing import Any, Iterable, Mapping
 
 from engine.config_prices import DEFAULT_PRICES, _prices
-from engine.config_sections import _SECTIONS, PROVIDERS, Config, profile_mode
+from engine.config_sections import _SECTIONS, EVAL_MODES, PROVIDERS, Config, profile_mode
 from engine.errors import ConfigError
 
 # Keys read by hand before pydantic sees the section, because what they accept is not a type: a price table
@@ -167,11 +167,13 @@ def validate(cfg: Config) -> None:
         raise ConfigError("[verify] max_tokens must be positive.")
     if not 0.0 <= cfg.verify.min_confidence <= 1.0:
         raise ConfigError(f"[verify] min_confidence must be between 0 and 1, got {cfg.verify.min_confidence}.")
-    if cfg.eval.trials < 1 or cfg.eval.timeout_s <= 0:
+    if (cfg.eval.trials is not None and cfg.eval.trials < 1) or cfg.eval.timeout_s <= 0:
         raise ConfigError("[eval] trials must be at least 1 and timeout_s positive.")
     check_timing_names(cfg.eval.timing_configs, "[eval] timing_configs")
     if cfg.eval.library_policy is not None and cfg.eval.library_policy not in ("pure", "engineering"):
         raise ConfigError(f"[eval] library_policy: expected pure or engineering, got {cfg.eval.library_policy!r}.")
+    if cfg.eval.mode not in EVAL_MODES:
+        raise ConfigError(f"[eval] mode: expected {' or '.join(EVAL_MODES)}, got {cfg.eval.mode!r}.")
     ex = cfg.executor
     if ex.kind not in ("local", "ray"):
         raise ConfigError(f"[executor] kind: expected local or ray, got {ex.kind!r}.")

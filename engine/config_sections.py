@@ -13,6 +13,8 @@ from engine.errors import ConfigError
 
 PROVIDERS = ("anthropic", "openai-compatible")
 PROFILE_MODES = ("best", "all", "off")
+# kbench's own evaluation, or robust-kbench's / KernelBench's as they run it (engine/pipeline/eval_mode.py)
+EVAL_MODES = ("kbench", "upstream")
 
 # How pydantic checks a section (each section dataclass carries it as `__pydantic_config__`): a key the
 # dataclass lacks is an error, and a value must already have the field's type (strict: no "5" for an int, no
@@ -103,7 +105,7 @@ class EvalConfig:
 
     __pydantic_config__ = _SECTION_RULES
 
-    trials: int = 2                       # fresh-seed correctness trials per config
+    trials: int | None = None             # fresh-seed correctness trials per config; unset: the mode's (2, upstream 5)
     timeout_s: float = 600.0              # one evaluation's sandbox is killed after this long
     compile_baseline: bool = True         # also time torch.compile (slow to warm up: off for quick sessions)
     # Time only these configs (correctness still covers all); ["all"]: every config; None: the task's default,
@@ -116,6 +118,9 @@ class EvalConfig:
     # Vendor libraries and ATen: "pure" (not allowed) or "engineering" (allowed, tagged); None: the task's
     # `library_policy`, else "pure" (engine.integrity.policy; README "Library policy").
     library_policy: str | None = None
+    # "kbench" (the default: every config of the direction, fresh seeds, TF32 off) or "upstream": robust-kbench's
+    # and KernelBench's own settings, trials, flags and precision, for numbers comparable with theirs
+    mode: str = "kbench"
 
 
 @dataclass(frozen=True)

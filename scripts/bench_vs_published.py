@@ -1,13 +1,24 @@
-"""kbench's baselines against robust-kbench's published kernels, on robust-kbench's own configs, in one run.
+"""robust-kbench's published kernels against kbench's baselines, on robust-kbench's own task folders, in one run.
 
-    python scripts/bench_vs_published.py CHECKOUT [--tasks mnist_linear:forward,llama_rmsnorm:forward] [--json F]
+    python scripts/bench_vs_published.py CHECKOUT [--pairs mnist_linear:backward,...] [--on folder|builtin]
+                                         [--upstream] [--out TABLE.md] [--json ROWS.json] [--build]
 
-CHECKOUT is a robust-kbench checkout with `highlighted/<task>/<direction>/kernel.cu`. For each task direction,
-one process evaluates, one after the other on the same GPU: kbench's built-in baseline, then the published
-kernel unmodified, each with correctness on the built-in task's `rkb-*` configs (robust-kbench's own settings)
-and timing of every one of them against eager. The published kernel is measured even where kbench's static
-scan would stop it (`override_static`, as a person's override would): this compares speed, the verdicts are
-printed beside it. Per config: candidate ms, eager ms, speedup; per kernel: the geometric mean.
+CHECKOUT is a robust-kbench checkout (SakanaAI/robust-kbench): `tasks/<task>/` (func_*.py, config_*.json) and
+`highlighted/<task>/<direction>/kernel.cu`, its published kernels. Every published (task, direction) is a row, and so
+is every task direction kbench ships a baseline for that upstream's folder has (resnet_block forward...). For each
+row, one after the other on the same GPU: the published kernel unmodified, then kbench's built-in baseline
+(tasks/<task>/baselines/<direction>), each checked on the direction's configs and timed on every one of them against
+eager. `--on folder` (the default) evaluates on upstream's folder loaded as a robust-kbench task, i.e. upstream's own
+settings (its four settings modes) and calling conventions; `--on builtin` on kbench's built-in task of that name
+(its `rkb-*` configs, robust-kbench's settings as native configs). `--upstream` evaluates in the upstream mode
+(docs/formats.md, "Evaluation modes": 5 trials, --use_fast_math, torch's default precision).
+
+A published kernel is measured even where kbench's static scan would stop it (resnet_block's calls at::conv2d): the
+scan's verdict is printed beside its speedup, as a person's override would have it. Per kernel: pass or the named
+fault, and the geometric mean of its speedups over eager. The markdown table goes to stdout and `--out`.
+
+Where no GPU is visible nothing can be measured: the script says so, prints the table of what it would run (each
+row `no GPU`) and exits 3; `--build` compiles every kernel first, to check the builds on such a machine.
 """
 
 from __future__ import annotations
@@ -21,67 +32,124 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.candidates import load_candidate  # noqa: E402
+from engine.harness.device_info import no_gpu_visible  # noqa: E402
 from engine.harness.stats import geomean  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions, evaluate  # noqa: E402
-from engine.tasks.loader import load_task  # noqa: E402
+from engine.tasks.loader import builtin_task_names, load_task  # noqa: E402
+from engine.tasks.model import ALL_CONFIGS, direction_configs  # noqa: E402
+
+PUBLISHED, BASELINE = "robust-kbench published", "kbench baseline"
 
 
-def measure(task_name: str, direction: str, checkout: Path) -> list[dict]:
-    task = load_task(task_name)
-    configs = [c.name for c in task.configs if c.name.startswith("rkb-")]
-    if not configs:
-        raise SystemExit(f"{task_name} has no rkb-* configs")
-    opts = EvalOptions(configs=configs, timing_configs=configs, trials=1, baselines=("eager",), profile=False,
-                       override_static=True)
+def pairs_of(checkout: Path) -> list[tuple[str, str]]:
+    """Every published (task, direction), then every built-in baseline direction upstream's folder also has."""
+    published = sorted((p.parent.parent.name, p.parent.name) for p in (checkout / "highlighted").glob("*/*/kernel.cu"))
+    extra = []
+    for name in builtin_task_names():
+        folder = checkout / "tasks" / name
+        for d in ("forward", "backward"):
+            if (name, d) not in published and (folder / f"func_{d}.py").is_file() and \
+                    load_task(name).baseline_dir(d) is not None:
+                extra.append((name, d))
+    return published + sorted(extra)
+
+
+def kernels(checkout: Path, name: str, direction: str) -> list[tuple[str, Path | None]]:
+    published = checkout / "highlighted" / name / direction / "kernel.cu"
+    builtin = load_task(name).baseline_dir(direction) if name in builtin_task_names() else None
+    return [(PUBLISHED, published if published.is_file() else None), (BASELINE, builtin)]
+
+
+def measure(checkout: Path, name: str, direction: str, on: str, mode: str, measure_gpu: bool) -> list[dict]:
+    task = load_task(checkout / "tasks" / name if on == "folder" else name)
+    configs = direction_configs(task, direction)
+    if on == "builtin":
+        configs = [c for c in configs if c.startswith("rkb-")]
+    opts = EvalOptions(configs=configs, timing_configs=[ALL_CONFIGS], trials=None if mode == "upstream" else 1,
+                       baselines=("eager",), profile=False, override_static=True, mode=mode)
     rows = []
-    for who, path in (("kbench baseline", task.baseline_dir(direction)),
-                      ("robust-kbench published", checkout / "highlighted" / task_name / direction / "kernel.cu")):
+    for who, path in kernels(checkout, name, direction):
+        row = {"task": name, "direction": direction, "kernel": who, "configs": len(configs), "on": on,
+               "mode": mode, "status": "", "geomean_speedup": None, "per_config": {}, "verdicts": {}}
+        rows.append(row)
+        if path is None:
+            row["status"] = "none"
+            continue
+        if not measure_gpu:
+            row["status"] = "no GPU"
+            continue
         rep = evaluate(task, load_candidate(path), direction, opts)
-        per = {r.name: {"candidate_ms": r.candidate_ms, "eager_ms": r.eager_ms, "speedup": r.speedup_eager,
-                        "correct": r.correct} for r in rep.rows}
-        rows.append({"task": task_name, "direction": direction, "kernel": who, "passed": rep.passed,
-                     "verdicts": {v.stage: f"{v.status.value}: {v.reason[:200]}" for v in rep.verdicts},
-                     "configs": per, "geomean_speedup": geomean(r.speedup_eager for r in rep.rows)})
-        print(f"{task_name} {direction} {who}: passed={rep.passed} geomean={rows[-1]['geomean_speedup']}",
-              file=sys.stderr, flush=True)
+        row["verdicts"] = {v.stage: f"{v.status.value}: {v.reason[:200]}" for v in rep.verdicts}
+        row["per_config"] = {r.name: {"candidate_ms": r.candidate_ms, "eager_ms": r.eager_ms,
+                                      "speedup": r.speedup_eager, "correct": r.correct} for r in rep.rows}
+        row["geomean_speedup"] = geomean(r.speedup_eager for r in rep.rows)
+        row["status"] = "pass" if rep.passed else ("no GPU" if rep.unmeasured else _fault(rep))
+        print(f"{name} {direction} {who}: {row['status']} geomean={row['geomean_speedup']}", file=sys.stderr,
+              flush=True)
     return rows
 
 
+def _fault(rep) -> str:
+    """The first failing stage and its reason, on one line."""
+    for v in rep.verdicts:
+        if v.status.value in ("fail", "suspicious"):
+            return f"{v.status.value} ({v.stage}): {' '.join(v.reason.split())[:160]}"
+    return "not passed"
+
+
 def table(rows: list[dict]) -> str:
-    out = []
-    for task in dict.fromkeys((r["task"], r["direction"]) for r in rows):
-        pair = [r for r in rows if (r["task"], r["direction"]) == task]
-        names = list(pair[0]["configs"])
-        out.append(f"{task[0]} {task[1]} | " + " | ".join(names) + " | geomean |")
-        out.append("| --- " * (len(names) + 2) + "|")
-        for r in pair:
-            cells = []
-            for n in names:
-                c = r["configs"].get(n) or {}
-                if c.get("candidate_ms") is None:
-                    cells.append("failed" if c.get("correct") is False else "-")
-                else:
-                    cells.append(f"{c['candidate_ms']:.4f} / {c['eager_ms']:.4f} ms, {c['speedup']:.2f}x")
-            g = r["geomean_speedup"]
-            out.append(f"| {r['kernel']} | " + " | ".join(cells) + f" | {'-' if g is None else f'{g:.2f}x'} |")
-        out.append("")
-    return "\n".join(out)
+    """One line per task direction: each kernel's status and geomean speedup over eager."""
+    out = ["| task | direction | configs | published | kbench baseline |", "| --- | --- | --- | --- | --- |"]
+    for key in dict.fromkeys((r["task"], r["direction"]) for r in rows):
+        pair = {r["kernel"]: r for r in rows if (r["task"], r["direction"]) == key}
+        cells = []
+        for who in (PUBLISHED, BASELINE):
+            r = pair.get(who)
+            if r is None or r["status"] == "none":
+                cells.append("-")
+            elif r["geomean_speedup"] is not None and r["status"] == "pass":
+                cells.append(f"{r['geomean_speedup']:.2f}x")
+            elif r["geomean_speedup"] is not None:
+                cells.append(f"{r['geomean_speedup']:.2f}x, {r['status']}")
+            else:
+                cells.append(r["status"])
+        n = next(iter(pair.values()))["configs"]
+        out.append(f"| {key[0]} | {key[1]} | {n} | {cells[0]} | {cells[1]} |")
+    return "\n".join(out) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkout", type=Path)
-    ap.add_argument("--tasks", default="mnist_linear:forward,llama_rmsnorm:forward")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    ap.add_argument("--pairs", default=None, help="task:direction,... (default: every published one and every "
+                                                  "built-in baseline direction upstream's folders have)")
+    ap.add_argument("--on", choices=("folder", "builtin"), default="folder")
+    ap.add_argument("--upstream", action="store_true", help="evaluate in the upstream mode")
+    ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
+    ap.add_argument("--json", type=Path, default=None, help="every row, with per-config figures and verdicts")
+    ap.add_argument("--build", action="store_true", help="without a GPU: compile every kernel anyway")
+    args = ap.parse_args(argv)
+    if not (args.checkout / "tasks").is_dir():
+        print(f"bench_vs_published: {args.checkout} has no tasks/ folder: not a robust-kbench checkout",
+              file=sys.stderr)
+        return 2
+    pairs = ([tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else pairs_of(args.checkout))
+    why = no_gpu_visible(None)
+    if why is not None:
+        print(f"bench_vs_published: no CUDA GPU is visible ({why}): nothing can be measured"
+              + ("; compiling every kernel" if args.build else "; the table below is what a GPU run measures"),
+              file=sys.stderr, flush=True)
     rows: list[dict] = []
-    for item in args.tasks.split(","):
-        name, direction = item.split(":")
-        rows.extend(measure(name, direction, args.checkout))
-        if args.json:   # after each task: a run cut short keeps what it measured
-            Path(args.json).write_text(json.dumps(rows, indent=1))
-    print(table(rows))
-    return 0
+    for name, direction in pairs:
+        rows.extend(measure(args.checkout, name, direction, args.on, "upstream" if args.upstream else "kbench",
+                            why is None or args.build))
+        if args.json:   # after each pair: a run cut short keeps what it measured
+            args.json.write_text(json.dumps(rows, indent=1))
+    text = table(rows)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 3 if why is not None else 0
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ import sys
 
 from engine.cli.common import check_config_names
 from engine.cli.eval_start import add_arguments
-from engine.config import load_config
+from engine.config import ConfigError, load_config
 from engine.eval_records import record
+from engine.pipeline import eval_mode
 from engine.pipeline.baseline_cache import FRESH, USE
 from engine.pipeline.evaluate import EvalOptions, evaluate, profile_after
 from engine.pipeline.report import render, render_profile
@@ -37,10 +38,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     check_config_names(task, args.configs, "--config")
     check_config_names(task, args.timing_configs, "--time-config", allow_all=True)
     candidate = load_for_task(args.candidate, task, direction)   # kernel-only: binding.cpp generated here
-    policy = args.library_policy
-    if policy is None:
-        policy = load_config(None).eval.library_policy
-    opts = EvalOptions(configs=args.configs, timing_configs=args.timing_configs, trials=args.trials, timing=not args.no_timing,
+    cfg = load_config(None).eval
+    policy = args.library_policy if args.library_policy is not None else cfg.library_policy
+    mode = eval_mode.UPSTREAM if args.upstream else cfg.mode
+    trials = args.trials if args.trials is not None else cfg.trials
+    if trials is not None and trials < 1:
+        raise ConfigError(f"--trials must be at least 1, got {trials}")
+    # what the mode will run, said before the build (a machine without a GPU stops after it)
+    planned = eval_mode.plan(task, direction, mode, args.configs, args.timing_configs, trials)
+    if mode != eval_mode.KBENCH and not args.json:
+        print(planned.describe(), file=sys.stderr, flush=True)
+    opts = EvalOptions(configs=args.configs, timing_configs=args.timing_configs, trials=trials, mode=mode,
+                       timing=not args.no_timing,
                        baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
                        timeout_s=args.timeout, gpu=args.gpu, profile=False,
                        baseline_cache=FRESH if args.fresh_baselines else USE,

@@ -36,7 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time only this config (repeatable), or `all` for every config; correctness still runs on "
                         "every selected config. Default: `bench` and the configs tagged `timed` (every config "
                         "where the task has neither)")
-    p.add_argument("--trials", type=int, default=2, help="fresh-seed trials per config (default 2)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="fresh-seed trials per config (default 2; 5 with --upstream, as robust-kbench and KernelBench)")
+    p.add_argument("--upstream", action="store_true",
+                   help="evaluate as robust-kbench / KernelBench do, for numbers comparable with their results: "
+                        "their settings modes, 5 trials, every config timed, --use_fast_math (robust-kbench), "
+                        "torch's default precision (default: [eval] mode, else kbench's stricter evaluation)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only")
     p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
     prof = p.add_mutually_exclusive_group()

@@ -28,7 +28,7 @@ def eval_options(config: Config, **overrides: Any) -> EvalOptions:
     kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile == "all",
                           "timing_configs": list(e.timing_configs) if e.timing_configs else None,
                           "baselines": ("eager", "compile") if e.compile_baseline else ("eager",),
-                          "library_policy": e.library_policy}
+                          "library_policy": e.library_policy, "mode": e.mode}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return EvalOptions(**kw)
 

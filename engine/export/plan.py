@@ -35,7 +35,8 @@ EXPORTABLE_FORMATS = ("native", "robust-kbench", "kernelbench")
 # robust-kbench's backward kernel takes what the task's AutogradFunction.backward passes it (task-specific, e.g.
 # (grad_output, x, weights) or (ctx.saved_tensors, grad_output)) and returns what that method unpacks: no op schema
 # or fake (meta) implementation can be derived from that without the kernel's own shape rules.
-ROBUST_KBENCH_BACKWARD = ("task {task!r} is a robust-kbench task: its backward kernel takes the task-specific "
+ROBUST_KBENCH_BACKWARD = ("task {task!r} takes robust-kbench's backward convention: its backward kernel takes the "
+                          "task-specific "
                           "arguments of AutogradFunction.backward, which export cannot wire into an autograd "
                           "formula; export the forward kernel alone (--no-backward).")
 
@@ -114,7 +115,7 @@ def _schemas(task: Task, forward: KernelSource,
     if backward is not None:
         if "backward" not in task.directions:
             raise ExportError(f"task {task.name!r} has no backward direction; its backward kernel has no contract.")
-        if task.format == "robust-kbench":
+        if task.spec("backward").autograd_backward:
             raise ExportError(ROBUST_KBENCH_BACKWARD.format(task=task.name))
         spec = task.spec("backward")
         try:
@@ -283,7 +284,7 @@ def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, forc
     bwd = None
     if backward and "backward" not in task.directions:
         raise ExportError(f"--backward {backward}: task {task.name!r} has no backward direction.")
-    if with_backward and "backward" in task.directions and task.format == "robust-kbench" and not backward:
+    if with_backward and "backward" in task.directions and task.spec("backward").autograd_backward and not backward:
         notes.append("No backward kernel: " + ROBUST_KBENCH_BACKWARD.format(task=task.name).split(": ", 1)[1]
                      .replace("; export the forward kernel alone (--no-backward).", "") + "; the op has no autograd "
                      "formula.")

@@ -80,12 +80,17 @@ class Toolchain:
     # the CUTLASS/CuTe headers (vendor_libs.cutlass_include: the pinned nvidia-cutlass package), searched last by
     # every compile: a candidate's own CuTe code builds; "" where the package is not installed
     cutlass_include: str = ""
+    # nvcc flags an evaluation mode adds to every nvcc run of a candidate (the upstream mode's --use_fast_math,
+    # engine/pipeline/eval_mode.py); in key() only when set, so kbench's own builds keep their cache entries
+    extra_nvcc: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ identity
     def key(self) -> str:
         """A short hash of everything that changes object code (not arch_source, which is provenance)."""
         data = asdict(self)
         data.pop("arch_source")
+        if not data["extra_nvcc"]:
+            data.pop("extra_nvcc")
         data["recipe"] = RECIPE_VERSION
         data["pch_headers"] = PCH_HEADERS
         data["libs"] = TORCH_LIBS
@@ -128,7 +133,7 @@ class Toolchain:
                  "-lineinfo", "-ccbin", self.cxx, *self._abi_define(), *self.gencode_flags()]
         for inc in self.vendor_include_dirs:
             flags += ["-isystem", inc]
-        return flags + self._cutlass_flags()
+        return flags + self._cutlass_flags() + list(self.extra_nvcc)
 
     def _cutlass_flags(self) -> list[str]:
         return ["-isystem", self.cutlass_include] if self.cutlass_include else []
@@ -141,7 +146,7 @@ class Toolchain:
         flags.append(f"-DTORCH_EXTENSION_NAME={module_name}")
         for inc in (*self.include_dirs, self.python_include):
             flags += ["-isystem", inc]
-        return flags + self._cutlass_flags()
+        return flags + self._cutlass_flags() + list(self.extra_nvcc)
 
     def link_flags(self) -> list[str]:
         # --no-undefined + --warn-unresolved-symbols: the linker reports every unresolved symbol of our

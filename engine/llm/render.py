@@ -147,7 +147,9 @@ def estimate_tokens(text: str) -> int:
 
 
 def _backward_contract(task: Task) -> str:
-    if task.format == "robust-kbench":  # upstream's task-specific convention, not kbench's generic one
+    # upstream's task-specific convention (robust-kbench folders, the built-in robust-kbench tasks), not kbench's
+    # generic one
+    if task.spec("backward").autograd_backward:
         return RKB_CONTRACT
     return BACKWARD_CONTRACT
 

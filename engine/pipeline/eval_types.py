@@ -26,7 +26,7 @@ class EvalOptions:
     # Time only these (correctness still covers `configs`); ["all"]: every config; None: the task's default,
     # `bench` and the configs tagged `timed` (engine.tasks.model.timing_selection)
     timing_configs: list[str] | None = None
-    trials: int = 2
+    trials: int | None = None              # None: the mode's (kbench 2, upstream 5; engine/pipeline/eval_mode.py)
     timing: bool = True
     baselines: tuple[str, ...] = ("eager", "compile")
     timeout_s: float = 600.0
@@ -51,6 +51,9 @@ class EvalOptions:
     # reuses an entry within 10 %) and keeps what the judge measured, "fresh" measures everything and keeps it,
     # "off" neither. `kbench eval` uses it (`--fresh-baselines`: "fresh").
     baseline_cache: str = "off"
+    # "kbench" (the default) or "upstream": robust-kbench's / KernelBench's own evaluation settings
+    # (engine/pipeline/eval_mode.py); the report records it
+    mode: str = "kbench"
 
 
 @dataclass
@@ -108,6 +111,8 @@ class EvalReport:
     # The disk cache of baselines (engine.pipeline.baseline_cache.BaselineCache.keep): hit, partial, miss, drift,
     # fresh; each timed config's source, the cached entries' age, the drift check's figures; {} where unused
     baselines: dict[str, Any] = field(default_factory=dict)
+    # The evaluation mode and what it ran (engine.pipeline.eval_mode.ModePlan.to_json()): "kbench" or "upstream"
+    mode: dict[str, Any] = field(default_factory=dict)
 
     @property
     def judgement(self) -> Judgement:
@@ -142,4 +147,5 @@ class EvalReport:
             **({"remeasured": self.remeasured} if self.remeasured else {}),
             **({"timed_by": self.timed_by} if self.timed_by else {}),
             **({"baselines": self.baselines} if self.baselines else {}),
+            **({"mode": self.mode} if self.mode else {}),
         }

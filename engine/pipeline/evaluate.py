@@ -30,7 +30,7 @@ from engine.harness.build_wait import cached, expected_wait
 from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain_cache import cached_toolchain
 from engine.integrity.static import gate_static
-from engine.pipeline import profiling, verdicts
+from engine.pipeline import eval_mode, profiling, verdicts
 from engine.pipeline import timer as timers  # a module: tests substitute build_timer
 from engine.pipeline.baseline_cache import OFF, BaselineCache
 from engine.pipeline.baselines import SESSION, key_for
@@ -102,13 +102,18 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             report.seconds = time.monotonic() - t0
             return report
     report = EvalReport(task.name, direction, candidate.source_hash, candidate.format, [], [], {}, {})
+    # the mode decides the configs, trials, flags and precision (what the user named wins); the report says which
+    mode = eval_mode.plan(task, direction, opts.mode, opts.configs, opts.timing_configs, opts.trials)
+    opts = replace(opts, configs=mode.configs, timing_configs=mode.timing_configs, trials=mode.trials)
+    report.mode = mode.to_json()
 
     if opts.integrity:  # engine.integrity.static: reward-hack scan of the sources, before any build or GPU time
         if not gate_static(report, candidate, task, opts.override_static, say, policy=opts.library_policy):
             report.seconds = time.monotonic() - t0
             return report
     say(f"compiling {candidate.format} candidate {candidate.source_hash}")
-    toolchain = cached_toolchain(opts.cache_root)   # no torch import here: an earlier run's detection
+    base_toolchain = cached_toolchain(opts.cache_root)   # no torch import here: an earlier run's detection
+    toolchain = replace(base_toolchain, extra_nvcc=mode.nvcc_flags) if mode.nvcc_flags else base_toolchain
     if (wait := expected_wait(candidate, opts.cache_root, toolchain)) is not None:
         say(wait)
     build = builds.build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)
@@ -133,10 +138,11 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             report.verdicts.append(Verdict(stage, Status.SKIPPED, verdicts.NO_GPU_REASON, {"no_gpu": why}))
         report.seconds = time.monotonic() - t0
         return report
-    if not cached(timer := timers.timer_candidate(), opts.cache_root, toolchain):
-        wait = expected_wait(timer, opts.cache_root, toolchain)
+    # the timing helper is kbench's own: built with kbench's flags whatever the mode
+    if not cached(timer := timers.timer_candidate(), opts.cache_root, base_toolchain):
+        wait = expected_wait(timer, opts.cache_root, base_toolchain)
         say("building kbench's timing helper once" + (f": {wait}" if wait else ", about 15 s"))
-    helper = timers.build_timer(opts.cache_root, toolchain)
+    helper = timers.build_timer(opts.cache_root, base_toolchain)
     request = JudgeRequest(
         task=task.to_json(), direction=direction,
         candidate=candidate_spec(candidate, build, opts.cache_root, toolchain),
@@ -144,7 +150,8 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         configs=opts.configs, timing_configs=timing_selection(task, opts.timing_configs, opts.configs),
         trials=opts.trials, timing=opts.timing,
         baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
-        integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu)
+        integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu,
+        numerics=mode.numerics.to_json() if mode.numerics else None)
     if opts.reuse_baselines and opts.timing:
         bkey = key_for(request.task, direction, opts.gpu, request.baselines, jsonable.dump(request.timing_params))
         request = replace(request, session_baselines=SESSION.for_request(bkey))

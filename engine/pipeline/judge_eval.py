@@ -129,9 +129,12 @@ class Judge(TimingPhase):
             self.out.data.error = self.not_up
             return
         self.out.progress("load")
+        if self.req.numerics is not None:   # the request's settings (the upstream mode's), here and in the runner
+            numerics.apply(numerics.Numerics.from_json(self.req.numerics))
+            self.numerics = self.out.data.numerics = numerics.current()
         runtime = runtime_for(self.task, self.req.direction)
         t = self.spent("task_setup", self.t0)
-        why = self.runner.load(self.req.candidate, self.req.direction, self.deadline)
+        why = self.runner.load(self.req.candidate, self.req.direction, self.deadline, self.req.numerics)
         self.spent("candidate_load", t)
         if why:
             self.out.data.error = why

@@ -115,10 +115,12 @@ class RunnerLink:
             return f"the timing helper's first record is a {hello.name}, not its hello"
         return None
 
-    def load(self, candidate: CandidateSpec, direction: str, deadline: float) -> str | None:
-        """Stage the candidate into the runner's read-only folder and have it imported; None, else why not."""
+    def load(self, candidate: CandidateSpec, direction: str, deadline: float,
+             numerics: dict[str, Any] | None = None) -> str | None:
+        """Stage the candidate into the runner's read-only folder and have it imported, under `numerics` where
+        given (else the settings the runner started with); None, else why not."""
         assert self.process is not None and self._run is not None
-        load = stage_load(self._run, candidate)
+        load = dataclasses.replace(stage_load(self._run, candidate), numerics=numerics)
         if candidate.format != "kernelbench":
             load = dataclasses.replace(load, entry="forward" if direction == "forward" else "backward")
         self.process.send(load)

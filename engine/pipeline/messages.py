@@ -120,6 +120,8 @@ class Load(_Message):
     py_path: str | None = None       # a Python candidate (KernelBench), else
     so_path: str | None = None       # a compiled extension
     entry: str | None = None         # the function it must export ("forward"/"backward"; none for ModelNew)
+    # numeric settings to apply before the import, where the request has its own (engine/pipeline/eval_mode.py)
+    numerics: dict[str, Any] | None = None
 
     def _check(self) -> None:
         if (self.py_path is None) == (self.so_path is None):

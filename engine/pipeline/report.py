@@ -22,7 +22,9 @@ def _x(v: float | None) -> str:
 
 
 def render(report: EvalReport) -> str:
-    lines = [f"{report.task} [{report.direction}]  candidate {report.candidate} ({report.format})"]
+    mode = (report.mode or {}).get("mode", "kbench")
+    lines = [f"{report.task} [{report.direction}]  candidate {report.candidate} ({report.format})"
+             + (f"  mode {mode}" if mode != "kbench" else "")]
     dev = report.device or {}
     if dev.get("gpu"):
         lines.append(f"  on {dev['gpu']} (driver {dev.get('driver') or '?'}, torch {dev.get('torch')}, "

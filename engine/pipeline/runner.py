@@ -121,6 +121,10 @@ class Runner:
         return msg.Error(message=f"runner: an unexpected `{request.KIND}` request")
 
     def load(self, m: msg.Load) -> msg.Reply:
+        if m.numerics is not None:
+            # lazy, as in start(): the settings module is read before the jail, torch after it
+            from engine.harness.numerics import Numerics, apply
+            apply(Numerics.from_json(m.numerics))
         self.module = load_candidate(m)
         if m.entry and not hasattr(self.module, m.entry):
             return msg.Error(message=f"the candidate's module exports no `{m.entry}`")

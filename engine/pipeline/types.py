@@ -75,6 +75,9 @@ class JudgeRequest:
     # measured on (DeviceInfo.key()): the judge takes those of its own GPU where the session has none for a config,
     # after the same quick re-timing, and ignores every other GPU's
     cached_baselines: dict[str, dict[str, SessionBaseline]] | None = None
+    # the numeric settings (engine.harness.numerics.Numerics.to_json()) the judge and its runner evaluate under;
+    # None: the judge's own (JUDGE). The upstream mode sends torch's defaults (engine/pipeline/eval_mode.py).
+    numerics: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

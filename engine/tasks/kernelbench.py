@@ -107,7 +107,7 @@ def _requirements(module: ast.Module, path: Path) -> list[str]:
     if missing:
         pip = " ".join(PIP_NAMES.get(n, n) for n in missing)
         raise TaskError(f"{path}: the problem imports {', '.join(missing)}, which is not installed here; "
-                        f"`pip install {pip}` first (KernelBench's level 4 problems need transformers).")
+                        f"`pip install {pip}` first{_who_needs(missing)}.")
     notes = []
     if wanted:
         notes.append(f"needs the packages {', '.join(wanted)} (installed).")
@@ -115,6 +115,17 @@ def _requirements(module: ast.Module, path: Path) -> list[str]:
         notes.append("loads a pretrained model with from_pretrained: its weights must already be in the local "
                      "Hugging Face cache (the evaluation sandbox has no network).")
     return notes
+
+
+# Which extra of kbench installs a package KernelBench's problems import, and which problems need it.
+EXTRAS = {"einops": "pip install 'kbench[kernelbench]' installs it: KernelBench's level 3 Mamba2 problems need it",
+          "transformers": "KernelBench's level 4 problems need it, and their models' weights in the Hugging Face "
+                          "cache"}
+
+
+def _who_needs(missing: list[str]) -> str:
+    said = [EXTRAS[n] for n in missing if n in EXTRAS]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def size_variant(module: ast.Module) -> dict[str, int]:

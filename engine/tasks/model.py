@@ -58,6 +58,10 @@ class DirectionSpec:
     # The cost model as the task writes it (FLOPs, minimum bytes; in the configs' argument names), shown to the
     # LLM beside each config's values; empty where the task has none.
     cost_formulas: tuple[str, str] | tuple[()] = ()
+    # Backward only: the kernel is called as robust-kbench calls it, as the class attribute
+    # `AutogradFunction.backward_fn` with the arguments the reference's AutogradFunction.backward passes
+    # (engine/harness/runtimes/autograd_fn.py), not as kbench's generic `backward(grad_output, *fn_args)`.
+    autograd_backward: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,8 @@ class Task:
                 d: {"signature": s.signature, "atol": s.tolerance.atol, "rtol": s.tolerance.rtol,
                     "reference_path": str(s.reference_path),
                     "max_mismatch_fraction": s.max_mismatch_fraction, "no_grad": list(s.no_grad),
-                    **({"cost_formulas": list(s.cost_formulas)} if s.cost_formulas else {})}
+                    **({"cost_formulas": list(s.cost_formulas)} if s.cost_formulas else {}),
+                    **({"autograd_backward": True} if s.autograd_backward else {})}
                 for d, s in self.directions.items()
             },
             "configs": [c.to_json() for c in self.configs],
@@ -160,7 +165,8 @@ class Task:
                                  reference_path=Path(s["reference_path"]),
                                  max_mismatch_fraction=float(s.get("max_mismatch_fraction", 0.0)),
                                  no_grad=tuple(s.get("no_grad", ())),
-                                 cost_formulas=tuple(s.get("cost_formulas") or ()))
+                                 cost_formulas=tuple(s.get("cost_formulas") or ()),
+                                 autograd_backward=bool(s.get("autograd_backward", False)))
                 for d, s in obj["directions"].items()
             },
             configs=tuple(TaskConfig.from_json(c) for c in obj["configs"]),
@@ -180,6 +186,23 @@ BENCH_CONFIG = "bench"
 TIMED_TAG = "timed"
 DEFAULT_TIMING_NOTE = (f"the default times `{BENCH_CONFIG}` and configs tagged `{TIMED_TAG}`; "
                        f"--time-config {ALL_CONFIGS} times every config")
+
+
+UPSTREAM_TAG = "robust-kbench"
+
+
+def direction_configs(task: Task, direction: str) -> list[str]:
+    """The configs a direction is evaluated on: every config, except robust-kbench's own settings of the other
+    direction only. Upstream runs a forward kernel on config_forward.json's settings and a backward one on
+    config_backward.json's (robust_kbench/config_task.py); its backward files hold sizes (up to GiB tensors) its
+    forward runs never see. A config says where it came from in its tags: `forward`/`backward` (an imported
+    folder) or `from-forward`/`from-backward` (a built-in task)."""
+    def applies(c: TaskConfig) -> bool:
+        if UPSTREAM_TAG not in c.tags:
+            return True
+        origins = {t.removeprefix("from-") for t in c.tags if t.removeprefix("from-") in ("forward", "backward")}
+        return not origins or direction in origins
+    return [c.name for c in task.configs if applies(c)]
 
 
 def default_timing_configs(task: Task) -> list[str] | None:

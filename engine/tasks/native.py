@@ -61,11 +61,13 @@ def load_native(root: Path) -> Task:
             no_grad=_no_grad_positions(section.get("no_grad", []), fn_params, f"{toml_path}: [{d}]"),
             cost_formulas=(str(section["flops"]), str(section["bytes"])) if "flops" in section and "bytes" in section
             else (),
+            autograd_backward=d == "backward" and reference_checks.defines_autograd_function(module),
         )
 
     # Model.forward calls fn with what the signature lists; get_inputs feeds Model.forward (checked on the tree)
     reference_checks.check_reference(module, ref_path.read_text(), ref_path, toml_path,
-                                     {d: s.signature for d, s in specs.items()})
+                                     {d: s.signature for d, s in specs.items()},
+                                     autograd_backward="backward" in specs and specs["backward"].autograd_backward)
 
     raw_configs = need(meta, "configs", "the top level (a [[configs]] array)")
     if not isinstance(raw_configs, list) or len(raw_configs) < 1:

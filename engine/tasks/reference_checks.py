@@ -8,7 +8,9 @@ passes to `fn` (docs/formats.md, "reference.py"):
 - the `[forward]` signature lists as many arguments as that call passes (the generated glue of a kernel-only
   candidate and the export's op schema are built from the signature), and `forward_fn` accepts them;
 - `get_inputs` returns as many inputs as `Model.forward` takes before `fn` (where it returns a list literal);
-- the `[backward]` signature is the gradient of the output followed by the forward arguments.
+- the `[backward]` signature is the gradient of the output followed by the forward arguments; or, where
+  reference.py defines robust-kbench's `AutogradFunction` (the built-in robust-kbench tasks), the arguments its
+  backward passes to `AutogradFunction.backward_fn`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import ast
 from pathlib import Path
 
 from engine.errors import TaskError
+from engine.tasks.robust_kbench import AUTOGRAD_CLASS, backward_fn_call
 from engine.tasks.signature import SignatureError, parse_signature
 
 DOC = "docs/formats.md, reference.py"
@@ -61,8 +64,14 @@ def _params(signature: str | None) -> list[tuple[str, str]] | None:
         return None
 
 
+def defines_autograd_function(module: ast.Module) -> bool:
+    """Whether reference.py defines robust-kbench's `class AutogradFunction`: its backward direction then takes
+    upstream's convention (docs/formats.md, "reference.py")."""
+    return _top(module, ast.ClassDef, AUTOGRAD_CLASS) is not None
+
+
 def check_reference(module: ast.Module, source: str, ref_path: Path, toml_path: Path,
-                    signatures: dict[str, str]) -> None:
+                    signatures: dict[str, str], autograd_backward: bool = False) -> None:
     """Raise TaskError, naming the file and line, where reference.py and the signatures (direction -> text)
     disagree in a way that only a GPU run would otherwise show."""
     model = _top(module, ast.ClassDef, "Model")
@@ -101,7 +110,9 @@ def check_reference(module: ast.Module, source: str, ref_path: Path, toml_path: 
                     f"{passed}: a candidate receives exactly what fn receives, and its glue and op schema are built "
                     f"from the signature. List every argument of that call, in its order ({DOC}).")
         params = _params(signatures.get("backward"))
-        if params is not None:
+        if params is not None and autograd_backward:
+            _check_autograd_backward(module, ref_path, toml_path, params)
+        elif params is not None:
             if len(params) != passed + 1:
                 listed = ", ".join(p for p, _ in params) or "none"
                 raise TaskError(
@@ -109,6 +120,19 @@ def check_reference(module: ast.Module, source: str, ref_path: Path, toml_path: 
                     f"gradient of the output followed by the {_plural(passed)} fn receives ({call_at}): "
                     f"{passed + 1} in all ({DOC}).")
     _check_inputs(module, fwd, ref_path)
+
+
+def _check_autograd_backward(module: ast.Module, ref_path: Path, toml_path: Path,
+                             params: list[tuple[str, str]]) -> None:
+    """The [backward] signature against what AutogradFunction.backward passes to backward_fn (the kernel gets
+    exactly those arguments)."""
+    call, _ = backward_fn_call(module, ref_path)
+    passed = [ast.unparse(a) for a in call.args] + [ast.unparse(k) for k in call.keywords]
+    if len(params) != len(passed):
+        listed = ", ".join(p for p, _ in params) or "none"
+        raise TaskError(f"{toml_path}: [backward] signature has {_plural(len(params))} ({listed}), but "
+                        f"{ref_path}:{call.lineno} passes {_plural(len(passed))} to {AUTOGRAD_CLASS}.backward_fn "
+                        f"({', '.join(passed)}): a backward kernel receives exactly those ({DOC}).")
 
 
 def _check_inputs(module: ast.Module, fwd: ast.FunctionDef, ref_path: Path) -> None:

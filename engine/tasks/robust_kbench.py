@@ -118,7 +118,7 @@ def load_robust_kbench(root: Path) -> Task:
         raw = read_json(cfg_path, beside=REFERENCE_FILES[d])
         specs[d] = DirectionSpec(direction=d, signature=refs[d].signature,
                                  tolerance=read_tolerance(raw, cfg_path, DEFAULT_TOLERANCE[d]),
-                                 reference_path=refs[d].path)
+                                 reference_path=refs[d].path, autograd_backward=d == "backward")
         combos.extend(expand_configs(raw, cfg_path, d))
     # Task.configs serve every direction: the union of both files' settings. A key must be a parameter of some
     # module of the task; a module that lacks it is called without it (see `routing_notes`).
@@ -267,16 +267,26 @@ def pick_list(raw: dict[str, Any], kind: str, mode: str, path: Path) -> list[dic
     return [{}]
 
 
+# Upstream's four settings modes (robust_kbench/config_task.py; run_kernel.py's --multi_input_settings and
+# --multi_init_settings): which list of each kind a mode reads. The shared list is the multi one only when both flags
+# are set.
+SETTINGS_MODES = {"single": {"input": "single", "init": "single", "shared": "single"},
+                  "multi-input": {"input": "multi", "init": "single", "shared": "single"},
+                  "multi-init": {"input": "single", "init": "multi", "shared": "single"},
+                  "multi": {"input": "multi", "init": "multi", "shared": "multi"}}
+
+
 def expand_configs(raw: dict[str, Any], path: Path, direction: str) -> list[ConfigArgs]:
-    """Upstream's two settings: single (its default) and multi, each init x input x shared. The shared keys go to
-    both Model and get_inputs and are applied last, so they override an init or input key of the same name."""
+    """Upstream's settings modes: single (its default), multi-input only, multi-init only and multi, each
+    init x input x shared (tagged with the mode). The shared keys go to both Model and get_inputs and are applied
+    last, so they override an init or input key of the same name."""
     for kind in KINDS:
         for mode in MODES:
             _read_list(raw, f"{mode}_{kind}_configs", path)  # type errors name the key, whichever mode is used
-    modes = ["single"] + (["multi"] if any(f"multi_{k}_configs" in raw for k in KINDS) else [])
+    modes = ["single"] + (list(SETTINGS_MODES)[1:] if any(f"multi_{k}_configs" in raw for k in KINDS) else [])
     out = []
     for mode in modes:
-        lists = {kind: pick_list(raw, kind, mode, path) for kind in KINDS}
+        lists = {kind: pick_list(raw, kind, SETTINGS_MODES[mode][kind], path) for kind in KINDS}
         for init in lists["init"]:
             for inp in lists["input"]:
                 for shared in lists["shared"]:

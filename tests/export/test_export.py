@@ -269,7 +269,7 @@ def test_robust_kbench_candidates_package(tmp_path):
     with pytest.raises(ExportError, match="no passing verdict"):
         plan_from_dirs(RK / "candidates" / "linear_forward_correct.cu", RK / "linear")
     # upstream's backward kernel takes AutogradFunction.backward's own arguments: no autograd formula to derive
-    with pytest.raises(ExportError, match="robust-kbench task: its backward kernel takes the task-specific"):
+    with pytest.raises(ExportError, match="robust-kbench.s backward convention: its backward kernel takes the task-specific"):
         plan_from_dirs(RK / "candidates" / "linear_forward_correct.cu", RK / "linear",
                        RK / "candidates" / "linear_backward_correct.cu", force=True)
     plan = plan_from_dirs(RK / "candidates" / "linear_forward_correct.cu", RK / "linear", force=True)

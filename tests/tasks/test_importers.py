@@ -81,13 +81,21 @@ def test_robust_kbench_fixture_loads():
     assert Task.from_json(json.loads(json.dumps(t.to_json()))) == t
 
 
-def test_single_and_multi_settings_are_both_configs():
-    """Upstream evaluates its `single` settings by default and the `multi` ones on request: kbench runs both."""
+def test_every_settings_mode_gives_configs():
+    """Upstream evaluates its `single` settings by default, and with --multi_input_settings and/or
+    --multi_init_settings the multi lists of that kind (the multi shared list only with both): kbench runs all four
+    modes, each config tagged with the modes that hold it."""
     t = load_robust_kbench(RKB_TASK)
     got = {(c.model_kwargs["out_features"], c.input_kwargs["batch_size"], c.model_kwargs["in_features"]): c
            for c in t.configs}
     multi = {(o, b, i) for o in (65, 128) for b in (7, 33) for i in (100, 37)}
-    assert set(got) == multi | {(32, 16, 64)}
+    multi_input = {(32, b, 64) for b in (7, 33)}          # the single init and shared lists, every multi input
+    multi_init = {(o, 16, 64) for o in (65, 128)}
+    assert set(got) == multi | multi_input | multi_init | {(32, 16, 64)}
+    assert all("multi-input" in got[k].tags and "multi" not in got[k].tags for k in multi_input)
+    assert all("multi-init" in got[k].tags and "single" not in got[k].tags for k in multi_init)
+    # the backward file's multi-input list holds only batch 7
+    assert "backward" in got[(32, 7, 64)].tags and "backward" not in got[(32, 33, 64)].tags
     single = got[(32, 16, 64)]
     # in both files' single lists; upstream's default run, so timed by default (engine.tasks.model)
     assert single.tags == ("robust-kbench", "single", "backward", "forward", "timed")
@@ -117,9 +125,12 @@ def test_one_mode_missing_falls_back_to_the_other(rkb: Path):
                                              "multi_init_configs": [{"out_features": 9}]})
     t = load_robust_kbench(rkb)
     assert list(t.directions) == ["forward"]
-    # single: ONE as is; multi: out_features 9, no input settings ([] = none), the single shared list
+    # single: ONE as is; multi-input: no input settings ([] = none); multi-init: out_features 9 with the single
+    # input; multi: both, the single shared list in every mode
     assert [(c.model_kwargs, c.input_kwargs) for c in t.configs] == [
         ({"out_features": 3, "in_features": 4}, {"batch_size": 5, "in_features": 4}),
+        ({"out_features": 3, "in_features": 4}, {"in_features": 4}),
+        ({"out_features": 9, "in_features": 4}, {"batch_size": 5, "in_features": 4}),
         ({"out_features": 9, "in_features": 4}, {"in_features": 4})]
     write_json(rkb / "config_forward.json", ONE)
     t = load_robust_kbench(rkb)

@@ -20,6 +20,7 @@ from engine.harness.runtimes.base import import_file
 from engine.harness.runtimes.native import NativeRuntime, grad_positions
 from engine.tasks.loader import builtin_tasks_dir, load_task
 from engine.tasks.model import Task, TaskConfig
+from engine.tasks.robust_kbench import backward_fn_call
 
 # Non-bench configs run here, so each must stay under these forward costs (well under a second on a CPU).
 CHEAP_FLOPS = 50e6
@@ -273,7 +274,12 @@ def test_signatures_match_forward_fn(name):
     if "backward" in task.directions:
         fname, names, outs = _parse_signature(task.directions["backward"].signature)
         assert fname == "backward"
-        assert names[1:] == params, "backward(grad_out, *forward_fn's params)"
+        spec = task.directions["backward"]
+        if spec.autograd_backward:   # robust-kbench's convention: what AutogradFunction.backward passes backward_fn
+            call, _ = backward_fn_call(ast.parse(spec.reference_path.read_text()), spec.reference_path)
+            assert len(names) == len(call.args), "backward(<the arguments of AutogradFunction.backward_fn(...)>)"
+        else:
+            assert names[1:] == params, "backward(grad_out, *forward_fn's params)"
         assert outs and all(o.startswith("grad_") for o in outs)
 
 

@@ -19,17 +19,13 @@ import hashlib
 import inspect
 from typing import Any, Callable
 
+from engine.harness.runtimes.autograd_fn import AUTOGRAD_CLASS, as_tuple, capture_calls, detached, with_backward_fn
 from engine.harness.runtimes.base import (CallPlan, Outputs, TaskRuntime, as_outputs, import_file, on_device,
                                           seeded_normals, stub_fn)
 from engine.tasks.inits import apply_init
 from engine.tasks.model import Task, TaskConfig
-from engine.tasks.robust_kbench import AUTOGRAD_CLASS
 
 GRAD_OUTPUT_SALT = 1_000_003  # keeps grad_output's stream apart from the inputs' for the same seed
-
-
-class _Captured(Exception):
-    """Raised by the capturing backward_fn to stop backpropagation once its arguments are known."""
 
 
 def module_name(prefix: str, path: Any) -> str:
@@ -238,13 +234,7 @@ class RobustKbenchRuntime(TaskRuntime):
 
     def _with_backward_fn(self, kernel: Callable[..., Any], run: Callable[[], Any]) -> Any:
         """Run `run()` with `AutogradFunction.backward_fn = kernel`, restoring the attribute whatever happens."""
-        cls = self.autograd_function
-        original = cls.__dict__.get("backward_fn")
-        cls.backward_fn = kernel
-        try:
-            return run()
-        finally:
-            cls.backward_fn = original
+        return with_backward_fn(self.autograd_function, kernel, run)
 
     def _apply_gradients(self, inputs: list[Any], kernel: Callable[..., Any]) -> Outputs:
         """Gradients with the model run as `model(*inputs, fn=AutogradFunction.apply)` and `kernel` as backward_fn.
@@ -253,9 +243,7 @@ class RobustKbenchRuntime(TaskRuntime):
 
         def counted(*args: Any) -> Any:
             calls[0] += 1
-            grads = kernel(*args)
-            # a pybind std::vector comes back as a list; AutogradFunction.backward may return it as is
-            return tuple(grads) if isinstance(grads, list) else grads
+            return as_tuple(kernel(*args))
 
         cls = self.autograd_function
         grads = self._with_backward_fn(counted, lambda: self._gradients(inputs, cls.apply))
@@ -273,15 +261,6 @@ class RobustKbenchRuntime(TaskRuntime):
         `AutogradFunction.backward_fn` when the fixed grad_output is backpropagated (task-specific: for a linear
         layer `(grad_output, x, weights)`, for a max-pool `(ctx.saved_tensors, grad_output)`, nested tuples kept).
         Backpropagation stops at the first call, so a backward with several calls reports the first only."""
-        import torch
-
-        def detached(value: Any) -> Any:
-            if isinstance(value, torch.Tensor):
-                return value.detach()
-            if isinstance(value, (tuple, list)):
-                return type(value)(detached(v) for v in value)
-            return value
-
         captured: list[tuple] = []
         if self.direction == "forward":
             forward_fn = self.reference_module.forward_fn
@@ -293,14 +272,8 @@ class RobustKbenchRuntime(TaskRuntime):
             self._forward(inputs, capture)
             return captured
 
-        def stop(*args: Any) -> Any:
-            captured.append(tuple(detached(a) for a in args))
-            raise _Captured
-
-        try:
-            self._with_backward_fn(stop, lambda: self._gradients(inputs, self.autograd_function.apply))
-        except _Captured:
-            pass
+        captured = capture_calls(self.autograd_function,
+                                 lambda: self._gradients(inputs, self.autograd_function.apply))
         if not captured:
             raise RuntimeError(f"{self.spec.reference_path.name}: {AUTOGRAD_CLASS}.backward_fn was never called")
         return captured
@@ -313,8 +286,7 @@ class RobustKbenchRuntime(TaskRuntime):
         def replay(*_args: Any) -> Any:
             if not pending:
                 raise RuntimeError("the entry point was called more often than results were given")
-            value = pending.pop(0)
-            return tuple(value) if isinstance(value, list) else value
+            return as_tuple(pending.pop(0))
 
         if self.direction == "forward":
             return self._forward(inputs, replay)
@@ -394,8 +366,7 @@ class RobustKbenchRuntime(TaskRuntime):
             return no_grad_call(lambda *a: self._model(*a, fn=module.forward), self.inputs())
 
         def kernel(*args: Any) -> Any:
-            grads = module.backward(*args)
-            return tuple(grads) if isinstance(grads, list) else grads
+            return as_tuple(module.backward(*args))
         return self._backward_callable(self.autograd_function.apply, kernel)
 
     def compiled_callable(self) -> Callable[[], Any] | None:

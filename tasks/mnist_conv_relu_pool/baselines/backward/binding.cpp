@@ -1,4 +1,5 @@
-// Torch glue for the conv + bias + ReLU + 2x2 max-pool backward: returns (grad_x, grad_weight, grad_bias).
+// Torch glue for the conv + bias + ReLU + 2x2 max-pool backward: returns (grad_x, grad_weight, grad_bias). Called as
+// robust-kbench calls it, backward(x, weights, biases, grad_output).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -6,7 +7,7 @@ void conv_relu_pool_backward_launch(const float* gy, const float* x, const float
                                     float* gw, float* gb, float* wt, float* wx, float* dz, int batch, int ci, int h,
                                     int wd, int co, int ks, cudaStream_t stream);
 
-std::vector<torch::Tensor> backward(torch::Tensor grad_y, torch::Tensor x, torch::Tensor weight, torch::Tensor bias) {
+std::vector<torch::Tensor> backward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias, torch::Tensor grad_y) {
     TORCH_CHECK(grad_y.is_cuda() && x.is_cuda() && weight.is_cuda() && bias.is_cuda(),
                 "conv_relu_pool backward: tensors must be on CUDA");
     TORCH_CHECK(grad_y.scalar_type() == torch::kFloat32 && x.scalar_type() == torch::kFloat32 &&

@@ -1,11 +1,14 @@
-// Torch glue for the 2x2 max-pool backward kernel: returns (grad_x,).
+// Torch glue for the 2x2 max-pool backward kernel: returns (grad_x,). Called as robust-kbench calls it,
+// backward(ctx.saved_tensors, grad_output): the saved tensors, (x,), arrive as one tuple.
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 
 void maxpool2x2_backward_launch(const float* g, const float* x, float* dx, long long planes, int H,
                                 int W, cudaStream_t stream);
 
-std::vector<torch::Tensor> backward(torch::Tensor grad_y, torch::Tensor x) {
+std::vector<torch::Tensor> backward(std::vector<torch::Tensor> saved, torch::Tensor grad_y) {
+    TORCH_CHECK(saved.size() == 1, "max_pool2d backward: expected the saved tensors (x,)");
+    const torch::Tensor& x = saved[0];
     TORCH_CHECK(grad_y.is_cuda() && x.is_cuda(), "max_pool2d backward: tensors must be on CUDA");
     TORCH_CHECK(grad_y.scalar_type() == torch::kFloat32 && x.scalar_type() == torch::kFloat32,
                 "max_pool2d backward: float32 only");
