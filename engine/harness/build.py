@@ -65,6 +65,7 @@ from engine.harness.kernelbench_prebuilt import write_manifest
 from engine.harness.kernelbench_types import CompileRequest, CompileResult
 from engine.harness.pch import PCH_BASENAME, PCH_TIMEOUT_S, PchInfo, _pch_used, ensure_pch, pch_dir  # noqa: F401
 from engine.harness.toolchain import Toolchain
+from engine.harness.build_triton import build_triton
 from engine.jail import JailSpec  # noqa: F401
 from engine.jail.limits import IMPORT
 from engine.procs import ChildOutcome, run_child
@@ -114,6 +115,9 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
         elif candidate.format == "kernelbench":
             module_name, so_name = None, None
             _build_kernelbench(candidate, cache_root, toolchain, src, start + timeout_s, steps, timings)
+        elif candidate.format == "triton":
+            so_name = None
+            build_triton(candidate, module_name, toolchain, src, start + timeout_s, steps, timings)
         elif candidate.format == "kernel-only":
             raise _Failed("invalid", "a kernel-only candidate (kernel.cu without binding.cpp) builds with the binding "
                                      "its task generates: materialise it for the task first "

@@ -81,7 +81,31 @@ def _plain(value: Any) -> Any:
     return value if value is None or isinstance(value, bool) else str(value)
 
 
+def run_triton(request: CompileRequest) -> CompileResult:
+    """A Triton candidate's compile stage on a machine without a GPU: its modules import (syntax, imports, the
+    module-level code), the binding exports the direction's function and kernel.py its launcher; its @triton.jit
+    kernels are listed. Triton compiles them at their first launch, in the runner."""
+    from engine.harness.triton_load import jit_kernels, load_triton  # lazy: only the Triton mode needs it
+    out = CompileResult()
+    try:
+        binding = load_triton(Path(request.py_path), request.module_name)
+        kernel = sys.modules[f"{request.module_name}_kernel"]
+        if not callable(getattr(kernel, request.triton_launcher, None)):
+            out.import_error = f"kernel.py defines no function {request.triton_launcher}"
+        elif not callable(getattr(binding, request.triton_entry, None)):
+            out.import_error = f"binding.py defines no function {request.triton_entry}"
+        out.kernels = jit_kernels(kernel)
+    except BaseException as exc:  # noqa: BLE001 - whatever the file raises is the verdict's reason
+        out.import_error = f"{type(exc).__name__}: {exc}"
+        out.traceback = traceback.format_exc(limit=8)[-4000:]
+    out.cuda_available = bool(torch.cuda.is_available())
+    out.finished = True
+    return out
+
+
 def run(request: CompileRequest) -> CompileResult:
+    if request.triton_entry:
+        return run_triton(request)
     out = CompileResult()
     recording_versioner(cpp.JIT_EXTENSION_VERSIONER, out.versions)
     if request.record_sources:

@@ -120,6 +120,8 @@ class Load(_Message):
     py_path: str | None = None       # a Python candidate (KernelBench), else
     so_path: str | None = None       # a compiled extension
     entry: str | None = None         # the function it must export ("forward"/"backward"; none for ModelNew)
+    # py_path is a Triton candidate's folder (kernel.py + binding.py, engine/harness/triton_load.py)
+    triton: bool = field(default=False, metadata=_OMIT)
 
     def _check(self) -> None:
         if (self.py_path is None) == (self.so_path is None):

@@ -1,0 +1,53 @@
+"""Import a Triton candidate (kernel.py and the binding.py kbench generated for it, engine/tasks/glue_triton.py):
+in the jailed compile child, which checks that it imports, and in the runner, which calls its binding.
+
+binding.py says `from kernel import kb_forward`, as a person running it beside kernel.py would; here kernel.py is
+imported under a name of its own (so two candidates in one process never share a module) and stands as `kernel`
+only while binding.py is imported. Standard library only: it runs in the jail before torch is wanted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+KERNEL_FILE, BINDING_FILE = "kernel.py", "binding.py"
+
+
+def _import(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_triton(folder: Path, module_name: str) -> ModuleType:
+    """The binding module of the Triton candidate in `folder`; its kernel module is `module_name + "_kernel"`."""
+    loaded = sys.modules.get(module_name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(folder / BINDING_FILE):
+        return loaded
+    kernel = _import(folder / KERNEL_FILE, f"{module_name}_kernel")
+    saved = sys.modules.get("kernel")
+    sys.modules["kernel"] = kernel
+    try:
+        return _import(folder / BINDING_FILE, module_name)
+    finally:
+        if saved is None:
+            sys.modules.pop("kernel", None)
+        else:
+            sys.modules["kernel"] = saved
+
+
+def jit_kernels(module: ModuleType) -> list[str]:
+    """The names of the module's Triton kernels (@triton.jit, possibly under @triton.autotune / @triton.heuristics),
+    read off the objects triton made; [] where triton is not importable."""
+    try:
+        from triton.runtime.jit import KernelInterface  # lazy: triton is optional and heavy
+    except ImportError:
+        return []
+    return sorted(n for n, v in vars(module).items() if isinstance(v, KernelInterface))
