@@ -82,8 +82,10 @@ def skeleton_text(abi: LauncherAbi, task_name: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
-def binding_py_text(abi: LauncherAbi) -> str:
-    """binding.py for the ABI: deterministic, one text per signature."""
+def binding_py_text(abi: LauncherAbi, fake: bool = False, kernel_module: str = "kernel") -> str:
+    """binding.py for the ABI: deterministic, one text per signature. `fake`: the same checks and allocations on
+    any device (meta and fake tensors too) and no launch: an exported op's fake implementation
+    (engine/export/triton_package.py). `kernel_module`: where the launcher is imported from."""
     fn = abi.direction
     values = {p.name: p.cname for p in abi.inputs if p.kind == "int"}
     values.update({d: c for d, c in abi.dims})
@@ -94,12 +96,16 @@ def binding_py_text(abi: LauncherAbi) -> str:
            "`kbench glue TASK --lang triton --binding` prints it.",
            f"#   {abi.signature}",
            *[f"#   ({name}: {annot}, from the forward signature)" for name, annot in abi.resolved],
-           f"# Checks the arguments, allocates the outputs and calls {abi.launcher}, which kernel.py defines.",
-           "import torch", "", f"from kernel import {abi.launcher}", "",
+           (f"# Checks the arguments and allocates the outputs as binding.py does, on any device, and launches "
+            "nothing." if fake else
+            f"# Checks the arguments, allocates the outputs and calls {abi.launcher}, which kernel.py defines."),
+           "import torch", "", *([] if fake else [f"from {kernel_module} import {abi.launcher}", ""]),
            f'_FN = "{fn}"', "", "",
            "def _check(t, name, annotation, dtype, rank, device):",
-           "    if not isinstance(t, torch.Tensor) or not t.is_cuda:",
-           '        raise TypeError(f"{_FN}: {name} must be a CUDA tensor ({annotation})")',
+           *(["    if not isinstance(t, torch.Tensor):",
+              '        raise TypeError(f"{_FN}: {name} must be a tensor ({annotation})")'] if fake else
+             ["    if not isinstance(t, torch.Tensor) or not t.is_cuda:",
+              '        raise TypeError(f"{_FN}: {name} must be a CUDA tensor ({annotation})")']),
            "    if t.device != device:",
            '        raise ValueError(f"{_FN}: {name} is on {t.device}, the other tensors on {device}")',
            "    if t.dtype != dtype:",
@@ -156,8 +162,9 @@ def binding_py_text(abi: LauncherAbi) -> str:
                 shape.append(f'_size({_py_dim(d, values)}, "{p.name}", "{p.annotation}", "{d}")')
         size = "(" + ", ".join(shape) + ("," if len(shape) == 1 else "") + ")"
         out.append(f"    {p.cname} = torch.empty({size}, dtype={TORCH_DTYPES[p.dtype]}, device=kb_device)")
-    out.append("    with torch.cuda.device(kb_device):")
-    out.append(f"        {abi.launcher}({', '.join(py_params(abi))})")
+    if not fake:
+        out.append("    with torch.cuda.device(kb_device):")
+        out.append(f"        {abi.launcher}({', '.join(py_params(abi))})")
     names = ", ".join(p.cname for p in abi.outputs)
     out.append(f"    return [{names}]" if abi.returns_list else f"    return {abi.outputs[0].cname}")
     return "\n".join(out) + "\n"
