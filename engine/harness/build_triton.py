@@ -26,10 +26,21 @@ from engine.harness.kernelbench_types import CompileRequest, CompileResult
 from engine.harness.toolchain import Toolchain
 from engine.harness.triton_load import BINDING_FILE, KERNEL_FILE
 from engine.jail.limits import IMPORT
-from engine.procs import run_child
+from engine.procs import ChildOutcome, run_child
 
 TRITON_CHECKED = ("Triton: kernel.py and binding.py imported and checked in the jail; the kernels compile at their "
                   "first launch, on a GPU")
+
+
+def child_result(outcome: ChildOutcome, main: str, timings: dict[str, float]) -> CompileResult:
+    """The import child's result, read strictly (it ran the candidate's code, which may have overwritten it): a
+    result kbench's child never writes is the candidate's compile failure. Its time goes into `timings`."""
+    timings["import"] = round(outcome.seconds, 3)
+    try:
+        return CompileResult.from_json(outcome.result or {})
+    except DataError as exc:
+        raise _Failed("compile", f"the import of {main} left a result kbench cannot read ({exc}): kbench's child "
+                                 "writes none such, so the candidate's code overwrote it") from None
 
 
 def direction_of(binding: str) -> str:
@@ -73,12 +84,7 @@ def build_triton(candidate: Candidate, module_name: str, tc: Toolchain, src: Pat
         timeout = max(deadline - time.monotonic(), 5.0)
         outcome = run_child("engine.harness.kernelbench_compile", request.to_json(), timeout_s=timeout,
                             extra_env=env, jail=compile_jail(scratch, [box / "src"], tc, IMPORT))
-    timings["import"] = round(outcome.seconds, 3)
-    try:   # the child ran the candidate's code, which may have overwritten its result: read it strictly
-        res = CompileResult.from_json(outcome.result or {})
-    except DataError as exc:
-        raise _Failed("compile", f"the import of {KERNEL_FILE} left a result kbench cannot read ({exc}): kbench's "
-                                 "child writes none such, so the candidate's code overwrote it") from None
+    res = child_result(outcome, KERNEL_FILE, timings)
     said = (f"@triton.jit kernels: {', '.join(res.kernels)}" if res.kernels else "no @triton.jit kernel found")
     broken = outcome.timed_out or outcome.returncode != 0 or bool(res.import_error) or not res.finished
     steps.append(StepResult(f"import {KERNEL_FILE}", (sys.executable, "-m", "engine.harness.kernelbench_compile"),

@@ -87,7 +87,8 @@ def run_triton(request: CompileRequest) -> CompileResult:
     kernels are listed. Triton compiles them at their first launch, in the runner."""
     from engine.harness.triton_load import jit_kernels, load_triton  # lazy: only the Triton mode needs it
     out = CompileResult()
-    try:
+
+    def load() -> None:
         binding = load_triton(Path(request.py_path), request.module_name)
         kernel = sys.modules[f"{request.module_name}_kernel"]
         if not callable(getattr(kernel, request.triton_launcher, None)):
@@ -95,6 +96,13 @@ def run_triton(request: CompileRequest) -> CompileResult:
         elif not callable(getattr(binding, request.triton_entry, None)):
             out.import_error = f"binding.py defines no function {request.triton_entry}"
         out.kernels = jit_kernels(kernel)
+    return _imported(out, load)
+
+
+def _imported(out: CompileResult, load: Callable[[], None]) -> CompileResult:
+    """`out` after `load()` (the candidate's import): whatever it raises is the import's error; finished last."""
+    try:
+        load()
     except BaseException as exc:  # noqa: BLE001 - whatever the file raises is the verdict's reason
         out.import_error = f"{type(exc).__name__}: {exc}"
         out.traceback = traceback.format_exc(limit=8)[-4000:]
@@ -119,16 +127,12 @@ def run(request: CompileRequest) -> CompileResult:
         fail_fast(cpp)       # ninja's first failed compile is the build's error, without waiting for the others
         if request.pch_header:
             use_pch(cpp, request.pch_header, list(request.pch_flags))
-    try:
+
+    def load() -> None:
         module = import_file(Path(request.py_path), request.module_name or "kbench_modelnew_compile")
         if not hasattr(module, "ModelNew"):
             out.import_error = "the file defines no class ModelNew"
-    except BaseException as exc:  # noqa: BLE001 - whatever the file raises is the verdict's reason
-        out.import_error = f"{type(exc).__name__}: {exc}"
-        out.traceback = traceback.format_exc(limit=8)[-4000:]
-    out.cuda_available = bool(torch.cuda.is_available())
-    out.finished = True
-    return out
+    return _imported(out, load)
 
 
 def main(argv: list[str]) -> int:

@@ -3,27 +3,19 @@ in the jailed compile child, which checks that it imports, and in the runner, wh
 
 binding.py says `from kernel import kb_forward`, as a person running it beside kernel.py would; here kernel.py is
 imported under a name of its own (so two candidates in one process never share a module) and stands as `kernel`
-only while binding.py is imported. Standard library only: it runs in the jail before torch is wanted.
+only while binding.py is imported. It imports no torch itself (the
+binding does).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
+from engine.harness.runtimes.base import import_file
+
 KERNEL_FILE, BINDING_FILE = "kernel.py", "binding.py"
-
-
-def _import(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def load_triton(folder: Path, module_name: str) -> ModuleType:
@@ -31,11 +23,11 @@ def load_triton(folder: Path, module_name: str) -> ModuleType:
     loaded = sys.modules.get(module_name)
     if loaded is not None and getattr(loaded, "__file__", None) == str(folder / BINDING_FILE):
         return loaded
-    kernel = _import(folder / KERNEL_FILE, f"{module_name}_kernel")
+    kernel = import_file(folder / KERNEL_FILE, f"{module_name}_kernel")
     saved = sys.modules.get("kernel")
     sys.modules["kernel"] = kernel
     try:
-        return _import(folder / BINDING_FILE, module_name)
+        return import_file(folder / BINDING_FILE, module_name)
     finally:
         if saved is None:
             sys.modules.pop("kernel", None)

@@ -96,7 +96,7 @@ def binding_py_text(abi: LauncherAbi, fake: bool = False, kernel_module: str = "
            "`kbench glue TASK --lang triton --binding` prints it.",
            f"#   {abi.signature}",
            *[f"#   ({name}: {annot}, from the forward signature)" for name, annot in abi.resolved],
-           (f"# Checks the arguments and allocates the outputs as binding.py does, on any device, and launches "
+           ("# Checks the arguments and allocates the outputs as binding.py does, on any device, and launches "
             "nothing." if fake else
             f"# Checks the arguments, allocates the outputs and calls {abi.launcher}, which kernel.py defines."),
            "import torch", "", *([] if fake else [f"from {kernel_module} import {abi.launcher}", ""]),
