@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
@@ -15,12 +16,15 @@ from engine.jsonable import dump, load
 
 # kernel-only: kernel.cu (and its headers) without binding.cpp, defining the task's launcher (engine/tasks/glue.py);
 # it becomes a native candidate with the generated binding.cpp where it meets its task (glue.materialise).
-CandidateFormat = Literal["native", "robust-kbench", "kernelbench", "kernel-only"]
+# triton: kernel.py defining the launcher in Triton's form (engine/tasks/glue_triton.py), plus the binding.py kbench
+# generates for it where it meets its task (glue.materialise); kernel.py alone is the form a person or an LLM writes.
+CandidateFormat = Literal["native", "robust-kbench", "kernelbench", "kernel-only", "triton"]
 NATIVE_FILES = ("kernel.cu", "binding.cpp")
 HEADER_SUFFIXES = (".cuh", ".h")
 _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(")
 _MODELNEW = re.compile(r"^class\s+ModelNew\b", re.MULTILINE)
 _LAUNCHER = re.compile(r"\bkb_(?:forward|backward)\s*\(")     # what a kernel-only kernel.cu defines
+TRITON_FILES = ("kernel.py", "binding.py")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class Candidate:
     def main_file(self) -> str:
         if self.format in ("native", "kernel-only"):
             return "kernel.cu"
+        if self.format == "triton":
+            return "kernel.py"
         return next(iter(self.files))
 
     def write_to(self, directory: Path) -> Path:
@@ -67,6 +73,8 @@ def detect_format(files: dict[str, str]) -> CandidateFormat:
         return "native"
     if _is_kernel_only(files):
         return "kernel-only"
+    if _is_triton(files):
+        return "triton"
     if len(files) == 1:
         (rel, text), = files.items()
         if rel.endswith(".cu") and _PYBIND.search(text):
@@ -76,7 +84,8 @@ def detect_format(files: dict[str, str]) -> CandidateFormat:
     raise CandidateError(
         f"cannot tell the candidate format of {sorted(names)}: expected kernel.cu + binding.cpp (native), kernel.cu "
         "alone defining the task's launcher kb_forward / kb_backward (kernel-only: `kbench glue TASK` prints it), "
-        "one .cu file with PYBIND11_MODULE (robust-kbench), or one .py defining class ModelNew (KernelBench).")
+        "one .cu file with PYBIND11_MODULE (robust-kbench), one .py defining class ModelNew (KernelBench), or kernel.py "
+        "defining the launcher kb_forward / kb_backward in Triton (`kbench glue TASK --lang triton` prints it).")
 
 
 def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
@@ -99,6 +108,9 @@ def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
         kernel_only = _kernel_only_folder(p.parent)
         if kernel_only is not None:
             return Candidate("kernel-only", kernel_only, name or p.parent.name)
+    triton = _triton_folder(p if p.is_dir() else p.parent) if p.is_dir() or p.name in TRITON_FILES else None
+    if triton is not None:
+        return Candidate("triton", triton, name or (p if p.is_dir() else p.parent).name)
     if p.is_dir() or (p.name in NATIVE_FILES and _present(p.parent / "binding.cpp")):
         folder = p if p.is_dir() else p.parent
         missing = [f for f in NATIVE_FILES if not _present(folder / f)]
@@ -151,6 +163,38 @@ def _kernel_only_folder(folder: Path) -> dict[str, str] | None:
         return None
     files = {"kernel.cu": _read(kernel), **_headers(folder)}
     return files if _is_kernel_only(files) else None
+
+
+def _is_triton(files: dict[str, str]) -> bool:
+    """kernel.py defining kb_forward / kb_backward at module level (and binding.py beside it, or nothing else)."""
+    kernel = files.get("kernel.py")
+    return kernel is not None and set(files) <= set(TRITON_FILES) and defines_launcher(kernel)
+
+
+def defines_launcher(text: str, launcher: str | None = None) -> bool:
+    """A Python source defines kb_forward / kb_backward (or `launcher`) at module level, read from its syntax tree
+    (a comment or a string naming it does not count). A file that does not parse is taken at its word, a line
+    `def kb_forward(`, so that its syntax error is reported as the candidate's rather than as an unknown format."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return bool(re.search(rf"^def\s+({launcher or 'kb_forward|kb_backward'})\b", text, re.MULTILINE))
+    names = {launcher} if launcher else {"kb_forward", "kb_backward"}
+    for n in tree.body:
+        if isinstance(n, ast.FunctionDef) and n.name in names:
+            return True
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets):
+            return True
+    return False
+
+
+def _triton_folder(folder: Path) -> dict[str, str] | None:
+    """The files of a Triton candidate in `folder` (kernel.py and binding.py where present), or None when it is
+    not one (no kernel.py, or one that defines no launcher: a KernelBench ModelNew named kernel.py, say)."""
+    if not _present(folder / "kernel.py") or any(_present(folder / f) for f in NATIVE_FILES):
+        return None
+    files = {f: _read(folder / f) for f in TRITON_FILES if _present(folder / f)}
+    return files if _is_triton(files) else None
 
 
 def _single_file_candidate(folder: Path) -> Path | None:

@@ -122,6 +122,9 @@ def check_timing_names(names: Iterable[str] | None, where: str = "timing configs
                           f"({others}); give either \"{ALL_CONFIGS}\" alone or the names of the configs to time.")
 
 
+LANGUAGES = ("cuda", "triton")   # [llm] languages: what an LLM answer may be written in
+
+
 def validate(cfg: Config) -> None:
     """The rules on values rather than types; raises ConfigError naming the first broken one."""
     # The rules on values rather than types stay here, run once on the merged config, instead of becoming
@@ -153,6 +156,10 @@ def validate(cfg: Config) -> None:
             or llm.backoff_max_s < 0 or llm.outage_minutes < 0):
         raise ConfigError("[llm] timeout_s must be positive; max_retries, outage_minutes and backoff times "
                           "non-negative.")
+    if not llm.languages or any(lang not in LANGUAGES for lang in llm.languages) or \
+            len(set(llm.languages)) != len(llm.languages):
+        raise ConfigError(f"[llm] languages: a list of one or both of {', '.join(map(repr, LANGUAGES))}, each once; "
+                          f"got {llm.languages!r}.")
     if llm.concurrency < 1:
         raise ConfigError(f"[llm] concurrency must be at least 1, got {llm.concurrency}.")
     if llm.context_tokens is not None and llm.context_tokens < 1024:

@@ -12,6 +12,7 @@ from engine.cli.common import WORKSPACE_HELP, workspace_path
 from engine.export import plan_from_dirs, plan_from_workspace, write_package
 from engine.export.errors import ExportError
 from engine.export.kernelbench import KernelBenchPlan
+from engine.export.triton_package import TritonPlan
 from engine.workspace import Workspace, default_export_dir
 
 
@@ -79,6 +80,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"kbench: warning: {w} (written into the README)", file=sys.stderr)
     for n in plan.notes:
         print(f"kbench: note: {n}", file=sys.stderr)
+    if isinstance(plan, TritonPlan):   # pure Python: Triton compiles at the first launch, for that GPU
+        print(f"exported {plan.forward.origin}\n  package {out}/  (torch.ops.{plan.name}.forward, a Triton kernel; "
+              f"pure Python, compiled by Triton on the GPU that runs it)\n"
+              f"  install: cd {out} && python -m pip install .   (its README.md says what it pins)\n"
+              f"  test:    python -m pytest tests   (in {out}; the gpu tests skip where no GPU is visible)")
+        return 0
     if isinstance(plan, KernelBenchPlan):
         ops = f"{plan.name}.ModelNew with {len(plan.extensions)} prebuilt load_inline extension(s)"
     else:

@@ -1,5 +1,6 @@
-"""`kbench glue TASK [--backward] [--binding]`: the launcher a kernel-only candidate defines, and the binding.cpp
-kbench generates for it from the task's signature (engine/tasks/glue.py)."""
+"""`kbench glue TASK [--backward] [--lang cuda|triton] [--binding]`: the launcher a kernel-only candidate defines,
+and the binding.cpp kbench generates for it from the task's signature (engine/tasks/glue.py); with `--lang triton`,
+the kernel.py skeleton of a Triton candidate and its generated binding.py (engine/tasks/glue_triton.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from engine.tasks.glue import refusal
 from engine.tasks.glue_abi import GlueError, launcher_abi
 from engine.tasks.glue_text import binding_text, header_text
+from engine.tasks.glue_triton import binding_py_text, py_declaration, skeleton_text
 from engine.tasks.loader import builtin_task_names, load_task
 
 
@@ -24,7 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     direction.add_argument("--direction", choices=["forward", "backward"], default=None,
                            help="the direction (default forward)")
     direction.add_argument("--backward", action="store_true", help="the backward direction (--direction backward)")
-    p.add_argument("--binding", action="store_true", help="print the generated binding.cpp instead of the header")
+    p.add_argument("--lang", choices=["cuda", "triton"], default="cuda",
+                   help="cuda (default): the kb_<direction> declaration kernel.cu defines; triton: the kernel.py "
+                        "skeleton a Triton candidate fills in (its launcher has the same parameters, as Python values)")
+    p.add_argument("--binding", action="store_true", help="print the generated binding (binding.cpp, or binding.py "
+                                                          "with --lang triton) instead of the header")
     p.add_argument("--json", action="store_true", help="print the ABI (declaration, header, binding) as JSON")
     p.set_defaults(func=cmd_glue)
 
@@ -40,13 +46,16 @@ def cmd_glue(args: argparse.Namespace) -> int:
     except GlueError as exc:                   # bad input (exit 2), naming what cannot be expressed
         raise GlueError(f"task {task.name} ({direction}) has no generated glue, so no kernel-only candidates: "
                         f"{exc}") from None
-    if args.json:
-        print(json.dumps({"task": task.name, "direction": direction, "signature": abi.signature,
-                          "launcher": abi.launcher, "declaration": abi.declaration(),
-                          "dims": [d for d, _ in abi.dims], "header": header_text(abi, task.name),
-                          "binding": binding_text(abi)}, indent=2))
+    if args.lang == "triton":
+        header, binding, declaration = skeleton_text(abi, task.name), binding_py_text(abi), py_declaration(abi)
     else:
-        print(binding_text(abi) if args.binding else header_text(abi, task.name), end="")
+        header, binding, declaration = header_text(abi, task.name), binding_text(abi), abi.declaration()
+    if args.json:
+        print(json.dumps({"task": task.name, "direction": direction, "lang": args.lang, "signature": abi.signature,
+                          "launcher": abi.launcher, "declaration": declaration,
+                          "dims": [d for d, _ in abi.dims], "header": header, "binding": binding}, indent=2))
+    else:
+        print(binding if args.binding else header, end="")
     return 0
 
 

@@ -30,7 +30,8 @@ def check_can_start(task: Task, direction: str, proposer: Proposer, policy: Oper
     if not use_baseline:
         why = "--no-baseline leaves generation 0 to proposals"
     else:
-        why = f"task {task.name!r} has no {direction} baseline ({task.root}/baselines/{direction}/kernel.cu)"
+        why = (f"task {task.name!r} has no {direction} baseline ({task.root}/baselines/{direction}/kernel.cu, or "
+               "kernel.py for a Triton one)")
     raise KbenchError(f"the {name} proposer cannot start this session: it works from a parent, and {why}. "
                       "Use a proposer that translates the reference (anthropic, human), or give the task a baseline "
                       "(docs/formats.md, native task folder). Nothing was written.")

@@ -21,6 +21,7 @@ from engine.export.kernel_source import KernelSource
 from engine.export.kernelbench import KernelBenchPlan, kernelbench_plan
 from engine.export.schema import CppEntry, OpSchema, backward_schema, find_entry, forward_schema
 from engine.export.targets import export_archs
+from engine.export.triton_package import TritonPlan, triton_plan
 from engine.pipeline.evaluate import default_cache_root
 from engine.tasks.glue import load_for_task
 from engine.tasks.loader import load_task
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from engine.workspace.views import CandidateStatus
     from engine.workspace.workspace import Workspace
 
-EXPORTABLE_FORMATS = ("native", "robust-kbench", "kernelbench")
+EXPORTABLE_FORMATS = ("native", "robust-kbench", "kernelbench", "triton")
 # robust-kbench's backward kernel takes what the task's AutogradFunction.backward passes it (task-specific, e.g.
 # (grad_output, x, weights) or (ctx.saved_tensors, grad_output)) and returns what that method unpacks: no op schema
 # or fake (meta) implementation can be derived from that without the kernel's own shape rules.
@@ -61,7 +62,7 @@ class ExportPlan:
         return names.class_name(self.name)
 
 
-AnyPlan = ExportPlan | KernelBenchPlan     # an op package, or a KernelBench ModelNew package
+AnyPlan = ExportPlan | KernelBenchPlan | TritonPlan   # an op package, a KernelBench ModelNew one, a Triton one
 
 
 # ------------------------------------------------------------------------------------------- kernels
@@ -70,14 +71,16 @@ AnyPlan = ExportPlan | KernelBenchPlan     # an op package, or a KernelBench Mod
 def _check_format(candidate: Candidate, where: str) -> None:
     if candidate.format not in EXPORTABLE_FORMATS:
         raise ExportError(f"{where} is a {candidate.format} candidate; export builds native (kernel.cu + "
-                          "binding.cpp), robust-kbench (.cu with PYBIND11_MODULE) and KernelBench ModelNew "
-                          "candidates only.")
+                          "binding.cpp), robust-kbench (.cu with PYBIND11_MODULE), KernelBench ModelNew and Triton "
+                          "(kernel.py) candidates only.")
 
 
 def _entry(candidate: Candidate, direction: str, where: str) -> CppEntry:
     _check_format(candidate, where)
     if candidate.format == "kernelbench":     # the package is ModelNew itself (engine/export/kernelbench.py)
         return CppEntry("ModelNew", None, None)
+    if candidate.format == "triton":          # the launcher behind the generated binding (triton_package.py)
+        return CppEntry(f"kb_{direction}", None, None)
     main = "binding.cpp" if candidate.format == "native" else candidate.main_file
     try:
         return find_entry(candidate.files[main], direction)
@@ -183,6 +186,11 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
         return KernelSource(direction, cand, entry, origin, passing=passing, why_not_passing=why)
 
     fwd = kernel(from_dir, "forward")
+    if fwd.candidate.format == "triton":
+        if backward_dir is not None:
+            raise ExportError("a Triton candidate exports as the forward op only (no --backward-dir yet).")
+        return _finish(triton_plan(name or names.default_name(task.name), task, *_reference(task), fwd), force,
+                       archs)
     if task.format == "kernelbench":
         if backward_dir is not None:
             raise ExportError(f"task {task.name!r} is a KernelBench problem: it has a forward only.")
@@ -274,6 +282,11 @@ def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, forc
     name = names.check_name(name) if name else None
     fwd = _ws_kernel(ws, query, "forward")
     task, ref_name, ref_text = _session_task(ws, fwd.session, fwd.candidate_id)
+    if fwd.candidate.format == "triton":
+        if backward:
+            raise ExportError(f"--backward {backward}: a Triton candidate exports as the forward op only.")
+        return _finish(triton_plan(name or names.default_name(task.name), task, ref_name, ref_text, fwd), force,
+                       archs)
     if task.format == "kernelbench":
         if backward:
             raise ExportError(f"--backward {backward}: task {task.name!r} is a KernelBench problem: it has a forward "

@@ -12,7 +12,8 @@
 The Python package sits under src/ so that `python -m pytest tests`, run in the package folder, imports the
 installed (built) package and not the source folder, which has no compiled extension. What setup.py and the README
 say about building (CUDA, GPUs, torch, CUTLASS) is engine/export/targets.py's; the op's dtype checks,
-engine/export/dtypes.py's. A KernelBench ModelNew's package is engine/export/kernelbench.py's.
+engine/export/dtypes.py's. A KernelBench ModelNew's package is engine/export/kernelbench.py's, a Triton
+candidate's engine/export/triton_package.py's.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from engine.export import kernelbench, readme_parts, targets
+from engine.export import kernelbench, readme_parts, targets, triton_package
 from engine.export.dtypes import DtypeCheck, dtype_checks
 from engine.export.errors import ExportError
 from engine.export.kernelbench import KernelBenchPlan
+from engine.export.triton_package import TritonPlan
 from engine.export.plan import AnyPlan, ExportPlan, KernelSource
 from engine.export.render import render
 from engine.tasks import inits
@@ -76,6 +78,8 @@ def package_files(plan: AnyPlan) -> dict[str, str]:
     """Every file of the package, relative path -> text (a KernelBench ModelNew's: engine/export/kernelbench.py)."""
     if isinstance(plan, KernelBenchPlan):
         return kernelbench.package_files(plan)
+    if isinstance(plan, TritonPlan):
+        return triton_package.package_files(plan)
     ns = plan.name
     kernels = [k for k in (plan.forward, plan.backward) if k is not None]
     files: dict[str, str] = {}

@@ -48,7 +48,6 @@ from types import ModuleType
 from typing import Any
 
 from engine.candidates import Candidate
-from engine.errors import DataError
 # What build_candidate is made of, one job to a module; re-exported here, where callers and tests look for them.
 from engine.harness.build_cache import (_CACHEABLE_FAILURES, STALE_TMP_S, _clean_stale_tmp, _publish,  # noqa: F401
                                         _read_entry, builds_dir, copy_private, entry_dir, entry_path,
@@ -62,9 +61,10 @@ from engine.harness.build_steps import (ENV_ALLOWLIST, StepResult, _declares_ext
                                         _Failed, _module_name, _strip_comments, _vendor_link, compile_jail,
                                         compiler_env, run_tool)
 from engine.harness.kernelbench_prebuilt import write_manifest
-from engine.harness.kernelbench_types import CompileRequest, CompileResult
+from engine.harness.kernelbench_types import CompileRequest
 from engine.harness.pch import PCH_BASENAME, PCH_TIMEOUT_S, PchInfo, _pch_used, ensure_pch, pch_dir  # noqa: F401
 from engine.harness.toolchain import Toolchain
+from engine.harness.build_triton import build_triton, child_result
 from engine.jail import JailSpec  # noqa: F401
 from engine.jail.limits import IMPORT
 from engine.procs import ChildOutcome, run_child
@@ -114,6 +114,9 @@ def build_candidate(candidate: Candidate, cache_root: Path, toolchain: Toolchain
         elif candidate.format == "kernelbench":
             module_name, so_name = None, None
             _build_kernelbench(candidate, cache_root, toolchain, src, start + timeout_s, steps, timings)
+        elif candidate.format == "triton":
+            so_name = None
+            build_triton(candidate, module_name, toolchain, src, start + timeout_s, steps, timings)
         elif candidate.format == "kernel-only":
             raise _Failed("invalid", "a kernel-only candidate (kernel.cu without binding.cpp) builds with the binding "
                                      "its task generates: materialise it for the task first "
@@ -253,12 +256,7 @@ def _check_import(outcome: ChildOutcome, candidate: Candidate, built: Path, ext_
     import or build; else keep its builds in the cache (`ext_dir`) with the manifest the runner replays."""
     main = candidate.main_file
     text = candidate.files[main]
-    timings["import"] = round(outcome.seconds, 3)
-    try:   # the child ran the candidate's code, which may have overwritten its result: read it strictly
-        res = CompileResult.from_json(outcome.result or {})
-    except DataError as exc:
-        raise _Failed("compile", f"the import of {main} left a result kbench cannot read ({exc}): "
-                                 "kbench's child writes none such, so the candidate's code overwrote it") from None
+    res = child_result(outcome, main, timings)
     calls = res.extensions
     output = "\n".join(f"{c.via} {c.name}: {'ok' if c.ok else c.error}" for c in calls)
     broken = outcome.returncode != 0 or res.import_error or any(not c.ok for c in calls)

@@ -81,7 +81,39 @@ def _plain(value: Any) -> Any:
     return value if value is None or isinstance(value, bool) else str(value)
 
 
+def run_triton(request: CompileRequest) -> CompileResult:
+    """A Triton candidate's compile stage on a machine without a GPU: its modules import (syntax, imports, the
+    module-level code), the binding exports the direction's function and kernel.py its launcher; its @triton.jit
+    kernels are listed. Triton compiles them at their first launch, in the runner."""
+    from engine.harness.triton_load import jit_kernels, load_triton  # lazy: only the Triton mode needs it
+    out = CompileResult()
+
+    def load() -> None:
+        binding = load_triton(Path(request.py_path), request.module_name)
+        kernel = sys.modules[f"{request.module_name}_kernel"]
+        if not callable(getattr(kernel, request.triton_launcher, None)):
+            out.import_error = f"kernel.py defines no function {request.triton_launcher}"
+        elif not callable(getattr(binding, request.triton_entry, None)):
+            out.import_error = f"binding.py defines no function {request.triton_entry}"
+        out.kernels = jit_kernels(kernel)
+    return _imported(out, load)
+
+
+def _imported(out: CompileResult, load: Callable[[], None]) -> CompileResult:
+    """`out` after `load()` (the candidate's import): whatever it raises is the import's error; finished last."""
+    try:
+        load()
+    except BaseException as exc:  # noqa: BLE001 - whatever the file raises is the verdict's reason
+        out.import_error = f"{type(exc).__name__}: {exc}"
+        out.traceback = traceback.format_exc(limit=8)[-4000:]
+    out.cuda_available = bool(torch.cuda.is_available())
+    out.finished = True
+    return out
+
+
 def run(request: CompileRequest) -> CompileResult:
+    if request.triton_entry:
+        return run_triton(request)
     out = CompileResult()
     recording_versioner(cpp.JIT_EXTENSION_VERSIONER, out.versions)
     if request.record_sources:
@@ -95,16 +127,12 @@ def run(request: CompileRequest) -> CompileResult:
         fail_fast(cpp)       # ninja's first failed compile is the build's error, without waiting for the others
         if request.pch_header:
             use_pch(cpp, request.pch_header, list(request.pch_flags))
-    try:
+
+    def load() -> None:
         module = import_file(Path(request.py_path), request.module_name or "kbench_modelnew_compile")
         if not hasattr(module, "ModelNew"):
             out.import_error = "the file defines no class ModelNew"
-    except BaseException as exc:  # noqa: BLE001 - whatever the file raises is the verdict's reason
-        out.import_error = f"{type(exc).__name__}: {exc}"
-        out.traceback = traceback.format_exc(limit=8)[-4000:]
-    out.cuda_available = bool(torch.cuda.is_available())
-    out.finished = True
-    return out
+    return _imported(out, load)
 
 
 def main(argv: list[str]) -> int:

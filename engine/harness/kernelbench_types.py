@@ -31,6 +31,10 @@ class CompileRequest:
     record_sources: bool = False
     pch_header: str = ""              # kbench's precompiled header for load_inline's C++ half ("" : none)
     pch_flags: tuple[str, ...] = ()   # the g++ flags its .gch was built with (engine/harness/kernelbench_fast.py)
+    # A Triton candidate: py_path is its folder (kernel.py + binding.py, engine/harness/triton_load.py), and the import
+    # checks that the binding exports `entry` and kernel.py defines `launcher`; nothing is built before a GPU runs it.
+    triton_entry: str = ""
+    triton_launcher: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -62,6 +66,7 @@ class CompileResult:
     import_error: str | None = None
     traceback: str | None = None
     cuda_available: bool = False
+    kernels: list[str] = field(default_factory=list)   # a Triton candidate's @triton.jit kernels, by name
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)   # not jsonable.dump: the child writes it, jailed without pydantic
@@ -75,5 +80,8 @@ class CompileResult:
             ext.error = ext.error[:MAX_TEXT_CHARS] if ext.error is not None else None
             if any(len(t) > MAX_SOURCE_CHARS for t in ext.sources.values()) or len(ext.sources) > 8:
                 raise DataError(f"{what}: extension {ext.name!r} records more source than a kernel has")
+        if len(res.kernels) > MAX_EXTENSIONS:
+            raise DataError(f"{what}: more than {MAX_EXTENSIONS} Triton kernels")
+        res.kernels = [k[:200] for k in res.kernels]
         res.import_error = res.import_error[:MAX_TEXT_CHARS] if res.import_error is not None else None
         return res

@@ -1,7 +1,8 @@
 """Static integrity checks: read a candidate's sources for reward hacks before any GPU time is spent.
 
 The rules read syntax trees: tree-sitter's CUDA grammar for .cu/.cpp/.h (engine.integrity.cpp_scan) and
-Python's `ast` for KernelBench ModelNew files (engine.integrity.py_scan). Comments, strings, parameters,
+Python's `ast` for KernelBench ModelNew files (engine.integrity.py_scan) and Triton kernel.py files
+(engine.integrity.triton_scan). Comments, strings, parameters,
 return types and unused includes are never read as code. Each finding names its rule (the INTEGRITY.md
 catalog), the file and line, a confidence and a status: `fail` only where the construct is unambiguous,
 `suspicious` where a person should look, `info` for a library use the library policy allows.
@@ -41,6 +42,9 @@ from engine.integrity.findings import (  # noqa: F401 - the catalog ids are part
 )
 from engine.integrity.policy import DEFAULT_POLICY, ResolvedPolicy, resolve_policy
 from engine.integrity.py_scan import scan_python_source
+from engine.integrity.triton_scan import scan_triton_source
+from engine.tasks.glue_abi import GlueError, launcher_abi
+from engine.tasks.glue_triton import binding_py_text
 from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
@@ -97,7 +101,9 @@ def scan_candidate(candidate: Candidate, task: Task | None = None, policy: str |
     found: list[Finding] = []
     own_kernel = False
     for rel, text in sorted(candidate.files.items()):
-        if rel.endswith(".py"):
+        if candidate.format == "triton":
+            f, own = _scan_triton_file(rel, text, task, dtype, shapes, refs, pol)
+        elif rel.endswith(".py"):
             f, own = scan_python_source(rel, text, task_dtype=dtype, shape_values=shapes, reference_modules=refs,
                                         policy=pol)
         elif rel.endswith(CPP_SUFFIXES):
@@ -115,6 +121,28 @@ def scan_candidate(candidate: Candidate, task: Task | None = None, policy: str |
         found.append(Finding(NO_OWN_KERNEL, SUSPICIOUS, first.file, first.line, f"no kernel of the candidate's own "
                              f"(no __global__ function, no launch): the result comes entirely from {libs}", "", 0.8))
     return _dedupe(found)
+
+
+def _scan_triton_file(rel: str, text: str, task: Task | None, dtype: str, shapes: set[int], refs: set[str],
+                      policy: str) -> tuple[list[Finding], bool]:
+    """A Triton candidate's kernel.py by the Triton rules (engine/integrity/triton_scan.py); its binding.py too,
+    unless it is the text kbench generates for the task (then it is kbench's, not the candidate's)."""
+    tensors: set[str] = set()
+    generated: set[str] = set()
+    for direction in (task.directions if task is not None else ()):
+        try:
+            abi = launcher_abi(task, direction)
+        except GlueError:
+            continue
+        tensors.update(p.cname for p in (*abi.inputs, *abi.outputs) if p.kind == "tensor")
+        generated.add(binding_py_text(abi))
+    if rel == "binding.py" and text in generated:
+        return [], False
+    found, own = scan_triton_source(rel, text, task_dtype=dtype, shape_values=shapes, reference_modules=refs,
+                                    policy=policy, tensor_args=tensors)
+    if rel != "kernel.py":   # a helper or an edited binding need no kernel of their own
+        found = [f for f in found if f.hack != NO_OWN_KERNEL]
+    return found, own
 
 
 def _dedupe(found: list[Finding]) -> list[Finding]:

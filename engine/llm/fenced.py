@@ -20,14 +20,15 @@ from typing import Any
 _FENCE = re.compile(r"^[ \t]*(?P<bar>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)\n[ \t]*(?P=bar)[ \t]*$",
                     re.MULTILINE | re.DOTALL)
 _TOOL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_CODE_LANGS = {"", "cuda", "cu", "cuh", "cpp", "c++", "cxx", "cc", "c", "h", "hpp"}
-_FILE_NAME = re.compile(r"\b(kernel\.cu|binding\.cpp)\b")
+_CODE_LANGS = {"", "cuda", "cu", "cuh", "cpp", "c++", "cxx", "cc", "c", "h", "hpp", "python", "py"}
+_FILE_NAME = re.compile(r"\b(kernel\.cu|binding\.cpp|kernel\.py)\b")
+_TRITON = re.compile(r"@\s*triton\s*\.\s*jit\b")
 _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(")
 _GLOBAL = re.compile(r"\b__global__\b")
 _NAME_LINE = re.compile(r"^[\s>*_#-]*name[\s*_`]*[:=][\s*_`]*(?P<name>[^\n`*]+?)[\s*_`]*$", re.IGNORECASE | re.MULTILINE)
-_FILE_LINE = re.compile(r"^[\s>*_#`-]*(?:kernel\.cu|binding\.cpp)[\s*_`:]*$", re.IGNORECASE | re.MULTILINE)
+_FILE_LINE = re.compile(r"^[\s>*_#`-]*(?:kernel\.cu|binding\.cpp|kernel\.py)[\s*_`:]*$", re.IGNORECASE | re.MULTILINE)
 _RATIONALE_LABEL = re.compile(r"^[\s>*_#-]*rationale[\s*_`]*[:=][\s*_`]*", re.IGNORECASE | re.MULTILINE)
-_FIELD_FOR_FILE = {"kernel.cu": "kernel_cu", "binding.cpp": "binding_cpp"}
+_FIELD_FOR_FILE = {"kernel.cu": "kernel_cu", "binding.cpp": "binding_cpp", "kernel.py": "kernel_py"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ def text_answer_instruction(tool: dict[str, Any]) -> str:
         return (f"{head} First a line `name: <a few lowercase words joined by hyphens>`, then the rationale, then "
                 "each file complete in its own fenced block preceded by a line with its file name: kernel.cu in a "
                 "```cuda block and binding.cpp in a ```cpp block (leave binding.cpp out where kernel.cu defines "
-                "the launcher the task context declares).")
+                "the launcher the task context declares; a Triton answer, where the task context offers one, is "
+                "kernel.py alone in a ```python block).")
     schema = json.dumps(tool.get("input_schema") or {}, separators=(",", ":"))
     return f"{head} One ```json block holding the object `{name}` takes, with this JSON schema: {schema}"
 
@@ -125,7 +127,7 @@ def _kernel_from_fences(text: str) -> dict[str, Any] | None:
             return None                  # two versions of one file: which one is meant is a guess
         files[rel] = body
     prose.append(text[end:])
-    if "kernel.cu" not in files:
+    if "kernel.cu" not in files and "kernel.py" not in files:
         return None
     words = "\n".join(prose)
     name = _NAME_LINE.search(words)
@@ -149,6 +151,8 @@ def _file_of(info: str, body: str, before: str) -> str | None:
         return "binding.cpp"
     if _GLOBAL.search(body):
         return "kernel.cu"
+    if _TRITON.search(body):
+        return "kernel.py"
     return None
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from engine.candidates import Candidate
 from engine.config import cache_root
 from engine.harness.roofline import Peaks, load_peaks
-from engine.tasks.glue import glue_header
+from engine.tasks.glue import glue_header, glue_triton_skeleton
 from engine.tasks.glue_abi import GlueError
 from engine.tasks.model import DTYPE_BYTES, Task, default_timing_configs, scaled
 from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
@@ -37,7 +37,8 @@ INIT_MEANINGS = {
 }
 
 
-def context_values(task: Task, direction: str, target: str = "") -> dict[str, Any]:
+def context_values(task: Task, direction: str, target: str = "", languages: Sequence[str] = ("cuda",)
+                   ) -> dict[str, Any]:
     """Placeholder values for context.md: the stable, cached part of every prompt about this task."""
     spec = task.spec(direction)
     try:
@@ -53,7 +54,8 @@ def context_values(task: Task, direction: str, target: str = "") -> dict[str, An
         "rtol": f"{spec.tolerance.rtol:g}", "reference": reference, "fn_name": fn_name,
         "configs": render_configs(task), "init_schemes": render_inits(task),
         "backward_contract": _backward_contract(task) if direction == "backward" else "",
-        "target": target, "launcher_abi": launcher_abi_text(task, direction),
+        "target": target, "launcher_abi": launcher_abi_text(task, direction) if "cuda" in languages else "",
+        "triton_skeleton": triton_skeleton_text(task, direction) if "triton" in languages else "",
         "cost_model": render_cost_model(task, direction),
     }
 
@@ -63,6 +65,15 @@ def launcher_abi_text(task: Task, direction: str) -> str:
     glue (then every answer carries its binding.cpp)."""
     try:
         return glue_header(task, direction).rstrip()
+    except GlueError:
+        return ""
+
+
+def triton_skeleton_text(task: Task, direction: str) -> str:
+    """The kernel.py skeleton a Triton answer fills in (engine/tasks/glue_triton.py); "" where the signature has no
+    generated glue (then no Triton answer can run on the task)."""
+    try:
+        return glue_triton_skeleton(task, direction).rstrip()
     except GlueError:
         return ""
 
@@ -183,4 +194,4 @@ def render_list(items: Sequence[str]) -> str:
 
 def _file_order(rel: str) -> tuple[int, str]:
     # kernel.cu first: it is what the reader cares about; the glue second.
-    return ({"kernel.cu": 0, "binding.cpp": 1}.get(rel, 2), rel)
+    return ({"kernel.cu": 0, "kernel.py": 0, "binding.cpp": 1, "binding.py": 1}.get(rel, 2), rel)

@@ -7,10 +7,12 @@ become an AnswerError whose message is recorded as the failed proposal's reason.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from engine.candidates import defines_launcher
 from engine.llm.client import LLMReply
 from engine.llm.errors import AnswerError
 
@@ -69,8 +71,32 @@ SUBMIT_DIRECTIVES: dict[str, Any] = {
     },
 }
 
+# A Triton answer ([llm] languages has "triton"): kernel_py instead of kernel_cu and binding_cpp.
+KERNEL_PY_FIELD: dict[str, Any] = {
+    "type": "string",
+    "description": ("Instead of kernel_cu (and binding_cpp): a complete Triton kernel.py that defines the task's "
+                    "launcher as the task context's Triton skeleton shows (same name and parameters), launching "
+                    "@triton.jit kernels; kbench generates binding.py. Send either kernel_py or kernel_cu.")}
+
+
+def submit_kernel_tool(languages: tuple[str, ...] | list[str] = ("cuda",)) -> dict[str, Any]:
+    """submit_kernel for the languages an answer may use ([llm] languages): CUDA's fields, Triton's, or both."""
+    if "triton" not in languages:
+        return SUBMIT_KERNEL
+    schema = SUBMIT_KERNEL["input_schema"]
+    props = {k: v for k, v in schema["properties"].items() if "cuda" in languages or k in ("name", "rationale")}
+    props["kernel_py"] = KERNEL_PY_FIELD
+    description = ("Submit one complete candidate: a Triton kernel.py (kernel_py) defining the task's launcher"
+                   if "cuda" not in languages else
+                   SUBMIT_KERNEL["description"] + " Or, instead of kernel_cu, a Triton kernel.py (kernel_py) defining "
+                   "the task's launcher: kbench then generates binding.py")
+    required = ["name", "rationale"] + ([] if "cuda" in languages else ["kernel_py"])
+    return {**SUBMIT_KERNEL, "description": description,
+            "input_schema": {**schema, "properties": props, "required": required}}
+
+
 # tool field -> candidate file
-KERNEL_FIELDS = {"kernel_cu": "kernel.cu", "binding_cpp": "binding.cpp"}
+KERNEL_FIELDS = {"kernel_cu": "kernel.cu", "binding_cpp": "binding.cpp", "kernel_py": "kernel.py"}
 REQUIRED_KERNEL_FIELDS = ("kernel_cu",)   # binding_cpp omitted: a kernel-only candidate (engine/tasks/glue.py)
 
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
@@ -125,10 +151,18 @@ def tool_input(reply: LLMReply, tool: dict[str, Any]) -> dict[str, Any]:
     return reply.tool_input
 
 
-def kernel_answer(reply: LLMReply, direction: str = "forward") -> KernelAnswer:
+def kernel_answer(reply: LLMReply, direction: str = "forward",
+                  languages: tuple[str, ...] | list[str] = ("cuda",)) -> KernelAnswer:
     """Check a submit_kernel answer and return its files: kernel.cu and binding.cpp, or kernel.cu alone (a
-    kernel-only candidate, whose binding the task's signature generates: it must define kb_<direction>)."""
-    data = tool_input(reply, SUBMIT_KERNEL)
+    kernel-only candidate, whose binding the task's signature generates: it must define kb_<direction>), or,
+    where `languages` has triton, a Triton kernel.py alone (triton_answer)."""
+    tool = submit_kernel_tool(languages)
+    data = tool_input(reply, tool)
+    if "kernel_py" in data and "triton" in languages:
+        return triton_answer(data, direction)
+    if "cuda" not in languages:
+        raise AnswerError("submit_kernel carried no kernel_py: this session takes Triton answers only "
+                          "([llm] languages)")
     allowed = set(SUBMIT_KERNEL["input_schema"]["properties"])
     unexpected = sorted(set(data) - allowed)
     missing = [f for f in REQUIRED_KERNEL_FIELDS if f not in data]
@@ -177,6 +211,36 @@ def kernel_answer(reply: LLMReply, direction: str = "forward") -> KernelAnswer:
     rationale = data.get("rationale")
     return KernelAnswer(name=slug(data.get("name")), rationale=rationale.strip() if isinstance(rationale, str) else "",
                         files=files)
+
+
+_TRITON_JIT = re.compile(r"@\s*(?:triton|tl)\s*\.\s*jit\b|\bimport\s+triton\b")
+
+
+def triton_answer(data: dict[str, Any], direction: str) -> KernelAnswer:
+    """A Triton answer: kernel_py alone, valid Python, defining kb_<direction> and a @triton.jit kernel, complete."""
+    extra = sorted(set(data) - {"name", "rationale", "kernel_py"})
+    if extra:
+        raise AnswerError(f"wrong files in submit_kernel: kernel_py comes alone, without {', '.join(extra)}")
+    value = data["kernel_py"]
+    if not isinstance(value, str) or not _unfence(value).strip():
+        raise AnswerError("kernel_py is empty" if isinstance(value, str) else "kernel_py is not text")
+    text = _unfence(value)
+    text = text if text.endswith("\n") else text + "\n"
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        raise AnswerError(f"kernel_py is not valid Python (line {exc.lineno}: {exc.msg}); it may be truncated") from None
+    if m := _ELIDED.search(text):
+        raise AnswerError(f"kernel_py elides code ({m.group(0).strip()!r}); files must be complete")
+    launcher = f"kb_{direction}"
+    if not defines_launcher(text, launcher):
+        raise AnswerError(f"kernel_py must define the launcher {launcher} that the task context's Triton skeleton "
+                          "shows (kbench generates the binding that calls it)")
+    if not _TRITON_JIT.search(text):
+        raise AnswerError("kernel_py has no @triton.jit kernel: the work must be done by Triton kernels")
+    rationale = data.get("rationale")
+    return KernelAnswer(name=slug(data.get("name")), rationale=rationale.strip() if isinstance(rationale, str) else "",
+                        files={"kernel.py": text})
 
 
 def verdict_answer(reply: LLMReply) -> VerdictAnswer:

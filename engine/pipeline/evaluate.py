@@ -26,6 +26,7 @@ from typing import Callable
 from engine import jsonable
 from engine.candidates import Candidate
 from engine.harness import build as builds  # a module, not its function: tests substitute build_candidate
+from engine.harness.build_triton import TRITON_CHECKED
 from engine.harness.build_wait import cached, expected_wait
 from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain_cache import cached_toolchain
@@ -93,7 +94,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     task.spec(direction)  # raises a clear KeyError for a missing direction
     if candidate.format == "kernelbench" and direction != "forward":
         raise ValueError("KernelBench ModelNew candidates have a forward direction only")
-    if candidate.format == "kernel-only":   # kernel.cu alone: the binding the task's signature generates
+    if candidate.format in ("kernel-only", "triton"):   # the binding the task's signature generates
         try:
             candidate = materialise(candidate, task, direction)
         except GlueError as exc:
@@ -128,8 +129,10 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
                                        {"log": build.log[-8000:]}))
         report.seconds = time.monotonic() - t0
         return report
-    report.verdicts.append(Verdict(Stage.COMPILE, Status.PASS, "cache hit" if build.cache_hit else "compiled",
-                                   dict(report.build)))
+    said = "cache hit" if build.cache_hit else "compiled"
+    if candidate.format == "triton":   # nothing is compiled before a GPU launches it: say what was checked
+        said += f" ({TRITON_CHECKED})"
+    report.verdicts.append(Verdict(Stage.COMPILE, Status.PASS, said, dict(report.build)))
     if (why := no_gpu_visible(opts.gpu)) is not None:
         # a judge would take seconds to start only to find no GPU: the compile verdict is what this machine gives
         say(f"no CUDA GPU is visible ({why}): compiled only, no judge started")

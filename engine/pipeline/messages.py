@@ -122,6 +122,8 @@ class Load(_Message):
     entry: str | None = None         # the function it must export ("forward"/"backward"; none for ModelNew)
     # numeric settings to apply before the import, where the request has its own (engine/pipeline/eval_mode.py)
     numerics: dict[str, Any] | None = None
+    # py_path is a Triton candidate's folder (kernel.py + binding.py, engine/harness/triton_load.py)
+    triton: bool = field(default=False, metadata=_OMIT)
 
     def _check(self) -> None:
         if (self.py_path is None) == (self.so_path is None):

@@ -167,7 +167,7 @@ def profile_candidate(task: Task, candidate: Candidate, direction: str = "forwar
     t0 = time.monotonic()
     opts = options or ProfileOptions()
     cache_root = cache_root or default_cache_root()
-    if getattr(candidate, "format", None) == "kernel-only":
+    if getattr(candidate, "format", None) in ("kernel-only", "triton"):
         try:
             candidate = materialise(candidate, task, direction)
         except GlueError as exc:

@@ -10,9 +10,9 @@ and maps the arena, engine/pipeline/arena.py). Only then does candidate code run
 helper's signed records, and the judge checks them against references it computed itself. Its messages are
 the typed ones of engine/pipeline/messages.py.
 
-Lazy imports: torch and the harness (build, numerics, runtimes, poison, kernelbench_prebuilt, kernelbench_includes)
-are imported inside the functions that need them: they may load only once the runner has jailed itself, and before
-its jail it imports little (the jail, the wire format and the messages, all of them free of torch).
+Lazy imports: torch and the harness (build, numerics, runtimes, poison, kernelbench_prebuilt, kernelbench_includes,
+triton_load) are imported inside the functions that need them: they may load only once the runner has jailed itself,
+and before its jail it imports little (the jail, the wire format and the messages, all of them free of torch).
 """
 
 from __future__ import annotations
@@ -222,6 +222,9 @@ def load_candidate(load: msg.Load) -> Any:
     """Import the candidate named by a `load` message (engine.pipeline.runner_process.stage_load)."""
     from engine.harness.build import load_extension
     from engine.harness.runtimes.base import import_file
+    if load.triton:
+        from engine.harness.triton_load import load_triton
+        return load_triton(Path(load.py_path or ""), load.module_name)
     if load.py_path:
         import torch.utils.cpp_extension as cpp
 

@@ -94,6 +94,9 @@ def stage_candidate(run: RunDir, cand: CandidateSpec) -> dict[str, Any]:
 def stage_load(run: RunDir, cand: CandidateSpec) -> msg.Load:
     """Copy what the runner loads into ro/ (a KernelBench build folder into scratch, since load_inline locks and
     re-checks it); the `load` message for it."""
+    if cand.format == "triton":   # its folder, as the build checked it
+        return msg.Load(module_name=cand.module_name, triton=True,
+                        py_path=str(stage_readonly(run.ro, Path(cand.py_path or ""), "triton")))
     if cand.py_path:
         py_path = stage_readonly(run.ro, Path(cand.py_path))
         if cand.torch_extensions and Path(cand.torch_extensions).is_dir():

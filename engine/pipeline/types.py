@@ -16,7 +16,7 @@ class CandidateSpec:
     format: str
     module_name: str
     so_path: str | None = None
-    py_path: str | None = None
+    py_path: str | None = None            # a KernelBench .py, or a Triton candidate's folder
     torch_extensions: str | None = None   # a KernelBench candidate's load_inline build folder, if prebuilt
 
 

@@ -24,7 +24,8 @@ from engine.llm.client import LLMReply, LLMRequest
 from engine.llm.errors import LLMError
 from engine.llm.prompts import PromptError, load_template
 from engine.llm.redact import machine_paths, without_paths
-from engine.llm.tools import KERNEL_FIELDS, SUBMIT_DIRECTIVES, SUBMIT_KERNEL, directives_answer, kernel_answer
+from engine.llm.tools import (KERNEL_FIELDS, SUBMIT_DIRECTIVES, directives_answer, kernel_answer,
+                              submit_kernel_tool)
 from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed,
                                    new_proposal_id, parent_id, with_provenance)
 from engine.tasks.glue import materialise
@@ -63,7 +64,7 @@ class LLMProposer:
         pdir = self.config.llm.prompts_dir
         op = request.operator
         values: dict[str, Any] = {
-            **render.context_values(request.task, request.direction, self.target),
+            **render.context_values(request.task, request.direction, self.target, self.config.llm.languages),
             "directives": request.directives, "insights": render.render_list(request.insights),
             "feedback": request.feedback, "hints": request.hints, "population": request.population,
             "lessons": render.render_list(request.lessons), "elite": "", "elite_name": "", "elite_summary": "",
@@ -87,7 +88,8 @@ class LLMProposer:
             system=load_template("system", pdir).render(),
             context=without_paths(load_template("context", pdir).render(values), paths),
             prompt=without_paths(load_template(op, pdir).render(values), paths),
-            tool=SUBMIT_DIRECTIVES if op == "meta" else SUBMIT_KERNEL, key=key, purpose=op,
+            tool=SUBMIT_DIRECTIVES if op == "meta" else submit_kernel_tool(self.config.llm.languages), key=key,
+            purpose=op,
             min_output_tokens=int(resend * 1.25) + _ANSWER_RESERVE if resend else 0)
 
     # -- propose ---------------------------------------------------------------------------------------
@@ -130,13 +132,14 @@ class LLMProposer:
             if op == "meta":
                 d = directives_answer(reply)
                 return replace(base, directives=d.directives, rationale=d.rationale)
-            ans = kernel_answer(reply, request.direction)
+            ans = kernel_answer(reply, request.direction, self.config.llm.languages)
         except LLMError as exc:
             why = str(exc) + (" (cut again when asked once more with twice the room)"
                               if len(replies) > 1 and reply.stop_reason == "max_tokens" else "")
             return replace(base, status=ProposalStatus.FAILED, reason=why, data={**base.data, "error": exc.kind},
                            drafts=drafts_of(reply))
-        cand = Candidate("native" if "binding.cpp" in ans.files else "kernel-only", ans.files, ans.name)
+        cand = Candidate("triton" if "kernel.py" in ans.files else "native" if "binding.cpp" in ans.files
+                         else "kernel-only", ans.files, ans.name)
         try:
             cand = materialise(cand, request.task, request.direction)   # kernel-only: the generated binding
         except GlueError as exc:
@@ -215,7 +218,7 @@ def answer_markdown(reply: LLMReply) -> str:
                 "fenced": " (read from fenced code blocks in the text: no tool call)"}.get(reply.answer_form, "")
         parts.append(f"### Tool call: {reply.tool_name}{read}")
         data = dict(reply.tool_input or {})
-        for key, lang in (("kernel_cu", "cuda"), ("binding_cpp", "cpp")):
+        for key, lang in (("kernel_cu", "cuda"), ("binding_cpp", "cpp"), ("kernel_py", "python")):
             if isinstance(data.get(key), str):
                 parts.append(f"#### {key}\n\n```{lang}\n{data.pop(key).rstrip()}\n```")
         if data:

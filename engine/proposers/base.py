@@ -191,7 +191,8 @@ def with_glue(proposal: Proposal, request: ProposalRequest) -> Proposal:
     the binding the task's signature generates (engine/tasks/glue.py), so that what is committed builds and diffs
     like any other; a failed proposal, naming the reason, where the signature has no generated glue."""
     cand = proposal.candidate
-    if cand is None or cand.format != "kernel-only" or not proposal.ok:
+    if cand is None or not proposal.ok or not (cand.format == "kernel-only" or
+                                               (cand.format == "triton" and "binding.py" not in cand.files)):
         return proposal
     try:
         native = materialise(cand, request.task, request.direction)

@@ -1,5 +1,9 @@
 """Tunable knobs: parse `// kbench:knob values=... [requires=EXPR]` annotations and rewrite values.
 
+A Triton kernel.py writes the annotation as a Python comment on an assignment, `BLOCK = 1024  # kbench:knob
+values=256,512,1024`, and has its BLOCK_* sizes, num_warps and num_stages as knobs without one
+(engine/proposers/knobs_triton.py).
+
     #define BLOCK_SIZE 256  // kbench:knob values=128,256,512,1024
     #define VEC 4           // kbench:knob values=1,2,4 requires=BLOCK_SIZE*VEC<=4096
 
@@ -18,12 +22,21 @@ from typing import Any, Mapping
 
 from engine.candidates import Candidate
 from engine.errors import KbenchError
+from engine.proposers import knobs_triton
 
 _KNOB_LINE = re.compile(
     r"^(?P<pre>\s*#\s*define\s+(?P<name>[A-Za-z_]\w*)\s+)(?P<value>[^\s/]+)(?P<post>[^\n]*?)"
     r"//\s*kbench:knob\b(?P<args>[^\n]*)$", re.MULTILINE)
+# the same annotation on a Python assignment (a Triton kernel.py): `BLOCK_SIZE = 1024  # kbench:knob values=...`
+_PY_KNOB_LINE = re.compile(
+    r"^(?P<pre>[ \t]*(?P<name>[A-Za-z_]\w*)[ \t]*=[ \t]*)(?P<value>[^\s#]+)(?P<post>[^\n]*?)"
+    r"#\s*kbench:knob\b(?P<args>[^\n]*)$", re.MULTILINE)
 _ARG = re.compile(r"(?:^|\s)([A-Za-z_]\w*)=")
-_SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".h", ".hpp")
+_SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".h", ".hpp", ".py")
+
+
+def _knob_lines(rel: str) -> re.Pattern[str]:
+    return _PY_KNOB_LINE if rel.endswith(".py") else _KNOB_LINE
 
 
 class KnobError(KbenchError):
@@ -51,7 +64,7 @@ def parse_knobs(candidate: Candidate) -> list[Knob]:
         if not rel.endswith(_SOURCE_SUFFIXES):
             continue
         text = candidate.files[rel]
-        for m in _KNOB_LINE.finditer(text):
+        for m in _knob_lines(rel).finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             where = f"{rel}:{line}"
             name = m.group("name")
@@ -74,6 +87,7 @@ def parse_knobs(candidate: Candidate) -> list[Knob]:
                 raise KnobError(f"{where}: knob {name} is {current}, which is not one of its values "
                                 f"({', '.join(values)}).")
             knobs.append(Knob(name, rel, current, values, args.get("requires") or None))
+    knobs += _implicit(candidate, set(seen))
     names = {k.name for k in knobs}
     current = {k.name: k.value for k in knobs}
     for k in knobs:
@@ -116,8 +130,22 @@ def apply_settings(candidate: Candidate, settings: Mapping[str, str]) -> Candida
                 return m.group(0)
             return m.group("pre") + new + m.group(0)[m.end("value") - m.start():]
 
-        files[rel] = _KNOB_LINE.sub(sub, text)
+        files[rel] = _knob_lines(rel).sub(sub, text)
+        if candidate.format == "triton" and rel == "kernel.py":
+            files[rel] = knobs_triton.rewrite(files[rel], dict(settings), _annotated(text))
     return Candidate(candidate.format, files, candidate.name, dict(candidate.meta))
+
+
+def _annotated(text: str) -> set[str]:
+    return {m.group("name") for m in _PY_KNOB_LINE.finditer(text)}
+
+
+def _implicit(candidate: Candidate, named: set[str]) -> list[Knob]:
+    """A Triton candidate's BLOCK_* sizes, num_warps and num_stages, where no annotation names them."""
+    if candidate.format != "triton" or "kernel.py" not in candidate.files:
+        return []
+    text = candidate.files["kernel.py"]
+    return [Knob(s.name, "kernel.py", s.value, s.values) for s in knobs_triton.sites(text, named | _annotated(text))]
 
 
 def legal(knobs: list[Knob], settings: Mapping[str, str]) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 from engine.candidates import Candidate, load_candidate
 from engine.tasks.glue_abi import GlueError, launcher_abi
 from engine.tasks.glue_text import binding_text, header_text
+from engine.tasks.glue_triton import BINDING_FILE, binding_py_text, skeleton_text
 from engine.tasks.model import Task
 
 
@@ -27,6 +28,11 @@ def glue_header(task: Task, direction: str) -> str:
 
 def glue_binding(task: Task, direction: str) -> str:
     return binding_text(launcher_abi(task, direction))
+
+
+def glue_triton_skeleton(task: Task, direction: str) -> str:
+    """kernel.py's skeleton for a Triton candidate of this task direction (engine/tasks/glue_triton.py)."""
+    return skeleton_text(launcher_abi(task, direction), task.name)
 
 
 def refusal(task: Task, direction: str) -> str | None:
@@ -41,6 +47,8 @@ def refusal(task: Task, direction: str) -> str | None:
 def materialise(candidate: Candidate, task: Task, direction: str) -> Candidate:
     """A kernel-only candidate as a native one with the generated binding.cpp (other candidates unchanged).
     GlueError when the task direction's signature cannot be expressed."""
+    if candidate.format == "triton":
+        return _materialise_triton(candidate, task, direction)
     if candidate.format != "kernel-only":
         return candidate
     try:
@@ -52,6 +60,20 @@ def materialise(candidate: Candidate, task: Task, direction: str) -> Candidate:
              **{rel: text for rel, text in candidate.files.items() if rel != "kernel.cu"}}
     meta = {**candidate.meta, "binding": "generated"}
     return replace(candidate, format="native", files=files, meta=meta)
+
+
+def _materialise_triton(candidate: Candidate, task: Task, direction: str) -> Candidate:
+    """A Triton kernel.py with the binding.py its task's signature generates (one it already has is kept: a person
+    may have edited it, as a native binding.cpp)."""
+    if BINDING_FILE in candidate.files:
+        return candidate
+    try:
+        binding = binding_py_text(launcher_abi(task, direction))
+    except GlueError as exc:
+        raise GlueError(f"a Triton candidate (kernel.py) cannot run on task {task.name} ({direction}): {exc}. "
+                        "Write binding.py beside kernel.py.") from None
+    return replace(candidate, files={**candidate.files, BINDING_FILE: binding},
+                   meta={**candidate.meta, "binding": "generated"})
 
 
 def load_for_task(path: str | Path, task: Task, direction: str, name: str | None = None) -> Candidate:

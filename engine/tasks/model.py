@@ -133,7 +133,8 @@ class Task:
 
     def baseline_dir(self, direction: str) -> Path | None:
         path = self.root / "baselines" / direction
-        return path if (path / "kernel.cu").is_file() else None
+        # a CUDA baseline (kernel.cu), or a Triton one (kernel.py, engine/tasks/glue_triton.py)
+        return path if (path / "kernel.cu").is_file() or (path / "kernel.py").is_file() else None
 
     def to_json(self) -> dict[str, Any]:
         """Everything the sandboxed evaluator needs to rebuild the task in a child process."""

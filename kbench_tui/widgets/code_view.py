@@ -21,7 +21,8 @@ def lexer_for(name: str) -> str:
 
 def render_files(files: dict[str, str], theme: str = "monokai") -> Group:
     parts = []
-    for name in sorted(files, key=lambda n: (not n.endswith(".cu"), n)):
+    # the kernel first (kernel.cu, or a Triton candidate's kernel.py), then its glue and headers
+    for name in sorted(files, key=lambda n: (n not in ("kernel.cu", "kernel.py") and not n.endswith(".cu"), n)):
         parts.append(Rule(name, align="left"))
         parts.append(Syntax(files[name], lexer_for(name), theme=theme, line_numbers=True, word_wrap=False))
     return Group(*parts)

@@ -14,6 +14,7 @@ import pytest
 from engine.candidates import Candidate, load_candidate
 from engine.integrity.findings import FAIL, INFO, RULES
 from engine.integrity.static import check_candidate, scan_candidate, scan_cpp, scan_python
+from engine.integrity.triton_scan import scan_triton_source
 from engine.tasks.loader import load_task
 from engine.verdict import Status
 from tests.builtin_tasks import baselines
@@ -26,6 +27,8 @@ SHAPES = {4096, 1000}   # config sizes the shape hint is told about for the corp
 
 def _scan_file(path: Path, policy: str):
     text = path.read_text()
+    if path.name.startswith("triton_") or path.name == "kernel.py":   # a Triton candidate's kernel.py
+        return scan_triton_source(path.name, text, shape_values=SHAPES, policy=policy)[0]
     if path.suffix == ".py":
         return scan_python(path.name, text, shape_values=SHAPES, policy=policy)
     return scan_cpp(path.name, text, shape_values=SHAPES, policy=policy)
@@ -39,7 +42,8 @@ def _fixture_kernels() -> list[Path]:
         rel = p.relative_to(fx).parts
         if rel[0] in ("hacks", "corpus", "exploits") or not p.is_file():
             continue
-        if p.suffix in (".cu", ".cpp", ".cuh", ".h") or (p.suffix == ".py" and "ModelNew" in p.read_text()):
+        if p.suffix in (".cu", ".cpp", ".cuh", ".h") or (p.suffix == ".py" and "ModelNew" in p.read_text()) or \
+                (rel[0] == "triton" and p.name == "kernel.py"):
             out.append(p)
     return out
 

@@ -1,0 +1,60 @@
+"""The tuner on a Triton candidate, as a user starts it: a task folder of their own whose forward baseline is a
+Triton kernel.py (a copy of llama_rmsnorm), `kbench evolve FOLDER --proposer tuner` through the installed kbench.
+The tuner sweeps the kernel's BLOCK_H and num_warps without annotations; on this machine without a GPU every
+candidate is checked in the jail and waits for a GPU (exit 3); on a GPU they are judged (test marked gpu)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.paths import FIXTURES, REPO
+from tests.user_kbench import kbench
+
+
+def _triton_task(tmp_path):
+    task = tmp_path / "rms_triton"
+    shutil.copytree(REPO / "tasks" / "llama_rmsnorm", task)
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace('name = "llama_rmsnorm"',
+                                                                             'name = "rms_triton"', 1))
+    fwd = task / "baselines" / "forward"
+    shutil.rmtree(fwd)
+    fwd.mkdir()
+    shutil.copyfile(FIXTURES / "triton" / "llama_rmsnorm_forward" / "kernel.py", fwd / "kernel.py")
+    return task
+
+
+def _evolve(tmp_path, *extra: str):
+    task = _triton_task(tmp_path)
+    home = tmp_path / "home"
+    out = kbench(home, "--workspace", str(tmp_path / "ws"), "evolve", str(task), "--proposer", "tuner",
+                 "--generations", "1", "--population", "2", *extra, timeout=1500)
+    log = kbench(home, "--workspace", str(tmp_path / "ws"), "log", "rms_triton-fwd-tuner", "--json")
+    assert log.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + log.stderr
+    return out, json.loads(log.stdout)["candidates"]
+
+
+def test_the_tuner_sweeps_a_triton_kernels_block_size_and_warps_without_a_gpu(tmp_path):
+    out, cands = _evolve(tmp_path)
+    assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-3000:]
+    base = [c for c in cands if c["operator"] == "baseline"]
+    tuned = [c for c in cands if c["operator"] == "tune"]
+    assert len(base) == 1 and len(tuned) == 2, cands
+    for c in base + tuned:
+        assert c["verdicts"]["compile"] == "pass" and c["verdicts"]["static"] == "pass", c
+    show = kbench(tmp_path / "home", "--workspace", str(tmp_path / "ws"), "show-candidate", tuned[0]["id"], "--json")
+    rationale = json.dumps(json.loads(show.stdout))
+    assert "BLOCK_H" in rationale or "num_warps" in rationale, rationale[:2000]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_one_tuner_generation_on_a_triton_kernel_is_judged_correct(tmp_path):
+    out, cands = _evolve(tmp_path, "--no-compile-baseline")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    tuned = [c for c in cands if c["operator"] == "tune"]
+    assert len(tuned) == 2, cands
+    for c in [*tuned, *(c for c in cands if c["operator"] == "baseline")]:
+        assert c["verdicts"]["correctness"] == "pass" and c["verdicts"]["integrity"] == "pass", c
+        assert c["speedup_eager"], c
