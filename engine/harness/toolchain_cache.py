@@ -26,7 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from engine.harness.cuda_home import find_cuda_home
+from engine.cuda_home import find_cuda_home
 from engine.harness.toolchain import Toolchain, _visible_gpu_archs, detect
 
 FOLDER = "toolchains"
