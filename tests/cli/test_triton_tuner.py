@@ -26,18 +26,18 @@ def _triton_task(tmp_path):
     return task
 
 
-def _evolve(tmp_path, *extra: str):
+def _evolve(tmp_path, *extra: str, env: dict[str, str] | None = None):
     task = _triton_task(tmp_path)
     home = tmp_path / "home"
     out = kbench(home, "--workspace", str(tmp_path / "ws"), "evolve", str(task), "--proposer", "tuner",
-                 "--generations", "1", "--population", "2", *extra, timeout=1500)
+                 "--generations", "1", "--population", "2", *extra, env=env, timeout=1500)
     log = kbench(home, "--workspace", str(tmp_path / "ws"), "log", "rms_triton-fwd-tuner", "--json")
     assert log.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + log.stderr
     return out, json.loads(log.stdout)["candidates"]
 
 
 def test_the_tuner_sweeps_a_triton_kernels_block_size_and_warps_without_a_gpu(tmp_path):
-    out, cands = _evolve(tmp_path)
+    out, cands = _evolve(tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})   # no GPU, even on a machine with one
     assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-3000:]
     base = [c for c in cands if c["operator"] == "baseline"]
     tuned = [c for c in cands if c["operator"] == "tune"]
