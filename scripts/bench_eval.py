@@ -93,7 +93,8 @@ def table(runs: dict[str, list[dict]]) -> str:
     out = ["| run | wall s | request at s | judge s | judge start s | judge waited for request s | exit |",
            "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for kind, rows in runs.items():
-        out.append(f"| {kind} | {_cell([r.get('wall') for r in rows])} | {_cell([r.get('request_at') for r in rows])} | "
+        out.append(f"| {kind} | {_cell([r.get('wall') for r in rows])} | "
+                   f"{_cell([r.get('request_at') for r in rows])} | "
                    f"{_cell([r.get('judge') for r in rows])} | {_cell([r.get('judge_start') for r in rows])} | "
                    f"{_cell([r.get('judge_idle') for r in rows])} | "
                    f"{','.join(sorted({str(r.get('rc')) for r in rows}))} |")

@@ -19,6 +19,7 @@ torch.compile baselines, profile "best"), through the evaluator the app and `kbe
 `--old-rejudge TREE` instead runs steps 2-3 in an older tree (its own process, after this tree's): the first
 evaluation and `--rejudges` re-judgements through that tree's evaluator, for the re-judge ratio in one run.
 Each row carries the judge's phases (`EvalReport.phases`) where the tree reports them.
+`kbench eval` itself, as a process per run (its judge started as the command begins), is scripts/bench_eval.py's.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 Lazy imports: every command, `kbench --help` included, loads all the `cmd_*` modules at start-up, and most
 commands need a small part of the engine. So a `cmd_*` module imports at its top what start-up loads anyway, and
 the rest (the session service, the task catalog, the evolve package...) inside the commands that use it, under a
-`Lazy imports:` paragraph of its own. This module imports nothing lazily."""
+`Lazy imports:` paragraph of its own. This module imports nothing lazily.
+
+Before any of that, `main` reads an `eval` command line (engine/cli/eval_start.py) and starts its judge, so that
+the judge's start overlaps the parser's imports, the task and the build."""
 
 from __future__ import annotations
 

@@ -56,8 +56,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                        override_static=args.override_static, library_policy=policy)
     quiet = args.json
     say = None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True))
-    # the judge started as the command began (engine/cli/eval_start.py), if one could be: main() closes it
-    report = evaluate(task, candidate, direction, opts, progress=say, early=getattr(args, "early_judge", None))
+    early = getattr(args, "early_judge", None)   # started as the command began (eval_start.py); main() closes it
+    report = evaluate(task, candidate, direction, opts, progress=say, early=early)
     if not args.json:
         print(render(report), flush=True)     # the verdict first: the profile (if asked for) takes a while
     _keep_for_export(report, task, direction, candidate, opts, quiet)
