@@ -193,7 +193,8 @@ def test_eval_and_executor_sections_and_their_flags(tmp_path):
     cfg = load_config(user_file=path, env={})
     assert cfg.executor.kind == "ray" and cfg.executor.ray_address == "auto" and cfg.executor.retries == 3
     opts = eval_options(cfg)
-    assert opts.baselines == ("eager",) and opts.timing_configs == ["bench"] and opts.trials == 2
+    assert opts.baselines == ("eager",) and opts.timing_configs == ["bench"]
+    assert opts.trials is None and opts.mode == "kbench"   # unset: the mode's count (2; upstream 5), eval_mode.plan
     assert cfg.eval.profile == "best" and not opts.profile    # new bests are profiled on their own, not inline
     cfg = load_config(user_file=path, env={}, flags={"executor.kind": "local", "eval.trials": 3, "eval.profile": False})
     assert cfg.executor.kind == "local" and eval_options(cfg).trials == 3 and cfg.eval.profile == "off"
