@@ -54,6 +54,27 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
+def import_aliases(tree: ast.AST) -> dict[str, str]:
+    """Each name the file's imports bind, to the dotted name it stands for (`np` -> `numpy`, `F` ->
+    `torch.nn.functional`, `import torch.cuda` -> `torch`)."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
+
+
+def expand(aliases: dict[str, str], dotted: str) -> str:
+    """`dotted` with its first name replaced by what the imports bound it to."""
+    head, _, rest = dotted.partition(".")
+    full = aliases.get(head, head)
+    return full + ("." + rest if rest else "")
+
+
 def _parents(tree: ast.AST) -> dict[int, ast.AST]:
     out: dict[int, ast.AST] = {}
     for node in ast.walk(tree):
@@ -78,12 +99,11 @@ def scan_python_source(name: str, raw: str, *, task_dtype: str = "float32", shap
         snippet = lines[line - 1].strip()[:160] if 0 < line <= len(lines) else ""
         found.append(Finding(hack, status, name, line, reason, snippet, confidence, library))
 
-    aliases: dict[str, str] = {}
+    aliases = import_aliases(tree)
     refs = set(reference_modules)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
                 root = a.name.split(".")[0]
                 if root in refs or root in ("reference", "engine", "kbench"):
                     add(REFERENCE_IMPORT, FAIL, node, f"imports {a.name}: the reference (or the evaluator) "
@@ -92,8 +112,6 @@ def scan_python_source(name: str, raw: str, *, task_dtype: str = "float32", shap
                     add(HOST_THREAD, FAIL, node, f"imports {a.name}: work on a host thread escapes the timing")
         elif isinstance(node, ast.ImportFrom) and node.module:
             root = node.module.split(".")[0]
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
             if root in refs or root in ("reference", "engine", "kbench"):
                 add(REFERENCE_IMPORT, FAIL, node, f"imports from {node.module}: the reference (or the "
                     "evaluator) inside the candidate")
@@ -101,11 +119,7 @@ def scan_python_source(name: str, raw: str, *, task_dtype: str = "float32", shap
                 add(HOST_THREAD, FAIL, node, f"imports from {node.module}: host threads")
 
     def resolve(dotted: str | None) -> str | None:
-        if not dotted:
-            return None
-        head, _, rest = dotted.partition(".")
-        full = aliases.get(head, head)
-        return full + ("." + rest if rest else "")
+        return expand(aliases, dotted) if dotted else None
 
     def patch_target(node: ast.AST) -> str | None:
         if isinstance(node, ast.Attribute):

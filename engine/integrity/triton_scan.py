@@ -26,7 +26,7 @@ from typing import Iterable
 from engine.integrity.cpp_vocab import COMPUTE_METHODS, NON_TENSOR_METHODS, TORCH_COMPUTE_FUNCS
 from engine.integrity.findings import (ATEN_FALLBACK, FAIL, LOWER_PRECISION, NO_OWN_KERNEL, STATIC_CACHE, SUSPICIOUS,
                                        TORCH_COMPUTE, Finding, fallback_status, library_use_status)
-from engine.integrity.py_scan import _dotted, _parents, _try_rule, scan_python_source
+from engine.integrity.py_scan import _dotted, _parents, _try_rule, expand, import_aliases, scan_python_source
 
 _JIT = ("triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit")
 # dtype rank: a cast to a lower rank than the task's dtype loses precision
@@ -39,22 +39,11 @@ _MUTATORS = ("setdefault", "update", "append", "extend", "add", "insert", "__set
 
 
 def _resolver(tree: ast.Module):
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    aliases = import_aliases(tree)
 
     def resolve(node: ast.AST) -> str:
         dotted = _dotted(node.func if isinstance(node, ast.Call) else node)
-        if not dotted:
-            return ""
-        head, _, rest = dotted.partition(".")
-        full = aliases.get(head, head)
-        return full + ("." + rest if rest else "")
+        return expand(aliases, dotted) if dotted else ""
     return resolve
 
 
