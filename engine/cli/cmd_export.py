@@ -83,7 +83,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if isinstance(plan, TritonPlan):   # pure Python: Triton compiles at the first launch, for that GPU
         print(f"exported {plan.forward.origin}\n  package {out}/  (torch.ops.{plan.name}.forward, a Triton kernel; "
               f"pure Python, compiled by Triton on the GPU that runs it)\n"
-              f"  install: cd {out} && python -m pip install .   (its README.md says what it pins)\n"
+              f"  install: cd {out} && python -m pip install --no-build-isolation .   (its README.md says what it pins)\n"
               f"  test:    python -m pytest tests   (in {out}; the gpu tests skip where no GPU is visible)")
         return 0
     if isinstance(plan, KernelBenchPlan):

@@ -1,13 +1,13 @@
 """An exported package, built and tested by following only its own README, in a fresh shell.
 
-The user exports a built-in task's shipped kernel, and a KernelBench ModelNew, with the installed `kbench`. Then, in another shell with a home
-of its own, no CUDA_HOME, CUDA_PATH or TORCH_CUDA_ARCH_LIST, and a Python environment of its own (a venv that sees
+The user exports a built-in task's shipped kernel, a KernelBench ModelNew and a Triton kernel.py with the installed
+`kbench`. Then, in another shell with a home of its own, no CUDA_HOME, CUDA_PATH or TORCH_CUDA_ARCH_LIST, and a Python environment of its own (a venv that sees
 the torch, setuptools, ninja and pytest already installed beside kbench, as a user's venv with torch in it does:
 the README's `pip install` of them is then satisfied without a download), the README's install-and-test block
 runs verbatim in the package folder. It builds on this GPU-less machine (the package finds the CUDA toolkit
 itself: here through the `nvcc` wrapper script on PATH, where torch's own guess fails) and its CPU tests pass.
 The library it installs is a stripped release build, for the GPUs chosen at export with PTX, and the package
-requires the torch it was built against.
+requires the torch it was built against (the Triton package: no library, the torch and Triton it was verified with).
 """
 
 from __future__ import annotations
@@ -17,30 +17,14 @@ import re
 import struct
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
+from tests.fresh_shell import fresh_venv, readme_block
 from tests.paths import REPO
 
 pytestmark = pytest.mark.slow
-
-
-def readme_block(readme: str) -> str:
-    """The shell block after `<!-- install-and-test -->`: what the README tells a user to run."""
-    after = readme.split("<!-- install-and-test -->", 1)[1]
-    return after.split("```bash\n", 1)[1].split("```", 1)[0]
-
-
-def fresh_venv(where: Path) -> Path:
-    """A venv whose site-packages also sees this interpreter's (torch, setuptools, ninja, pytest), without its
-    `bin` on PATH; its own site-packages, first on sys.path, is where the package installs."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, capture_output=True)
-    site = Path(subprocess.run([str(where / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    (site / "with-torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return site
 
 
 def elf_sections(path: Path) -> set[str]:
@@ -62,6 +46,10 @@ EXPORTS = {
     # a KernelBench ModelNew built with load_inline (never measured on a GPU here, hence --force)
     "kernelbench": ("kbench_scaled_swish", ["--from-dir", str(KB / "candidates" / "scaled_swish_correct.py"),
                                             "--task", str(KB / "scaled_swish.py"), "--force"], 4),
+    # a Triton kernel.py (pure Python: nothing to compile; never measured on a GPU here, hence --force)
+    "triton": ("kbench_llama_rmsnorm", ["--from-dir", str(REPO / "tests" / "fixtures" / "triton" /
+                                                          "llama_rmsnorm_forward"), "--task", "llama_rmsnorm",
+                                        "--force"], 9),
 }
 
 
@@ -71,7 +59,8 @@ def test_an_export_builds_and_passes_its_tests_by_its_readme_alone(user, tmp_pat
     pkg = tmp_path / name
     done = user.run("export", *args, "--out", str(pkg))
     assert done.returncode == 0, done.stderr
-    assert "builds for 9.0+PTX" in done.stdout and "README.md" in done.stdout
+    assert "README.md" in done.stdout
+    assert ("builds for 9.0+PTX" in done.stdout) == (kind != "triton"), done.stdout
 
     site = fresh_venv(tmp_path / "venv")
     home = tmp_path / "shell-home"
@@ -88,6 +77,14 @@ def test_an_export_builds_and_passes_its_tests_by_its_readme_alone(user, tmp_pat
     assert summary and "failed" not in summary.group(0), out[-4000:]
     assert int(summary.group(1)) >= least_passed    # (native: every config's fake check, and the rest)
     assert "needs a CUDA GPU" in out or summary.group(2)
+    meta = next(site.glob(f"{name}-*.dist-info")) / "METADATA"
+    torch_version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__.split('+')[0])"],
+                                   capture_output=True, text=True).stdout.strip()
+    assert f"Requires-Dist: torch=={torch_version}" in meta.read_text()
+    if kind == "triton":   # the kernel as it was judged, installed in the fresh venv; no library to inspect
+        assert (site / name / "kernel.py").read_bytes() == (Path(args[1]) / "kernel.py").read_bytes()
+        assert "Requires-Dist: triton==" in meta.read_text()
+        return
 
     # What was installed: the package in the fresh venv, its library stripped and built for sm_90 with PTX.
     libs = list((site / name).glob("_C.*.so" if kind == "native" else "ext0.*.so"))
@@ -101,7 +98,3 @@ def test_an_export_builds_and_passes_its_tests_by_its_readme_alone(user, tmp_pat
         listing = subprocess.run([str(cuobjdump), "--list-elf", "--list-ptx", str(libs[0])], capture_output=True,
                                  text=True).stdout
         assert "sm_90" in listing and ".ptx" in listing, listing
-    meta = next(site.glob(f"{name}-*.dist-info")) / "METADATA"
-    torch_version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__.split('+')[0])"],
-                                   capture_output=True, text=True).stdout.strip()
-    assert f"Requires-Dist: torch=={torch_version}" in meta.read_text()

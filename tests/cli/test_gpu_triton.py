@@ -21,7 +21,7 @@ def _verdict(report: dict, stage: str) -> dict:
     return next(v for v in report["verdicts"] if v["stage"] == stage)
 
 
-def test_a_triton_rmsnorm_passes_correctness_and_is_timed(tmp_path):
+def test_a_triton_rmsnorm_passes_correctness_and_is_timed(tmp_path, gpu_to_itself):
     out = kbench(tmp_path / "home", "eval", "llama_rmsnorm", str(FIXTURE), "--json", "--no-compile-baseline",
                  timeout=1200)
     report = json.loads(out.stdout)

@@ -1,15 +1,21 @@
 """The tuner on a Triton candidate, as a user starts it: a task folder of their own whose forward baseline is a
 Triton kernel.py (a copy of llama_rmsnorm), `kbench evolve FOLDER --proposer tuner` through the installed kbench.
 The tuner sweeps the kernel's BLOCK_H and num_warps without annotations; on this machine without a GPU every
-candidate is checked in the jail and waits for a GPU (exit 3); on a GPU they are judged (test marked gpu)."""
+candidate is checked in the jail and waits for a GPU (exit 3); on a GPU they are judged (test marked gpu), and the
+whole way a user ships one: the fastest tuned kernel exported, its package installed in a fresh venv by its
+README and its GPU tests passing there."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
 
 import pytest
 
+from tests.fresh_shell import fresh_venv, readme_block
 from tests.paths import FIXTURES, REPO
 from tests.user_kbench import kbench
 
@@ -50,7 +56,7 @@ def test_the_tuner_sweeps_a_triton_kernels_block_size_and_warps_without_a_gpu(tm
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_one_tuner_generation_on_a_triton_kernel_is_judged_correct(tmp_path):
+def test_on_a_gpu_one_tuner_generation_on_a_triton_kernel_is_judged_correct(tmp_path, gpu_to_itself):
     out, cands = _evolve(tmp_path, "--no-compile-baseline")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     tuned = [c for c in cands if c["operator"] == "tune"]
@@ -58,3 +64,31 @@ def test_on_a_gpu_one_tuner_generation_on_a_triton_kernel_is_judged_correct(tmp_
     for c in [*tuned, *(c for c in cands if c["operator"] == "baseline")]:
         assert c["verdicts"]["correctness"] == "pass" and c["verdicts"]["integrity"] == "pass", c
         assert c["speedup_eager"], c
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_fastest_tuned_triton_kernel_ships_and_its_package_passes_its_gpu_tests(tmp_path, gpu_to_itself):
+    out, cands = _evolve(tmp_path, "--no-compile-baseline")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    tuned = [c for c in cands if c["operator"] == "tune" and c["verdicts"]["correctness"] == "pass"
+             and c["verdicts"]["integrity"] == "pass" and c["speedup_eager"]]
+    assert tuned, cands
+    best = max(tuned, key=lambda c: c["speedup_eager"])
+    pkg = tmp_path / "pkg"
+    exp = kbench(tmp_path / "home", "--workspace", str(tmp_path / "ws"), "export", best["id"], "--out", str(pkg))
+    assert exp.returncode == 0, exp.stderr[-3000:]       # the tuned candidate has a passing verdict: no --force
+    shipped = (pkg / "src" / "kbench_rms_triton" / "kernel.py").read_text()
+    assert shipped != (FIXTURES / "triton" / "llama_rmsnorm_forward" / "kernel.py").read_text()   # the tuned one
+
+    site = fresh_venv(tmp_path / "venv")
+    env = {"HOME": str(tmp_path / "shell-home"), "PATH": f"{tmp_path / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+           "LANG": "C.UTF-8", "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+    (tmp_path / "shell-home").mkdir()
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", readme_block((pkg / "README.md").read_text())], cwd=pkg,
+                         env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-6000:]
+    assert (site / "kbench_rms_triton" / "kernel.py").read_text() == shipped
+    summary = re.search(r"(\d+) passed", log)
+    assert summary and "skipped" not in log and "failed" not in log, log[-3000:]    # the gpu tests ran, and passed
+    print(f"shipped {best['id']} at {best['speedup_eager']:.2f}x eager: {summary.group(0)} in a fresh venv")

@@ -63,7 +63,7 @@ def test_the_exported_triton_package_installs_without_a_gpu_and_its_cpu_tests_pa
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_evaluated_triton_candidate_exports_and_its_gpu_tests_pass(tmp_path):
+def test_on_a_gpu_the_evaluated_triton_candidate_exports_and_its_gpu_tests_pass(tmp_path, gpu_to_itself):
     ev = kbench(tmp_path / "home", "eval", "llama_rmsnorm", str(FIXTURE), "--json", "--no-compile-baseline",
                 timeout=1200)
     assert ev.returncode == 0, ev.stdout[-3000:] + ev.stderr[-3000:]
