@@ -152,7 +152,9 @@ class Backend:
         """running / paused while this app runs it; else "waiting for a GPU (n)" where n of its candidates are
         compiled and queued for a GPU, else idle."""
         r = self.runners.get(name)
-        if r is None or not r.running:
+        # `result` is set as the loop emits Stopped, before its thread has ended: a screen refreshed by that event
+        # shows the session as ended, not as running until its next tick
+        if r is None or not r.running or r.result is not None:
             return f"{WAITING_FOR_GPU} ({waiting})" if waiting else "idle"
         return "paused" if r.paused else "running"
 
