@@ -4,6 +4,7 @@ does, so the README's `pip install` of them is satisfied without a download."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -24,3 +25,13 @@ def fresh_venv(where: Path) -> Path:
                                check=True, capture_output=True, text=True).stdout.strip())
     (site / "with-torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return site
+
+
+def run_readme(pkg: Path, venv: Path, home: Path, timeout: float, **extra_env: str) -> subprocess.CompletedProcess:
+    """`pkg`'s README install-and-test block, verbatim, in `pkg`: a shell with `venv`'s bin first on PATH, a HOME of
+    its own (`home`, created), no CUDA_HOME or other variable of the test runner's beyond `extra_env`."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"HOME": str(home), "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+           "TMPDIR": os.environ.get("TMPDIR", "/tmp"), **extra_env}
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", readme_block((pkg / "README.md").read_text())], cwd=pkg,
+                          env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

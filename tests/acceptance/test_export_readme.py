@@ -12,7 +12,6 @@ requires the torch it was built against (the Triton package: no library, the tor
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fresh_shell import fresh_venv, readme_block
+from tests.fresh_shell import fresh_venv, readme_block, run_readme
 from tests.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -63,14 +62,8 @@ def test_an_export_builds_and_passes_its_tests_by_its_readme_alone(user, tmp_pat
     assert ("builds for 9.0+PTX" in done.stdout) == (kind != "triton"), done.stdout
 
     site = fresh_venv(tmp_path / "venv")
-    home = tmp_path / "shell-home"
-    home.mkdir()
-    env = {"HOME": str(home), "PATH": f"{tmp_path / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-           "LANG": "C.UTF-8", "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "MAX_JOBS": "2"}
-    script = readme_block((pkg / "README.md").read_text())
-    assert "python -m pip install --no-build-isolation ." in script
-    run = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=pkg, env=env, capture_output=True,
-                         text=True, timeout=1500, stdin=subprocess.DEVNULL)
+    assert "python -m pip install --no-build-isolation ." in readme_block((pkg / "README.md").read_text())
+    run = run_readme(pkg, tmp_path / "venv", tmp_path / "shell-home", timeout=1500, MAX_JOBS="2")
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-8000:]
     summary = re.search(r"(\d+) passed(?:, (\d+) skipped)?", out)

@@ -8,14 +8,12 @@ README and its GPU tests passing there."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 
 import pytest
 
-from tests.fresh_shell import fresh_venv, readme_block
+from tests.fresh_shell import fresh_venv, run_readme
 from tests.paths import FIXTURES, REPO
 from tests.user_kbench import kbench
 
@@ -81,11 +79,7 @@ def test_on_a_gpu_the_fastest_tuned_triton_kernel_ships_and_its_package_passes_i
     assert shipped != (FIXTURES / "triton" / "llama_rmsnorm_forward" / "kernel.py").read_text()   # the tuned one
 
     site = fresh_venv(tmp_path / "venv")
-    env = {"HOME": str(tmp_path / "shell-home"), "PATH": f"{tmp_path / 'venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-           "LANG": "C.UTF-8", "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
-    (tmp_path / "shell-home").mkdir()
-    run = subprocess.run(["bash", "-euo", "pipefail", "-c", readme_block((pkg / "README.md").read_text())], cwd=pkg,
-                         env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    run = run_readme(pkg, tmp_path / "venv", tmp_path / "shell-home", timeout=900)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-6000:]
     assert (site / "kbench_rms_triton" / "kernel.py").read_text() == shipped
