@@ -138,3 +138,26 @@ def test_enforcement_can_be_turned_off_for_replaying_recordings():
     with StubMessagesAPI(enforce=False) as lax:
         lax.queue(recorded("ok_translate"))
         assert create(lax, thinking={"type": "enabled", "budget_tokens": 2000}).stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize("stub_class", ["messages", "openai"])
+def test_a_client_that_hangs_up_mid_body_is_dropped_not_refused(stub_class):
+    """kbench killed while a request is on the wire (a test closing the app during a review) sends headers and part
+    of the body: no real server judges a body it never received, so neither stand-in counts it as a refusal."""
+    import socket
+    import time
+
+    from tests.standins.openai_api import StubOpenAIAPI
+
+    stub = StubMessagesAPI() if stub_class == "messages" else StubOpenAIAPI()
+    with stub:
+        host, port = stub._server.server_address[:2]
+        path = "/v1/messages" if stub_class == "messages" else "/v1/chat/completions"
+        with socket.create_connection((host, port)) as s:
+            s.sendall(f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+                      f"content-length: 10190\r\n\r\n{{\"model\": ".encode())
+        deadline = time.monotonic() + 10
+        while stub.abandoned == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert stub.abandoned == 1 and stub.rejected == [] and \
+            not [r for r in stub.requests if r.method == "POST"]

@@ -41,7 +41,7 @@ import hashlib
 from tests.standins.claude_bodies import error_body, message_body, model_info, sse_events
 from tests.standins.claude_rules import STUB_MODELS, StubModel, check_request
 from tests.standins.scripted import ScriptedModel, cut_to, output_tokens, tokens_of
-from tests.standins.server import Outage, RecordedRequest, StubResponse, StubServer
+from tests.standins.server import Outage, RecordedRequest, StubResponse, StubServer, read_body
 
 MAX_REQUEST_BYTES = 32 * 1024 * 1024      # the Messages API's request size limit (413 above it)
 
@@ -57,6 +57,7 @@ class StubMessagesAPI(StubServer):
         self._queue: list[StubResponse] = []
         self.requests: list[RecordedRequest] = []
         self.rejected: list[tuple[RecordedRequest, str]] = []   # requests the rules refused, with the message
+        self.abandoned = 0              # requests whose client hung up before its body arrived (never answered)
         self.enforce = enforce
         self.models = dict(STUB_MODELS if models is None else models)
         self._outage: Outage | None = None
@@ -80,8 +81,10 @@ class StubMessagesAPI(StubServer):
                 self._send(StubResponse(status, body))
 
             def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else b""
+                if (raw := read_body(self)) is None:
+                    with stub._lock:
+                        stub.abandoned += 1
+                    return
                 rec = RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, raw)
                 with stub._lock:
                     stub.requests.append(rec)

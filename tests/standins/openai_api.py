@@ -34,7 +34,7 @@ from typing import Any
 from tests.standins.openai_bodies import chunk_tokens, chunks, completion, scripted, tool_call
 from tests.standins.openai_rules import VLLM, Flavour, prompt_tokens
 from tests.standins.scripted import ScriptedModel, tokens_of
-from tests.standins.server import Outage, RecordedRequest, StubResponse, StubServer
+from tests.standins.server import Outage, RecordedRequest, StubResponse, StubServer, read_body
 
 
 def oai_error(message: str, kind: str = "BadRequestError", code: int | str = 400) -> dict[str, Any]:
@@ -57,6 +57,7 @@ class StubOpenAIAPI(StubServer):
         self._queue: list[StubResponse] = []
         self.requests: list[RecordedRequest] = []      # every request, GETs included, in arrival order
         self.rejected: list[tuple[RecordedRequest, int, str]] = []   # refused by the rules: status, message
+        self.abandoned = 0                             # requests whose client hung up before its body arrived
         self.answered: list[dict[str, Any]] = []       # every completion sent (streamed ones as accumulated)
         self._outage: Outage | None = None
         self._lock = threading.Lock()
@@ -79,8 +80,11 @@ class StubOpenAIAPI(StubServer):
                     self._send(StubResponse(404, stub.flavour.error(404, f"no route {self.path}").body))
 
             def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("content-length") or 0)
-                resp, stream = stub._answer(self._record("POST", self.rfile.read(length) if length else b""))
+                if (raw := read_body(self)) is None:
+                    with stub._lock:
+                        stub.abandoned += 1
+                    return
+                resp, stream = stub._answer(self._record("POST", raw))
                 if resp.status == 200 and isinstance(resp.body, dict):
                     with stub._lock:
                         stub.answered.append(resp.body)

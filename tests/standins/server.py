@@ -64,6 +64,18 @@ class Outage:
     retry_after: str | None
 
 
+def read_body(handler: Any) -> bytes | None:
+    """The request body a BaseHTTPRequestHandler announced with content-length, or None when the client hung up
+    before sending all of it (kbench killed mid-request: a test closing the app while a review is in flight).
+    No server answers a request it never fully received, so a stand-in drops it rather than judging an empty body."""
+    length = int(handler.headers.get("content-length") or 0)
+    raw = handler.rfile.read(length) if length else b""
+    if len(raw) < length:
+        handler.close_connection = True
+        return None
+    return raw
+
+
 class StubServer:
     """What both loopback stubs (engine/llm/stub.py and engine/llm/stub_openai.py) share: the queue of recorded
     answers, simulated outages, the server's start and end. A subclass sets _queue, _outage, _lock, _server,
