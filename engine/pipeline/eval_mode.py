@@ -46,11 +46,15 @@ class ModePlan:
     numerics: Numerics | None = None       # None: the judge's own (engine.harness.numerics.JUDGE)
     # upstream's settings mode -> the configs it holds (robust-kbench tasks)
     settings: dict[str, list[str]] = field(default_factory=dict)
+    # the trials' seeds and draws as upstream makes them: an imported folder or problem file runs upstream's own
+    # code; a built-in task's reference is kbench's rewrite, whose draws upstream never made
+    upstream_draws: bool = False
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "configs": self.configs, "timing_configs": self.timing_configs,
                 "trials": self.trials, "nvcc_flags": list(self.nvcc_flags),
-                "numerics": self.numerics.to_json() if self.numerics else None, "settings": self.settings}
+                "numerics": self.numerics.to_json() if self.numerics else None, "settings": self.settings,
+                "seeds": "upstream" if self.upstream_draws else "kbench"}
 
     def describe(self) -> str:
         """One paragraph for the terminal: what this mode runs."""
@@ -62,6 +66,8 @@ class ModePlan:
         parts.append(f"{len(self.configs) if self.configs is not None else 'every'} configs, all timed")
         if self.nvcc_flags:
             parts.append("nvcc " + " ".join(self.nvcc_flags))
+        parts.append("upstream's trial seeds (42, then one randint per trial)" if self.upstream_draws else
+                     "kbench's seeds (a built-in task's reference draws its own way)")
         if self.numerics:
             parts.append("torch's default precision (cuDNN TF32 "
                          f"{'on' if self.numerics.cudnn_tf32 else 'off'}, matmul TF32 "
@@ -87,9 +93,10 @@ def plan(task: Task, direction: str, mode: str, configs: list[str] | None = None
         names = [c.name for c in task.configs if c.name in own and UPSTREAM_TAG in c.tags]
         settings = {m: [c.name for c in task.configs if c.name in names and m in c.tags] for m in SETTINGS_TAGS}
         return ModePlan(UPSTREAM, configs or names, timing_configs or [ALL_CONFIGS], trials or UPSTREAM_TRIALS,
-                        UPSTREAM_NVCC, TORCH_DEFAULTS, {m: n for m, n in settings.items() if n})
+                        UPSTREAM_NVCC, TORCH_DEFAULTS, {m: n for m, n in settings.items() if n},
+                        upstream_draws=task.format == "robust-kbench")
     if task.format == "kernelbench":
         return ModePlan(UPSTREAM, configs, timing_configs or [ALL_CONFIGS], trials or UPSTREAM_TRIALS, (),
-                        TORCH_DEFAULTS)
+                        TORCH_DEFAULTS, upstream_draws=True)
     raise ModeError(f"task {task.name!r} comes from neither robust-kbench nor KernelBench: the upstream mode has "
                     "nothing to reproduce there (drop --upstream / [eval] mode = \"upstream\")")

@@ -53,21 +53,23 @@ class Prepared:
     mutated: tuple[int, ...] = ()   # the argument tensors (wire order) the reference changes in place (`mutations`)
 
 
-def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any) -> Prepared:
+def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any,
+            seeds: tuple[int, ...] | None = None) -> Prepared:
     """Set each variant up under its seed, capture how the candidate is called, compute the reference.
 
     One copy of each variant's inputs is held: the call plan's arguments are the variant's own inputs (the judge
     never hands them to code that could change them; the runner gets their bytes). The reference runs on a copy
     (a reference may work in place on its input), and its outputs are kept as they come unless they share storage
     with what the variant keeps (an input returned as is, a weight). On a GPU each variant is parked in host memory
-    once prepared (engine/pipeline/parking.py): the next one is drawn beside the models alone."""
+    once prepared (engine/pipeline/parking.py): the next one is drawn beside the models alone. `seeds`: the
+    variants' seeds where the request fixes them (the upstream mode's, `upstream_trial_seeds`), else kbench's."""
     import torch
     gpu = torch.device(device).type == "cuda"
     variants: list[Variant] = []
     stochastic, flops = False, 0.0
     mutated: tuple[int, ...] = ()
     for t in range(max(trials, 2)):
-        seed = variant_seed(cfg, t)
+        seed = seeds[t] if seeds else variant_seed(cfg, t)
         if t and runtime.shares_model_across_variants:
             runtime.reseed_inputs(cfg, seed, device)
         else:
@@ -152,11 +154,21 @@ def variant_seed(cfg: TaskConfig, t: int) -> int:
     return cfg.seed * 1000 + t
 
 
-def prepare_baseline(runtime: TaskRuntime, cfg: TaskConfig, device: Any, call_seed: int | None = None) -> Prepared:
+def upstream_trial_seeds(n: int, first: int = 42) -> tuple[int, ...]:
+    """The trials' seeds as robust-kbench and KernelBench derive them: torch's generator seeded with 42, then one
+    randint(0, 2**32 - 1) per trial (robust-kbench's sandbox/correct_*_fn.py, KernelBench's
+    run_and_check_correctness). Drawn from a generator of its own: the same sequence, the global one untouched."""
+    import torch
+    gen = torch.Generator().manual_seed(first)
+    return tuple(int(torch.randint(0, 2**32 - 1, (1,), generator=gen).item()) for _ in range(n))
+
+
+def prepare_baseline(runtime: TaskRuntime, cfg: TaskConfig, device: Any, call_seed: int | None = None,
+                     seed: int | None = None) -> Prepared:
     """Variant 0 of a config set up again on the GPU, without a reference: what the baselines and the null loop run
     on once the candidate's timing has ended (Judge._time); `call_seed`: the variant's (a reference that draws
-    random numbers)."""
-    seed = variant_seed(cfg, 0)
+    random numbers); `seed`: variant 0's where the request fixes the seeds."""
+    seed = variant_seed(cfg, 0) if seed is None else seed
     runtime.setup(cfg, seed, device)
     plan = runtime.call_plan(runtime.pristine())
     if call_seed is not None:

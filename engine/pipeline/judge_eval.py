@@ -23,7 +23,8 @@ from engine.pipeline import analysis, wire
 from engine.pipeline.analysis import tolerance
 from engine.pipeline import messages as msg
 from engine.pipeline.digest import Hasher, digest_call, host_hash
-from engine.pipeline.judge_configs import Prepared, composer, footprint, plan_message, prepare, reference_outputs
+from engine.pipeline.judge_configs import (Prepared, composer, footprint, plan_message, prepare, reference_outputs,
+                                           upstream_trial_seeds)
 from engine.pipeline.judge_memory import CANDIDATE_SLACK, config_share, memory_blame, runner_memory_excuse
 from engine.pipeline.judge_result import ConfigMemory, DeviceInfo, Stop
 from engine.pipeline.judge_runner import RunnerLink
@@ -70,6 +71,7 @@ class Judge(TimingPhase):
         # output records to tensors: a check job's at once, a timing job's held on the host (RunnerLink.decoder)
         self.decode: Callable[[wire.Record, int], Any] | None = None
         self.held_decode: Callable[[wire.Record, int], Any] | None = None
+        self.seeds: tuple[int, ...] | None = None   # the variants' seeds where the request fixes them (upstream)
 
     def attach(self, req: JudgeRequest, out: ResultFile) -> None:
         if req.timer != self.timer:
@@ -133,6 +135,9 @@ class Judge(TimingPhase):
             numerics.apply(numerics.Numerics.from_json(self.req.numerics))
             self.numerics = self.out.data.numerics = numerics.current()
         runtime = runtime_for(self.task, self.req.direction)
+        if self.req.upstream_draws:   # the upstream mode: upstream's trial seeds, drawn as upstream draws them
+            runtime.upstream_draws = True
+            self.seeds = upstream_trial_seeds(max(self.req.trials, 2))
         t = self.spent("task_setup", self.t0)
         why = self.runner.load(self.req.candidate, self.req.direction, self.deadline, self.req.numerics)
         self.spent("candidate_load", t)
@@ -224,7 +229,7 @@ class Judge(TimingPhase):
         import torch
         t0 = time.monotonic()
         try:
-            prep = prepare(runtime, cfg, self.req.trials, torch.device("cuda"))
+            prep = prepare(runtime, cfg, self.req.trials, torch.device("cuda"), self.seeds)
             prep.fresh = self._fresh(runtime, prep)
             self.out.data.fresh[cfg.name] = prep.fresh.summary()
             if prep.mutated:   # the candidate must change these as the reference does (engine/pipeline/digest.py)

@@ -90,7 +90,8 @@ class TimingPhase:
                 continue
             self.out.progress("baselines", cfg.name)
             # the first variant set up again on this GPU, without a reference: the baselines' and the null loop's
-            prep = prepare_baseline(runtime, cfg, torch.device("cuda"), call_seeds[cfg.name])
+            prep = prepare_baseline(runtime, cfg, torch.device("cuda"), call_seeds[cfg.name],
+                                    self.seeds[0] if self.seeds else None)
             self.out.data.timing[cfg.name] = timing.verdict(runtime, prep, tol, jobs[cfg.name], self.hasher,
                                                             fresh[cfg.name], mutated=mutated[cfg.name])
             self.out.write()

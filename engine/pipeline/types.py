@@ -78,6 +78,9 @@ class JudgeRequest:
     # the numeric settings (engine.harness.numerics.Numerics.to_json()) the judge and its runner evaluate under;
     # None: the judge's own (JUDGE). The upstream mode sends torch's defaults (engine/pipeline/eval_mode.py).
     numerics: dict[str, Any] | None = None
+    # the upstream mode on an imported robust-kbench or KernelBench task: the trials' seeds and draws as upstream's
+    # own evaluation makes them (engine.pipeline.judge_configs.upstream_trial_seeds, TaskRuntime.upstream_draws)
+    upstream_draws: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

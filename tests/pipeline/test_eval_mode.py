@@ -49,6 +49,8 @@ def test_upstream_mode_asks_for_upstreams_settings_trials_flags_and_precision(ju
     assert toolchains[0].extra_nvcc == ("--use_fast_math",)
     report = json.loads(out)
     assert report["mode"]["mode"] == "upstream" and report["mode"]["nvcc_flags"] == ["--use_fast_math"]
+    # a built-in task's reference is kbench's own rewrite: upstream never drew for it, kbench's seeds stay
+    assert req["upstream_draws"] is False and report["mode"]["seeds"] == "kbench"
 
 
 def test_kbench_mode_keeps_its_own_rules(judged, toolchains, capsys):
@@ -56,6 +58,7 @@ def test_kbench_mode_keeps_its_own_rules(judged, toolchains, capsys):
     assert rc == 0, out + err
     (req,) = judged
     assert req["trials"] == 2 and req["numerics"] is None and toolchains[0].extra_nvcc == ()
+    assert req["upstream_draws"] is False
     assert json.loads(out)["mode"]["mode"] == "kbench"
 
 
@@ -89,8 +92,10 @@ def test_kernelbench_upstream_mode_keeps_torchs_precision(judged, capsys):
     rc, out, err = cli(capsys, "eval", str(problem), str(cand), "--upstream")
     assert rc == 0, out + err
     assert judged[0]["numerics"]["cudnn_tf32"] is True and judged[0]["trials"] == 5
+    assert judged[0]["upstream_draws"] is True and "upstream's trial seeds" in err
     rc, out, err = cli(capsys, "eval", str(problem), str(cand))
     assert judged[1]["numerics"] is None          # kbench's: TF32 off in judge and runner (engine/harness/numerics)
+    assert judged[1]["upstream_draws"] is False
 
 
 def test_upstream_mode_on_a_task_from_neither_benchmark_is_one_error_line(capsys):
@@ -106,3 +111,6 @@ def test_the_plan_groups_an_imported_folders_configs_by_settings_mode():
     assert len(fwd.settings["multi"]) == 8 and len(fwd.configs) == 13
     assert len(bwd.configs) < len(fwd.configs)       # the backward file's settings only
     assert set(bwd.configs) == set(eval_mode.plan(task, "backward", "kbench").configs)
+    assert fwd.upstream_draws and bwd.upstream_draws                   # upstream's own code: its seeds and draws
+    assert not eval_mode.plan(task, "forward", "kbench").upstream_draws
+    assert "upstream's trial seeds" in fwd.describe()

@@ -183,6 +183,11 @@ class TaskRuntime(ABC):
     # and ModelNew is built once) or redraw everything (native, robust-kbench: weights are arguments).
     shares_model_across_variants = False
 
+    # Draw as the task's benchmark draws (the upstream mode, engine/pipeline/eval_mode.py): the model and the inputs
+    # under the trial's seed itself, on the CPU and then moved, where kbench draws on the GPU and gives the inputs
+    # seed + 1. Only the imported formats' runtimes (robust-kbench, KernelBench) know how; the judge sets it.
+    upstream_draws = False
+
     def reseed_inputs(self, config: TaskConfig, seed: int, device: Any) -> None:
         """New inputs under `seed`, same model (only where shares_model_across_variants)."""
         raise NotImplementedError

@@ -26,6 +26,8 @@ from engine.harness.runtimes.base import CallPlan, Outputs, TaskRuntime, as_outp
 from engine.harness.runtimes.robust_kbench import ModelState, module_name, to_device, try_compile
 from engine.tasks.model import Task, TaskConfig
 
+UPSTREAM_MODEL_SEED = 42   # KernelBench's eval: seed_num, set before get_init_inputs, Model and ModelNew
+
 
 def cast_floats(values: list[Any], dtype: Any) -> list[Any]:
     """Floating-point tensors to `dtype`; integer tensors (indices, targets) and other values unchanged.
@@ -75,14 +77,16 @@ class KernelBenchRuntime(TaskRuntime):
         import torch
         mod = self.reference_module
         self._model, self._state, self._inputs = None, None, []  # not held while the next setup's are built
-        torch.manual_seed(seed)
+        # upstream (upstream_draws): the weights always under KernelBench's seed_num, the inputs under the trial's
+        model_seed = UPSTREAM_MODEL_SEED if self.upstream_draws else seed
+        torch.manual_seed(model_seed)
         self._init_inputs = cast_floats(list(mod.get_init_inputs()), self.dtype)
-        torch.manual_seed(seed)
+        torch.manual_seed(model_seed)
         model = mod.Model(*self._init_inputs)
         self._model = model.to(device=device, dtype=self.dtype)
         self._state = ModelState(self._model)
         self._inputs = self._draw_inputs(config, seed, device)
-        self._seed, self._device = seed, device
+        self._seed, self._device = model_seed, device
         self._candidate_models.clear()  # new weights: a ModelNew built for the last setup is stale
 
     def pristine(self) -> list[Any]:
@@ -104,10 +108,11 @@ class KernelBenchRuntime(TaskRuntime):
         mod = self.reference_module
 
         def draw() -> list[Any]:
-            torch.manual_seed(seed + 1)
+            torch.manual_seed(seed if self.upstream_draws else seed + 1)
             with module_constants(mod, config.input_kwargs):
                 return list(mod.get_inputs())
-        return to_device(cast_floats(on_device(device, draw), self.dtype), device)
+        drawn = draw() if self.upstream_draws else on_device(device, draw)   # upstream draws on the CPU
+        return to_device(cast_floats(drawn, self.dtype), device)
 
     def call_plan(self, inputs: list[Any]) -> CallPlan:
         if self._state is not None:

@@ -143,16 +143,21 @@ class RobustKbenchRuntime(TaskRuntime):
         # Built under fixed seeds, on `device` where it is CUDA (on_device: on the CPU, then moved, where the
         # task's code needs the CPU). Inputs get seed + 1 so that they do not repeat the weights' draws
         # (x[0] == weight[0] would hide mix-ups).
+        # Upstream (upstream_draws): both under the trial's seed, on the CPU, inputs first (sandbox/correct_*_fn.py).
         def build_model() -> Any:
             torch.manual_seed(seed)
             return mod.Model(**accepted_kwargs(mod.Model, config.model_kwargs))
 
         def build_inputs() -> list[Any]:
-            torch.manual_seed(seed + 1)
+            torch.manual_seed(seed if self.upstream_draws else seed + 1)
             return list(mod.get_inputs(**accepted_kwargs(mod.get_inputs, config.input_kwargs)))
 
-        model = on_device(device, build_model)
-        raw = on_device(device, build_inputs)
+        if self.upstream_draws:
+            raw = build_inputs()
+            model = build_model()
+        else:
+            model = on_device(device, build_model)
+            raw = on_device(device, build_inputs)
         wants_grad = [is_float_tensor(r) and r.requires_grad for r in raw]
         inputs = apply_init(raw, config.init, seed)
         del raw  # the init scheme's draws replace the task's: not both held
@@ -180,6 +185,9 @@ class RobustKbenchRuntime(TaskRuntime):
         with torch.no_grad():
             outs = as_outputs(self._model(*self.inputs()))
         self._restore()
+        if self.upstream_draws:   # upstream: set_seed(trial seed), then randn_like(output) beside the output
+            torch.manual_seed(seed)
+            return [torch.randn_like(o) for o in outs if is_float_tensor(o)]
         return seeded_normals([(o.shape, o.dtype) for o in outs if is_float_tensor(o)], device,
                               seed * GRAD_OUTPUT_SALT + 7)
 
