@@ -30,17 +30,19 @@ def test_upstream_eval_of_a_robust_kbench_folder_says_what_it_runs(tmp_path):
     assert mode["mode"] == "upstream" and mode["trials"] == 5 and mode["nvcc_flags"] == ["--use_fast_math"]
     assert list(mode["settings"]) == ["single", "multi-input", "multi-init", "multi"]
     assert len(mode["configs"]) == 13 and mode["timing_configs"] == ["all"]
-    assert mode["numerics"]["cudnn_tf32"] is True
+    assert mode["numerics"]["cudnn_tf32"] is True and mode["seeds"] == "upstream"
     compile_v = next(v for v in report["verdicts"] if v["stage"] == "compile")
     assert compile_v["status"] == "pass", compile_v
     # the same in words, before the build (a cache hit now); the backward's settings are its own file's only
     text = kbench(home, "eval", str(task), str(cand), "--upstream", timeout=600)
     assert ("mode upstream: 5 trials per config; settings single (1), multi-input (2), multi-init (2), multi (8); "
             "13 configs, all timed; nvcc --use_fast_math") in text.stderr, text.stderr
+    assert "upstream's trial seeds (42, then one randint per trial)" in text.stderr
     assert "mode upstream" in text.stdout
     # kbench's own mode: not said, and recorded as such
     own = kbench(home, "eval", str(task), str(cand), "--json", timeout=600)
     assert json.loads(own.stdout)["mode"]["mode"] == "kbench" and "mode upstream" not in own.stderr
+    assert json.loads(own.stdout)["mode"]["seeds"] == "kbench"
 
 
 def test_upstream_mode_config_key_is_checked(tmp_path):
