@@ -26,11 +26,9 @@ from engine.errors import KbenchError
 from engine.evolve.factory import make_evaluator
 from engine.evolve.fake import FakeEvaluator
 from engine.evolve.worker_fns import visible_gpus
-from engine.export import plan_from_workspace, write_package
 from engine.export.names import default_name
 from engine.gpu_wait import WAITING_FOR_GPU
-from engine.proposers.base import ProposalRequest
-from engine.proposers.human import HumanProposer
+from engine.service.person_actions import export_candidate, hand_edit
 from engine.service.session_service import SessionService
 from engine.service.spec import SessionSpec
 from engine.task_catalog import catalog
@@ -318,23 +316,8 @@ class Backend:
         a `human` candidate, child of `cid`. Returns the new CandidateRecord, or raises KbenchError with the
         proposer's reason (unchanged files, editor failed). A running loop of the session adopts and evaluates
         it (see `live_runner`); otherwise the caller evaluates it."""
-        rec = self.ws.resolve(cid)
-        session = rec.session
-        task = self.task_of(session)
-        direction = self.ws.session(session).direction
-        kw = {"env": self.env} if self.env is not None else {}
-        if self._editor_run is not None:
-            kw["run"] = self._editor_run
-        prop = HumanProposer(**kw)
-        if not prop.available():
-            raise KbenchError(prop.unavailable_reason())
-        known = frozenset(v.record.source_hash for v in self.ws.candidates(session, strict=False))
-        p = prop.propose(ProposalRequest(task, "mutate", direction, parents=(self.ws.files(cid),), known_hashes=known))
-        if not p.ok or p.candidate is None:
-            raise KbenchError(f"no candidate from the edit: {p.reason}")
-        new = self.ws.commit_candidate(session, p.candidate, parents=[rec.id], operator=p.operator, proposer="human",
-                                       generation=rec.generation + 1, title=f"hand edit of {rec.id}",
-                                       rationale=p.rationale, prompt=p.prompt_md())
+        task = self.task_of(self.ws.resolve(cid).session)
+        new = hand_edit(self.ws, cid, task, env=self.env, run=self._editor_run)
         runner = self.live_runner(new.id)
         if runner is not None:
             runner.notice(new.id)
@@ -342,14 +325,11 @@ class Backend:
 
     def export(self, cid: str, out: str | Path, *, name: str | None = None, force: bool = False,
                overwrite: bool = False) -> tuple[Path, list[str]]:
-        """Write the export package (engine.export) and note an `exported` event on the candidate."""
-        plan = plan_from_workspace(self.ws, cid, name=name or None, force=force)
-        out = Path(out) if str(out) else Path(self.default_export_dir(cid))
-        write_package(plan, out, overwrite=overwrite)
-        self.ws.record_event(cid, "exported", {"out": str(out.resolve()), "name": plan.name, "forced": plan.forced,
-                                               "backward": plan.backward.candidate_id if plan.backward else None},
-                             by="tui")
-        return out, list(plan.warnings) + list(plan.notes)
+        """Write the export package and note an `exported` event on the candidate, as `kbench export` does
+        (engine.service.person_actions)."""
+        done = export_candidate(self.ws, cid, Path(out) if str(out) else Path(self.default_export_dir(cid)),
+                                by="tui", name=name, force=force, overwrite=overwrite)
+        return done.out, [*done.warnings, *done.notes]
 
     def default_export_dir(self, cid: str) -> str:
         """<workspace>/exports/<package name> (engine.workspace.default_export_dir), as `kbench export`."""

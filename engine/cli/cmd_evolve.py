@@ -1,8 +1,9 @@
 """`kbench evolve TASK ...`: run (or resume) an evolution session headless, one line per event.
 `kbench reevaluate ID|SESSION`: re-measure candidates on this machine's GPU and append the measurements.
+`kbench edit ID`: a hand edit in $VISUAL/$EDITOR, committed as the candidate's child, then evaluated.
 
 Lazy imports: the session service, its wiring and the LLM target are imported inside the commands: every
-`kbench` command loads this module at start-up, and only these two commands need them."""
+`kbench` command loads this module at start-up, and only these commands need them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from engine import procs
 from engine.cli.common import check_config_names, workspace_path
 from engine.cli.evolve_summary import EXIT_WAITING_FOR_GPU, exit_code, summary_lines
 from engine.config import env_float, load_config
+from engine.errors import KbenchError
 from engine.service.spec import DEFAULTS, SESSION_PROPOSERS, SessionSpec
 from engine.tasks.loader import load_task
 from engine.workspace import Workspace
@@ -76,6 +78,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)
     _writer_args(p)
     p.set_defaults(func=cmd_reevaluate)
+
+    p = sub.add_parser("edit", help="edit a candidate by hand in $VISUAL/$EDITOR; the result is committed as its "
+                                    "child and evaluated",
+                       description="Opens a copy of the candidate's files (with the task's reference.py and a "
+                                   "RATIONALE.md to fill in) in $VISUAL or $EDITOR and waits for it. Edited files are "
+                                   "committed as a `human` candidate, a child of ID one generation down, then "
+                                   "evaluated as `kbench reevaluate` would (unless --no-eval). Unchanged files commit "
+                                   "nothing; a result that is no readable candidate keeps its folder, named in the "
+                                   "error. Exit codes as `kbench reevaluate`; 1 when nothing was committed.")
+    p.add_argument("candidate", metavar="ID", help="candidate id, unique id prefix, ref or revision")
+    p.add_argument("--no-eval", action="store_true", help="commit the edit only (judge it later with "
+                                                          "`kbench reevaluate NEW`)")
+    _evaluation_args(p)
+    p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)
+    _writer_args(p)
+    p.set_defaults(func=cmd_edit)
 
 
 def _writer_args(p: argparse.ArgumentParser) -> None:
@@ -223,8 +241,32 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     if not views:
         print(f"nothing to re-evaluate in {args.target}")
         return 0
+    return _reevaluate(service, ws, info.name, args.target, args.all, args.take_over)
+
+
+def cmd_edit(args: argparse.Namespace) -> int:
+    """A hand edit, committed as the app commits one (engine.service.person_actions), then evaluated."""
+    from engine.service.person_actions import hand_edit
+    ws = _workspace(args)
+    service = _service(args, ws)
+    session = ws.resolve(args.candidate).session
+    try:
+        new = hand_edit(ws, args.candidate, service.task_of(session))
+    except KbenchError as exc:
+        print(f"kbench: {exc}", file=sys.stderr)
+        return 1
+    print(f"committed {new.id} (hand edit of {ws.resolve(args.candidate).id})", flush=True)
+    if args.no_eval:
+        print(f"judge it with: kbench reevaluate {new.id}")
+        return 0
+    return _reevaluate(service, ws, session, new.id, False, args.take_over)
+
+
+def _reevaluate(service: SessionService, ws: Workspace, session: str, target: str, all_: bool,
+                take_over: bool) -> int:
+    """Evaluate `target` again and say how each candidate came out; the exit code of `kbench reevaluate`."""
     code = 0
-    for r in service.reevaluate(args.target, all_=args.all, take_over=args.take_over):
+    for r in service.reevaluate(target, all_=all_, take_over=take_over):
         out = r.outcome
         if out.no_gpu:          # nothing measured and nothing written: exit 3, as eval and evolve without a GPU
             print(f"{r.id}: not re-measured: {out.infra_error}; its notes are unchanged (run it where a GPU is "
@@ -243,7 +285,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
             print(f"{r.id}: profile {r.profile.status.value}: {r.profile.reason}", flush=True)
         if out.failed_stage:
             code = 1
-    best = ws.best(info.name)
+    best = ws.best(session)
     if best is not None:
-        print(f"session {info.name}: best {best.id} {best.speedup:.3f}x")
+        print(f"session {session}: best {best.id} {best.speedup:.3f}x")
     return code

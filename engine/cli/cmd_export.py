@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 from engine.cli.common import WORKSPACE_HELP, workspace_path
-from engine.export import plan_from_dirs, plan_from_workspace, write_package
+from engine.export import plan_from_dirs, write_package
 from engine.export.errors import ExportError
 from engine.export.kernelbench import KernelBenchPlan
 from engine.export.triton_package import TritonPlan
+from engine.service.person_actions import export_candidate
 from engine.workspace import Workspace, default_export_dir
 
 
@@ -62,20 +63,21 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise ExportError("--backward names a workspace candidate; with --from-dir use --backward-dir.")
         plan = plan_from_dirs(args.from_dir, args.task, None if args.no_backward else args.backward_dir,
                               name=args.name, force=args.force, archs=args.arch)
+        out = Path(args.out) if args.out else _default_out(args, plan.name)
+        write_package(plan, out, overwrite=args.overwrite)
     else:
         if not args.candidate:
             raise ExportError("nothing to export: give a candidate ID, or --from-dir PATH --task TASK.")
         if args.task or args.backward_dir:
             raise ExportError("--task and --backward-dir go with --from-dir; a workspace candidate knows its task.")
         ws = Workspace.open(workspace_path(args))
-        try:
-            plan = plan_from_workspace(ws, args.candidate, name=args.name, force=args.force,
-                                       backward=args.backward, with_backward=not args.no_backward,
-                                       archs=args.arch)
+        try:   # the package written and an `exported` event noted, as the app's export does
+            done = export_candidate(ws, args.candidate, args.out, by="cli", name=args.name, force=args.force,
+                                    overwrite=args.overwrite, backward=args.backward,
+                                    with_backward=not args.no_backward, archs=args.arch)
         finally:
             ws.close()
-    out = Path(args.out) if args.out else _default_out(args, plan.name)
-    write_package(plan, out, overwrite=args.overwrite)
+        plan, out = done.plan, done.out
     for w in plan.warnings:
         print(f"kbench: warning: {w} (written into the README)", file=sys.stderr)
     for n in plan.notes:
