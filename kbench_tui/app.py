@@ -21,7 +21,7 @@ from engine.errors import KbenchError
 from kbench_tui import keymap
 from kbench_tui.backend import Backend
 from kbench_tui.screens.home import HomeScreen
-from kbench_tui.workers import EngineEvent, StageProgress, ThreadedMixin
+from kbench_tui.workers import CandidateStage, EngineEvent, SessionEvent, StageProgress, ThreadedMixin
 
 if TYPE_CHECKING:
     from engine.evolve.events import EvolveEvent
@@ -148,14 +148,12 @@ class KbenchApp(ThreadedMixin, App):
                 waits.clear()
             elif e.kind == "CandidateEvaluated" or e.stage == "compile":
                 waits.pop(e.candidate, None)
-        for s in list(self.screen_stack):
-            if hasattr(s, "engine_event"):
-                s.engine_event(e)
+        for s in list(self.screen_stack):      # each screen handles what concerns it (on_session_event)
+            s.post_message(SessionEvent(e, len(self._logs[session]) - 1))
 
     def on_stage_progress(self, message: StageProgress) -> None:
         for s in list(self.screen_stack):
-            if hasattr(s, "stage_progress"):
-                s.stage_progress(message.candidate, message.verdict)
+            s.post_message(CandidateStage(message.candidate, message.verdict))
 
     # ------------------------------------------------------------------------------ palette
 

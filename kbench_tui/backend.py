@@ -28,13 +28,14 @@ from engine.evolve.fake import FakeEvaluator
 from engine.evolve.worker_fns import visible_gpus
 from engine.export.names import default_name
 from engine.gpu_wait import WAITING_FOR_GPU
+from engine.export.plan import passing_status
 from engine.service.person_actions import export_candidate, hand_edit
 from engine.service.session_service import SessionService
 from engine.service.spec import SessionSpec
 from engine.task_catalog import catalog
 from engine.tasks.loader import load_task
 from engine.verdict import Verdict
-from engine.workspace import Workspace, default_export_dir, default_path
+from engine.workspace import UnknownSessionError, Workspace, default_export_dir, default_path
 from engine.workspace.naming import parse_candidate_id
 from kbench_tui.reevaluations import ReevaluationQueue
 from kbench_tui.session_proposers import choices, offline_proposer
@@ -330,6 +331,15 @@ class Backend:
         done = export_candidate(self.ws, cid, Path(out) if str(out) else Path(self.default_export_dir(cid)),
                                 by="tui", name=name, force=force, overwrite=overwrite)
         return done.out, [*done.warnings, *done.notes]
+
+    @staticmethod
+    def is_unknown_session(error: BaseException) -> bool:
+        """Whether `error` says the session does not exist (yet: a loop's thread may be creating it)."""
+        return isinstance(error, UnknownSessionError)
+
+    def export_readiness(self, cid: str) -> tuple[bool, str]:
+        """(whether the candidate may be exported without --force, why not): what the export modal says."""
+        return passing_status(self.ws.status(cid))
 
     def default_export_dir(self, cid: str) -> str:
         """<workspace>/exports/<package name> (engine.workspace.default_export_dir), as `kbench export`."""

@@ -5,12 +5,35 @@ from __future__ import annotations
 
 from textual.app import SuspendNotSupported
 
-from engine.export.plan import passing_status
 from engine.verdict import STAGES
 from kbench_tui.screens.export import ExportScreen
 from kbench_tui.screens.override import OverrideScreen
 from kbench_tui.wording import for_the_app
-from kbench_tui.workers import StageProgress
+from kbench_tui.workers import Done, Failed, StageProgress
+
+
+class OverridePrepared(Done):
+    """The candidate's view, to ask which verdict to override."""
+
+
+class Overridden(Done[tuple]):
+    """(candidate, the override entry recorded, what happens next: "session", "evaluate" or "")."""
+
+
+class OverrideRefused(Failed):
+    """The override was refused (a stage that cannot be overridden, a damaged note)."""
+
+
+class Reevaluated(Done[tuple]):
+    """(candidate, the re-evaluation's outcome)."""
+
+
+class ReevaluationFailed(Failed):
+    """The re-evaluation could not run."""
+
+
+class ExportPrepared(Done[tuple]):
+    """(candidate, passing, why not, the default folder): what the export modal opens with."""
 
 
 class CandidateActions:
@@ -30,9 +53,10 @@ class CandidateActions:
     def action_override(self) -> None:
         cid = self.current_candidate()
         if cid:
-            self.background("ovprep", self.backend.view, cid)
+            self.background(self.backend.view, cid, done=OverridePrepared, what="override")
 
-    def done_ovprep(self, view) -> None:
+    def on_override_prepared(self, message: OverridePrepared) -> None:
+        view = message.value
         have = {s: st.status.value for s, st in view.status.stages.items()}
         stages = [(s, have[s]) for s in have] + [(s, "none") for s in STAGES if s not in have]
         blocked_by = view.status.judgement.blocked_by
@@ -40,7 +64,8 @@ class CandidateActions:
 
         def done(answer) -> None:
             if answer:
-                self.background("override", self._do_override, view.record.id, answer)
+                self.background(self._do_override, view.record.id, answer, done=Overridden, failed=OverrideRefused,
+                                what="override")
 
         self.app.push_screen(OverrideScreen(view.record.id, stages, blocking), done)
 
@@ -48,8 +73,8 @@ class CandidateActions:
         entry, step = self.backend.override(cid, answer["stage"], answer["to"], answer["reason"])
         return cid, entry, step
 
-    def done_override(self, result) -> None:
-        cid, entry, step = result
+    def on_overridden(self, message: Overridden) -> None:
+        cid, entry, step = message.value
         was = entry.from_status or "none"
         self.app.notify(f"{cid}: {entry.stage} {was} → {entry.to_status.value} (recorded)")
         self.log_line(f"override {cid} {entry.stage}: {was} -> {entry.to_status.value}: {entry.reason}")
@@ -70,19 +95,20 @@ class CandidateActions:
         self.app.notify(f"{cid}: queued for re-evaluation" + (f" — {notice}" if notice else ""))
         self.log_line(f"re-evaluate {cid}: queued ({self.backend.queued} ahead)")
         post = self.app.post_message
-        self.background(f"reeval:{cid}", self._do_reevaluate, cid,
-                        lambda v: post(StageProgress(cid, v)))
+        self.background(self._do_reevaluate, cid, lambda v: post(StageProgress(cid, v)), done=Reevaluated,
+                        failed=ReevaluationFailed, what="re-evaluation", group=f"reeval:{cid}")
 
     def _do_reevaluate(self, cid, on_stage):
         return cid, self.backend.reevaluate(cid, on_stage)
 
-    def done_reeval(self, result) -> None:
-        cid, done = result
+    def on_reevaluated(self, message: Reevaluated) -> None:
+        cid, done = message.value
         self.app.notify(f"{cid}: re-evaluated: {done.summary}")
         self.log_line(f"re-evaluated {cid}: {done.summary}")
         self.after_change(cid)
 
-    def failed_reeval(self, error) -> None:
+    def on_reevaluation_failed(self, message: ReevaluationFailed) -> None:
+        error = message.error
         self.app.notify(f"re-evaluation failed: {for_the_app(str(error))}", severity="error", timeout=12, markup=False)
         self.log_line(f"re-evaluation failed: {for_the_app(str(error))}")
 
@@ -121,15 +147,14 @@ class CandidateActions:
     def action_export(self) -> None:
         cid = self.current_candidate()
         if cid:
-            self.background("exprep", self._export_prep, cid)
+            self.background(self._export_prep, cid, done=ExportPrepared, what="export")
 
     def _export_prep(self, cid):
-        view = self.backend.view(cid)
-        ok, why = passing_status(view.status)
+        ok, why = self.backend.export_readiness(cid)
         return cid, ok, why, self.backend.default_export_dir(cid)
 
-    def done_exprep(self, result) -> None:
-        cid, ok, why, out = result
+    def on_export_prepared(self, message: ExportPrepared) -> None:
+        cid, ok, why, out = message.value
 
         def export(answer):        # in the modal's worker: a refusal keeps the modal open and says why
             return self.backend.export(cid, answer["out"], name=answer["name"], force=answer["force"],
@@ -146,8 +171,9 @@ class CandidateActions:
         self.log_line(f"exported {cid} -> {out}")
         self.after_change(cid)
 
-    def failed_override(self, error) -> None:
-        self.app.notify(f"override refused: {for_the_app(str(error))}", severity="error", timeout=10, markup=False)
+    def on_override_refused(self, message: OverrideRefused) -> None:
+        self.app.notify(f"override refused: {for_the_app(str(message.error))}", severity="error", timeout=10,
+                        markup=False)
 
     def log_line(self, line: str) -> None:
         self.app.log_event_line(line)

@@ -17,9 +17,13 @@ from kbench_tui.screens.actions import CandidateActions
 from kbench_tui.widgets.code_view import CodeView
 from kbench_tui.widgets.diff_view import DiffView
 from kbench_tui.widgets.verdict_table import VerdictTable, fmt_x
-from kbench_tui.workers import ThreadedMixin
+from kbench_tui.workers import CandidateChanged, CandidateStage, Done, ThreadedMixin
 
 TABS = ("code", "diff", "verdicts", "profile", "prompt")
+
+
+class DetailGathered(Done[dict]):
+    """What the tabs show: the view, files, prompt, the candidate diffed against and the diff."""
 
 
 def profile_text(view, gpu_notice: str) -> str:
@@ -84,7 +88,7 @@ class CandidateScreen(CandidateActions, ThreadedMixin, Screen):
         self.load()
 
     def load(self) -> None:
-        self.background("detail", self._gather, self.cid, self.against)
+        self.background(self._gather, self.cid, self.against, done=DetailGathered, what="detail")
 
     def _gather(self, cid: str, against: str | None):
         b = self.app.backend
@@ -93,7 +97,8 @@ class CandidateScreen(CandidateActions, ThreadedMixin, Screen):
         return {"view": view, "files": b.code(cid), "prompt": b.prompt(cid), "against": other,
                 "diff": b.diff(other, cid) if other else ""}
 
-    def done_detail(self, d) -> None:
+    def on_detail_gathered(self, message: DetailGathered) -> None:
+        d = message.value
         v = self.view = d["view"]
         r = v.record
         head = Text(no_wrap=True, overflow="ellipsis")
@@ -119,12 +124,13 @@ class CandidateScreen(CandidateActions, ThreadedMixin, Screen):
         if cid == self.cid:
             self.load()
         for s in self.app.screen_stack:
-            if hasattr(s, "reload"):
-                s.reload()
+            if s is not self:
+                s.post_message(CandidateChanged(cid))
 
-    def stage_progress(self, cid: str, verdict) -> None:
-        if cid == self.cid:
-            self.app.notify(f"{cid}: {verdict.stage} {verdict.status.value}", timeout=3)
+    def on_candidate_stage(self, message: CandidateStage) -> None:
+        if message.candidate == self.cid:
+            v = message.verdict
+            self.app.notify(f"{message.candidate}: {v.stage} {v.status.value}", timeout=3)
 
     # -- tabs
     def action_tab(self, name: str) -> None:

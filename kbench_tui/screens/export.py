@@ -15,10 +15,18 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 from kbench_tui import keymap
 from kbench_tui.widgets.toggle import Toggle
 from kbench_tui.wording import for_the_app
-from kbench_tui.workers import ThreadedMixin
+from kbench_tui.workers import Done, Failed, ThreadedMixin
 
 # answer -> (the folder written, notes); raises KbenchError when the export is refused. Runs in a worker.
 ExportCall = Callable[[dict[str, Any]], Any]
+
+
+class Written(Done[Any]):
+    """The export call's answer: (the folder written, notes)."""
+
+
+class Refused(Failed):
+    """The export was refused: said in the modal, which stays open."""
 
 
 class ExportScreen(ThreadedMixin, ModalScreen[Any]):
@@ -69,14 +77,14 @@ class ExportScreen(ThreadedMixin, ModalScreen[Any]):
             return
         self.query_one("#ex-error", Static).update("exporting…")
         self.query_one("#ex-ok", Button).disabled = True
-        self.background("export", self.export, self.answer())
+        self.background(self.export, self.answer(), done=Written, failed=Refused, what="export")
 
-    def done_export(self, result) -> None:
-        self.dismiss(result)
+    def on_written(self, message: Written) -> None:
+        self.dismiss(message.value)
 
-    def failed_export(self, error) -> None:
+    def on_refused(self, message: Refused) -> None:
         self.query_one("#ex-ok", Button).disabled = False
-        self.query_one("#ex-error", Static).update(Text(f"Export refused: {for_the_app(str(error))}"))
+        self.query_one("#ex-error", Static).update(Text(f"Export refused: {for_the_app(str(message.error))}"))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -11,7 +11,15 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from kbench_tui import keymap
 from kbench_tui.widgets.code_view import CodeView
-from kbench_tui.workers import ThreadedMixin
+from kbench_tui.workers import Done, ThreadedMixin
+
+
+class FailedListed(Done[list]):
+    """The session's failed proposals (engine.workspace.failed.FailedProposal), oldest first."""
+
+
+class AnswerRead(Done[str]):
+    """One failed proposal's prompt.md: its prompt and whole answer."""
 
 
 class FailedProposalsScreen(ThreadedMixin, Screen):
@@ -34,9 +42,11 @@ class FailedProposalsScreen(ThreadedMixin, Screen):
         t = self.query_one(DataTable)
         t.add_columns("gen", "id", "operator", "why")
         t.focus()
-        self.background("list", self.app.backend.failed_proposals, self.session)
+        self.background(self.app.backend.failed_proposals, self.session, done=FailedListed,
+                        what="failed proposals")
 
-    def done_list(self, rows) -> None:
+    def on_failed_listed(self, message: FailedListed) -> None:
+        rows = message.value
         t = self.query_one(DataTable)
         self.ids = [f.id for f in rows]
         for f in rows:
@@ -53,10 +63,10 @@ class FailedProposalsScreen(ThreadedMixin, Screen):
             self._show(event.row_key.value)
 
     def _show(self, fid: str) -> None:
-        self.background("answer", self.app.backend.failed_prompt, fid, exclusive=True)
+        self.background(self.app.backend.failed_prompt, fid, done=AnswerRead, what="answer", exclusive=True)
 
-    def done_answer(self, text: str) -> None:
-        self.query_one("#failed-answer", CodeView).show_text(answer_first(text), "markdown")
+    def on_answer_read(self, message: AnswerRead) -> None:
+        self.query_one("#failed-answer", CodeView).show_text(answer_first(message.value), "markdown")
 
     def action_back(self) -> None:
         self.app.pop_screen()

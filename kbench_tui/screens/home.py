@@ -10,7 +10,16 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from kbench_tui import keymap
-from kbench_tui.workers import ThreadedMixin
+from kbench_tui.view_models import SessionRow, TaskRow
+from kbench_tui.workers import Done, ThreadedMixin
+
+
+class SessionsListed(Done[list[SessionRow]]):
+    """The workspace's sessions, a row each."""
+
+
+class TasksListed(Done[list[TaskRow]]):
+    """The tasks to start from: built-in, then the user's."""
 
 
 def fill(table: DataTable, columns: tuple[str, ...], rows: list[tuple[str, ...]], style: dict | None = None,
@@ -50,7 +59,7 @@ class HomeScreen(ThreadedMixin, Screen):
         self.query_one("#home-search").display = False
         self.query_one("#damage").display = False
         self.action_refresh()
-        self.background("tasks", self.app.backend.tasks)
+        self.background(self.app.backend.tasks, done=TasksListed, what="tasks")
 
     def on_screen_resume(self) -> None:
         self.app.sub_title = self.app.workspace_label()
@@ -59,9 +68,11 @@ class HomeScreen(ThreadedMixin, Screen):
     def action_refresh(self) -> None:
         # with generations: lists every session's candidates off the UI thread, which also warms the
         # workspace's caches so opening a session afterwards reads only what changed
-        self.background("sessions", self.app.backend.sessions, self.app.prefetch_generations, exclusive=True)
+        self.background(self.app.backend.sessions, self.app.prefetch_generations, done=SessionsListed,
+                        what="sessions", exclusive=True)
 
-    def done_sessions(self, rows) -> None:
+    def on_sessions_listed(self, message: SessionsListed) -> None:
+        rows = message.value
         t = self.query_one("#sessions", DataTable)
         cur = t.cursor_row
         cells = []
@@ -82,7 +93,8 @@ class HomeScreen(ThreadedMixin, Screen):
             self.query_one("#tasks", DataTable).focus()
         self.sessions_loaded = len(rows)
 
-    def done_tasks(self, rows) -> None:
+    def on_tasks_listed(self, message: TasksListed) -> None:
+        rows = message.value
         fill(self.query_one("#tasks", DataTable), ("task", "directions", "configs", "tags"),
              [(r.name, "+".join(r.directions) or "broken", str(r.configs),
                ((r.tags or r.error[:60]) + (f"  ($KBENCH_TASKS: {r.folder})" if r.folder else "")).strip())

@@ -5,6 +5,8 @@ loop's own thread; its events come back as messages."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -15,7 +17,18 @@ from engine.service.spec import DEFAULTS
 from kbench_tui import keymap
 from kbench_tui.widgets.toggle import Toggle
 from kbench_tui.wording import for_the_app
-from kbench_tui.workers import ThreadedMixin
+from kbench_tui.workers import Done, Failed, ThreadedMixin
+
+if TYPE_CHECKING:
+    from engine.evolve.loop import EvolutionSession
+
+
+class SessionStarted(Done["EvolutionSession"]):
+    """The evolution the form started, running on its loop's thread."""
+
+
+class StartFailed(Failed):
+    """The session could not start (a bad task, no key, a damaged workspace): said on the form."""
 
 
 def task_labels(rows) -> list[tuple[str, str]]:
@@ -125,14 +138,14 @@ class NewSessionScreen(ThreadedMixin, Screen):
         if args["proposer"] == "replay":
             args["replay_from"] = v("#ns-replay")
         self.query_one("#ns-start", Button).disabled = True
-        self.background("start", self.app.start_session, **args)
+        self.background(self.app.start_session, done=SessionStarted, failed=StartFailed, what="start", **args)
 
-    def done_start(self, session) -> None:
-        self.app.switch_screen(self.app.make_session_screen(session.session))
+    def on_session_started(self, message: SessionStarted) -> None:
+        self.app.switch_screen(self.app.make_session_screen(message.value.session))
 
-    def failed_start(self, error) -> None:
+    def on_start_failed(self, message: StartFailed) -> None:
         self.query_one("#ns-start", Button).disabled = False
-        self._error(f"cannot start: {for_the_app(str(error))}")
+        self._error(f"cannot start: {for_the_app(str(message.error))}")
 
     def _error(self, text: str) -> None:
         """The form is taller than a small terminal: bring the message into view, or nothing seems to happen."""

@@ -3,14 +3,15 @@ live progress and the log while the loop runs; pause / resume / step / stop; the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from engine.workspace import UnknownSessionError
 from kbench_tui import keymap
-from kbench_tui.view_models import waiting_count
+from kbench_tui.view_models import SessionData, waiting_count
 from kbench_tui.screens.actions import CandidateActions
 from kbench_tui.screens.failed import FailedProposalsScreen
 from kbench_tui.widgets.fitness_plot import FitnessPlot
@@ -18,10 +19,25 @@ from kbench_tui.widgets.line import Line
 from kbench_tui.widgets.lineage_table import LineageTable, short
 from kbench_tui.widgets.log_view import LogView
 from kbench_tui.wording import for_the_app, session_line, status_phrase
-from kbench_tui.workers import ThreadedMixin
+from kbench_tui.workers import CandidateChanged, CandidateStage, Done, Failed, SessionEvent, ThreadedMixin
+
+if TYPE_CHECKING:
+    from engine.evolve.loop import EvolutionSession
 
 RELOAD_ON = {"SessionStarted", "CandidateCommitted", "CandidateEvaluated", "GenerationFinished", "Stopped", "BestImproved",
              "CandidateProfiled"}
+
+
+class SessionLoaded(Done[SessionData]):
+    """The session's candidates, lineage and statistics (kbench_tui.view_models.SessionData)."""
+
+
+class LoadFailed(Failed):
+    """The session could not be listed (or does not exist yet: its loop's thread is creating it)."""
+
+
+class Resumed(Done["EvolutionSession"]):
+    """The session's evolution, running again from the workspace."""
 
 
 class SessionScreen(CandidateActions, ThreadedMixin, Screen):
@@ -77,9 +93,11 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
             self._reload_pending = True
             return
         self._loading = True
-        self.background("load", self.app.backend.session_data, self.session)
+        self.background(self.app.backend.session_data, self.session, done=SessionLoaded, failed=LoadFailed,
+                        what="load")
 
-    def done_load(self, data) -> None:
+    def on_session_loaded(self, message: SessionLoaded) -> None:
+        data = message.value
         self._loading = False
         keep = self.current_candidate()
         self.data = data
@@ -94,9 +112,10 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
             self._reload_pending = False
             self.reload()
 
-    def failed_load(self, error) -> None:
+    def on_load_failed(self, message: LoadFailed) -> None:
+        error = message.error
         self._loading = False
-        if isinstance(error, UnknownSessionError) and self.runner is not None:
+        if self.app.backend.is_unknown_session(error) and self.runner is not None:
             self.set_timer(0.3, self.reload)     # the loop's thread has not created the session yet
             return
         self.app.notify(f"cannot list {self.session}: {for_the_app(str(error))}", severity="error", timeout=12,
@@ -187,12 +206,15 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
 
     # ------------------------------------------------------------------------------ engine events
 
-    def engine_event(self, e) -> None:
+    def on_candidate_changed(self, message: CandidateChanged) -> None:
+        self.reload()
+
+    def on_session_event(self, message: SessionEvent) -> None:
+        e = message.event
         if getattr(e, "session", None) != self.session:
             return
-        n = len(self.app.session_log(self.session))
-        if n > getattr(self, "_log_seen", 0):
-            self._log_seen = n
+        if message.index >= getattr(self, "_log_seen", 0):
+            self._log_seen = message.index + 1
             self.query_one(LogView).add(session_line(e.line(), self.session), e.t)
         self.last_event = status_phrase(e.line(), self.session)
         table = self.query_one(LineageTable)
@@ -202,7 +224,8 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
             self.reload()
         self.update_progress()
 
-    def stage_progress(self, cid: str, verdict) -> None:
+    def on_candidate_stage(self, message: CandidateStage) -> None:
+        cid, verdict = message.candidate, message.verdict
         if self.data and cid in self.data.index:
             self.query_one(LogView).add(f"re-evaluate {cid}: {verdict.stage} {verdict.status.value} {verdict.reason}")
             self.last_event = f"re-evaluating {short(cid, self.session)}: {verdict.stage} {verdict.status.value}"
@@ -338,9 +361,9 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         if r is not None and r.running:
             self.app.notify("already running")
             return
-        self.background("resume", self.app.resume_session, self.session)
+        self.background(self.app.resume_session, self.session, done=Resumed, what="resume")
 
-    def done_resume(self, es) -> None:
+    def on_resumed(self, message: Resumed) -> None:
         self.query_one(LogView).add(f"evolution of {self.session} started (resumed from the workspace)")
         self.update_progress()
 
