@@ -12,13 +12,16 @@ the launcher is
                     cudaStream_t stream);
 
 Convention: the inputs in signature order (a tensor as a const pointer to its contiguous data, nullptr for an
-optional tensor passed as None; `float` as double, `int` as int64_t, `bool` as bool), then one pointer per output
+optional tensor passed as None; `float` as double, `int` as int64_t, `bool` as bool; a tuple or list of ints,
+`tuple[int, ...]` / `list[int]` such as robust-kbench's layernorm `normalized_shape`, as a host pointer to its
+values and their count, `const int64_t* name, int64_t name_len`), then one pointer per output
 (freshly allocated, contiguous, uninitialised), then every named dimension once (int64_t, in the order the required
 input tensors first name them), then the stream. C++ linkage, not `extern "C"`: the parameter types are part of
 the symbol, so a definition that differs from the declaration fails at the link, with the link check's message,
 instead of running with misread arguments.
 
-A signature the ABI cannot express (a tensor without a shape, a tuple argument, an output dimension no input names)
+A signature the ABI cannot express (a tensor without a shape, a tuple of tensors or floats, an output dimension no
+input names)
 raises GlueError naming the reason; the kernel-only form is then refused for that direction. The texts generated
 from an ABI (the header, binding.cpp) are in engine/tasks/glue_text.py; materialising a candidate in
 engine/tasks/glue.py.
@@ -54,6 +57,8 @@ DTYPES: dict[str, tuple[str, str, str, str | None]] = {
     "bool": ("bool", "at::kBool", "bool", None),
 }
 SCALARS = {"float": "double", "int": "int64_t", "bool": "bool"}
+# a tuple or list of ints (shapes, kernel sizes): the binding takes a std::vector<int64_t> (a Python tuple or list)
+INT_LIST = re.compile(r"^(?:typing\.)?(?:tuple|Tuple|list|List|Sequence)\[\s*int\s*(?:,\s*\.\.\.\s*)?\]$")
 LAUNCHER_PREFIX = "kb_"
 
 IDENT = re.compile(r"^[A-Za-z_]\w*$")
@@ -75,14 +80,17 @@ class GlueParam:
     """One argument or output of the launcher."""
     name: str                     # as the signature names it (and Python passes it by)
     cname: str                    # its C++ identifier in the launcher and the binding
-    kind: str                     # "tensor", "float", "int", "bool"
+    kind: str                     # "tensor", "float", "int", "bool", "ints" (a tuple or list of ints)
     annotation: str               # the (resolved) annotation, e.g. "f32[B,S,H]"
     dtype: str | None = None      # tensors: "f32", ...
     dims: tuple[str, ...] = ()    # tensors: as written
     optional: bool = False        # tensors only: may be None
+    len_cname: str = ""           # "ints": the C++ identifier of the launcher's count parameter
 
     @property
     def c_type(self) -> str:
+        if self.kind == "ints":
+            return "int64_t"
         return DTYPES[self.dtype][0] if self.kind == "tensor" else SCALARS[self.kind]
 
 
@@ -106,7 +114,12 @@ class LauncherAbi:
         return tuple(sorted(h for h in found if h))
 
     def declaration(self) -> str:
-        params = [f"const {p.c_type}* {p.cname}" if p.kind == "tensor" else f"{p.c_type} {p.cname}" for p in self.inputs]
+        params = []
+        for p in self.inputs:
+            if p.kind == "ints":
+                params += [f"const int64_t* {p.cname}", f"int64_t {p.len_cname}"]
+            else:
+                params.append(f"const {p.c_type}* {p.cname}" if p.kind == "tensor" else f"{p.c_type} {p.cname}")
         params += [f"{p.c_type}* {p.cname}" for p in self.outputs]
         params += [f"int64_t {c}" for _, c in self.dims]
         params.append("cudaStream_t stream")
@@ -214,12 +227,18 @@ def _param(name: str, annot: str, signature: str, names: "CppNames", output: boo
             raise GlueError(f"argument `{name}: {annot}` of {signature!r} is an optional scalar, which the launcher "
                             "ABI has no way to pass")
         return GlueParam(name, names.take(name), base, annot)
+    if INT_LIST.match(base) and not output:
+        if optional:
+            raise GlueError(f"argument `{name}: {annot}` of {signature!r} is an optional list, which the launcher "
+                            "ABI has no way to pass")
+        cname = names.take(name)
+        return GlueParam(name, cname, "ints", base, len_cname=names.take(f"{cname}_len"))
     t = tensor_annotation(base)
     if t is None:
         if base in ("Tensor", "torch.Tensor", "torch.nn.Parameter", "nn.Parameter"):
             why = "a tensor without dtype and shape: the glue needs them, e.g. `f32[B,N]`"
         elif re.match(r"^(?:typing\.)?(tuple|Tuple|list|List|Sequence)\b", base):
-            why = "a tuple or list, which the launcher ABI has no way to pass"
+            why = "a tuple or list other than of ints, which the launcher ABI has no way to pass"
         else:
             why = "a type the launcher ABI has no way to pass (tensors `f32[B,N]`, float, int and bool only)"
         raise GlueError(f"{what} `{name}: {annot}` of {signature!r} is {why}")

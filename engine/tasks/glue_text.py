@@ -48,6 +48,8 @@ def header_text(abi: LauncherAbi, task_name: str = "") -> str:
 
 
 def _describe(p: GlueParam) -> str:
+    if p.kind == "ints":
+        return f"tuple or list of ints, as a host pointer to its values and their count ({p.len_cname})"
     if p.kind != "tensor":
         return f"{p.kind} argument, as {p.c_type}"
     text = f"{p.annotation}, {_elements(p)} const {p.c_type}, contiguous"
@@ -76,6 +78,8 @@ def binding_text(abi: LauncherAbi) -> str:
     names = CppNames()
     for p in (*abi.inputs, *abi.outputs):
         names.used.add(p.cname)
+        if p.len_cname:
+            names.used.add(p.len_cname)
     names.used.update(c for _, c in abi.dims)
     contig = {p.name: names.take(f"{p.cname.rstrip('_') or p.cname}_c") for p in abi.inputs if p.kind == "tensor"}
 
@@ -146,6 +150,8 @@ def binding_text(abi: LauncherAbi) -> str:
     for p in abi.inputs:
         if p.kind == "tensor":
             params.append(f"const c10::optional<at::Tensor>& {p.cname}" if p.optional else f"const at::Tensor& {p.cname}")
+        elif p.kind == "ints":           # pybind takes a Python tuple or list of ints
+            params.append(f"const std::vector<int64_t>& {p.cname}")
         else:
             params.append(f"{p.c_type} {p.cname}")
     out.append(wrap(f"{ret_type} {fn}(", params, ") {"))
@@ -207,6 +213,9 @@ def binding_text(abi: LauncherAbi) -> str:
                    f"at::TensorOptions().dtype({DTYPES[p.dtype][1]}).device(kb_device));")
     args = []
     for p in abi.inputs:
+        if p.kind == "ints":
+            args += [f"{p.cname}.data()", f"static_cast<int64_t>({p.cname}.size())"]
+            continue
         if p.kind != "tensor":
             args.append(p.cname)
             continue

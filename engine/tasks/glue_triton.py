@@ -31,8 +31,12 @@ _PY_SCALARS = {"float": "float", "int": "int", "bool": "bool"}
 
 
 def py_params(abi: LauncherAbi) -> list[str]:
-    """The launcher's parameter names, in order (the CUDA launcher's, without the stream)."""
-    return [p.cname for p in (*abi.inputs, *abi.outputs)] + [c for _, c in abi.dims]
+    """The launcher's parameter names, in order (the CUDA launcher's, without the stream): a tuple or list of ints
+    comes with its count, as for the CUDA launcher."""
+    names = []
+    for p in (*abi.inputs, *abi.outputs):
+        names += [p.cname, p.len_cname] if p.kind == "ints" else [p.cname]
+    return names + [c for _, c in abi.dims]
 
 
 def py_declaration(abi: LauncherAbi) -> str:
@@ -51,6 +55,8 @@ def _py_dim(dim: str, values: dict[str, str]) -> str:
 
 
 def _describe(p: GlueParam) -> str:
+    if p.kind == "ints":
+        return f"tuple or list of ints, as passed (its count: {p.len_cname})"
     if p.kind != "tensor":
         return f"{p.kind} argument ({_PY_SCALARS[p.kind]})"
     text = f"{p.annotation}: a contiguous CUDA tensor of {TORCH_DTYPES[p.dtype]} (elements {TL_DTYPES[p.dtype]})"
@@ -65,6 +71,7 @@ def skeleton_text(abi: LauncherAbi, task_name: str = "") -> str:
     out += [f"    ({name}: {annot}, from the forward signature)" for name, annot in abi.resolved]
     out += ["", "Parameters, in order:"]
     out += [f"    {p.cname}: {_describe(p)}" for p in abi.inputs]
+    out += [f"    {p.len_cname}: the number of ints in {p.cname} (int)" for p in abi.inputs if p.kind == "ints"]
     out += [f"    {p.cname}: output {p.annotation}, a contiguous uninitialised tensor of {TORCH_DTYPES[p.dtype]}: "
             "write every element" for p in abi.outputs]
     if abi.dims:
@@ -153,6 +160,10 @@ def binding_py_text(abi: LauncherAbi, fake: bool = False, kernel_module: str = "
         else:
             out += sizes(p, p.cname, "    ", pos)
             out.append(f"    {p.cname} = {p.cname}.contiguous()")
+    for p in abi.inputs:
+        if p.kind == "ints":       # a tuple or a list, as the caller passes it; a tuple of ints for the launcher
+            out.append(f"    {p.cname} = tuple(int(v) for v in {p.cname})")
+            out.append(f"    {p.len_cname} = len({p.cname})")
     for p in abi.outputs:
         shape = []
         for d in p.dims:

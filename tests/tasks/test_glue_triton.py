@@ -29,6 +29,25 @@ def _function(text: str, name: str) -> ast.FunctionDef:
     return next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
+def test_an_int_list_reaches_the_triton_launcher_as_a_tuple_and_its_count():
+    """layernorm's backward gets normalized_shape as robust-kbench passes it (a tuple, or a list): the Python binding
+    hands the launcher a tuple of ints and its count, after it, as the CUDA launcher gets a pointer and a count."""
+    import torch
+    from engine.tasks.glue_abi import abi_from_signature
+    abi = abi_from_signature("backward(g: f32[B,N], x: f32[B,N], shape: tuple[int, ...]) -> (gx: f32[B,N])",
+                             "backward")
+    assert py_params(abi) == ["g", "x", "shape", "shape_len", "gx", "B", "N"]
+    seen = []
+    namespace = {"kb_backward": lambda *a: seen.append(a[2:4])}
+    text = binding_py_text(abi, kernel_module="kernel").replace("from kernel import kb_backward", "")
+    text = text.replace("with torch.cuda.device(kb_device):", "if True:").replace("not t.is_cuda", "False")
+    exec(compile(text, "binding.py", "exec"), namespace)
+    g = torch.randn(2, 3)
+    for shape in ((2, 3), [2, 3]):
+        namespace["backward"](g, g, shape)
+    assert seen == [((2, 3), 2), ((2, 3), 2)]
+
+
 @pytest.mark.parametrize("name, direction", _glued(), ids=lambda x: str(x))
 def test_every_glued_builtin_direction_has_a_triton_skeleton_and_binding(name, direction):
     task = load_task(name)
