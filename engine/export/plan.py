@@ -16,6 +16,7 @@ from engine.candidates import Candidate
 from engine.errors import KbenchError
 from engine.eval_records import lookup
 from engine.export import names
+from engine.export.autograd_call import DerivedCall, autograd_backward_schema, derive_call
 from engine.export.errors import ExportError
 from engine.export.kernel_source import KernelSource
 from engine.export.kernelbench import KernelBenchPlan, kernelbench_plan
@@ -34,8 +35,9 @@ if TYPE_CHECKING:
 
 EXPORTABLE_FORMATS = ("native", "robust-kbench", "kernelbench", "triton")
 # robust-kbench's backward kernel takes what the task's AutogradFunction.backward passes it (task-specific, e.g.
-# (grad_output, x, weights) or (ctx.saved_tensors, grad_output)) and returns what that method unpacks: no op schema
-# or fake (meta) implementation can be derived from that without the kernel's own shape rules.
+# (grad_output, x, weights) or (ctx.saved_tensors, grad_output)) and returns what that method unpacks. For a native
+# task export derives the formula from the reference (engine/export/autograd_call.py) where every argument follows
+# from the gradient and fn's arguments; a robust-kbench task folder's backward is not exported.
 ROBUST_KBENCH_BACKWARD = ("task {task!r} takes robust-kbench's backward convention: its backward kernel takes the "
                           "task-specific "
                           "arguments of AutogradFunction.backward, which export cannot wire into an autograd "
@@ -52,6 +54,9 @@ class ExportPlan:
     forward_schema: OpSchema
     backward: KernelSource | None = None
     backward_schema: OpSchema | None = None
+    # robust-kbench's backward convention: how the formula builds the kernel's arguments (None: kbench's generic
+    # backward(grad, *forward args))
+    backward_call: DerivedCall | None = None
     forced: bool = False
     warnings: list[str] = field(default_factory=list)   # written into the README (forced exports)
     notes: list[str] = field(default_factory=list)      # why no backward, etc.
@@ -103,8 +108,22 @@ def passing_status(status: CandidateStatus) -> tuple[bool, str]:
 # ------------------------------------------------------------------------------------------ schemas
 
 
-def _schemas(task: Task, forward: KernelSource,
-             backward: KernelSource | None) -> tuple[OpSchema, OpSchema | None]:
+def _autograd_call(task: Task, reference_text: str | None = None) -> DerivedCall:
+    """The derived call of a task under robust-kbench's backward convention (autograd_call.py); a robust-kbench
+    task folder's is refused as before."""
+    if task.format != "native":
+        raise ExportError(ROBUST_KBENCH_BACKWARD.format(task=task.name))
+    try:
+        return derive_call(task, reference_text)
+    except ExportError:
+        raise
+    except Exception as exc:     # the task's own code failed on the CPU
+        raise ExportError(f"task {task.name!r}: deriving the autograd formula of its backward convention failed: "
+                          f"{type(exc).__name__}: {exc}") from None
+
+
+def _schemas(task: Task, forward: KernelSource, backward: KernelSource | None,
+             reference_text: str | None = None) -> tuple[OpSchema, OpSchema | None, DerivedCall | None]:
     if task.format not in ("native", "robust-kbench"):
         raise ExportError(f"task {task.name!r} is a {task.format} task: it has no functional forward_fn whose "
                           "signature an op schema could take; export supports native and robust-kbench tasks.")
@@ -115,17 +134,21 @@ def _schemas(task: Task, forward: KernelSource,
     except ExportError as exc:
         raise ExportError(f"task {task.name!r}: {exc}") from None
     bwd = None
+    call = None
     if backward is not None:
         if "backward" not in task.directions:
             raise ExportError(f"task {task.name!r} has no backward direction; its backward kernel has no contract.")
-        if task.spec("backward").autograd_backward:
-            raise ExportError(ROBUST_KBENCH_BACKWARD.format(task=task.name))
         spec = task.spec("backward")
         try:
-            bwd = backward_schema(fwd, spec.signature, spec.no_grad, backward.entry)
+            if spec.autograd_backward:
+                call = _autograd_call(task, reference_text)
+                bwd = autograd_backward_schema(fwd, task, call, backward.entry)
+            else:
+                bwd = backward_schema(fwd, spec.signature, spec.no_grad, backward.entry)
         except ExportError as exc:
-            raise ExportError(f"task {task.name!r}: {exc}") from None
-    return fwd, bwd
+            msg = str(exc)
+            raise ExportError(msg if msg.startswith("task ") else f"task {task.name!r}: {msg}") from None
+    return fwd, bwd, call
 
 
 def _reference(task: Task, folder: Path | None = None) -> tuple[str, str]:
@@ -197,10 +220,10 @@ def plan_from_dirs(from_dir: str | Path, task_ref: str | Path, backward_dir: str
         return _finish(kernelbench_plan(name or names.default_name(task.name), task, *_reference(task), fwd),
                        force, archs)
     bwd = kernel(backward_dir, "backward") if backward_dir is not None else None
-    fs, bs = _schemas(task, fwd, bwd)
     ref_name, ref_text = _reference(task)
+    fs, bs, call = _schemas(task, fwd, bwd)
     plan = ExportPlan(name or names.default_name(task.name), task, ref_name, ref_text,
-                      fwd, fs, bwd, bs)
+                      fwd, fs, bwd, bs, backward_call=call)
     if bwd is None and "backward" in task.directions:
         plan.notes.append("No backward kernel was given (--backward-dir), so the op has no autograd formula.")
     return _finish(plan, force, archs)
@@ -297,10 +320,16 @@ def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, forc
     bwd = None
     if backward and "backward" not in task.directions:
         raise ExportError(f"--backward {backward}: task {task.name!r} has no backward direction.")
+    no_formula = ""
     if with_backward and "backward" in task.directions and task.spec("backward").autograd_backward and not backward:
-        notes.append("No backward kernel: " + ROBUST_KBENCH_BACKWARD.format(task=task.name).split(": ", 1)[1]
-                     .replace("; export the forward kernel alone (--no-backward).", "") + "; the op has no autograd "
-                     "formula.")
+        try:
+            _autograd_call(task, ref_text)
+        except ExportError as exc:
+            no_formula = str(exc)
+    if no_formula:
+        why = no_formula.removesuffix(".").removesuffix(" (--no-backward)").removesuffix(
+            "; export the forward kernel alone").removesuffix(": export the forward kernel alone")
+        notes.append(f"No backward kernel: {why}; the op has no autograd formula.")
     elif with_backward and "backward" in task.directions:
         bid, why = (backward, "") if backward else find_backward(ws, task)
         if bid:
@@ -313,7 +342,7 @@ def plan_from_workspace(ws: Workspace, query: str, name: str | None = None, forc
             notes.append(f"No backward kernel: {why}; the op has no autograd formula.")
     elif "backward" in task.directions:
         notes.append("Exported without its backward kernel (--no-backward); the op has no autograd formula.")
-    fs, bs = _schemas(task, fwd, bwd)
+    fs, bs, call = _schemas(task, fwd, bwd, ref_text)
     plan = ExportPlan(name or names.default_name(task.name), task, ref_name, ref_text,
-                      fwd, fs, bwd, bs, notes=notes)
+                      fwd, fs, bwd, bs, backward_call=call, notes=notes)
     return _finish(plan, force, archs)

@@ -176,6 +176,7 @@ def _values(plan: ExportPlan, extensions: list) -> dict[str, str]:
     autograd = ("- `register_autograd` wires the backward kernel in: `y.backward()` runs "
                 f"`torch.ops.{ns}.backward` and returns one gradient per floating-point tensor argument"
                 + (" (no_grad arguments excluded)" if plan.backward_schema and _no_grad(plan) else "") + "."
+                + (_convention_line(plan) if plan.backward_call is not None else "")
                 if has_bwd else "- No backward kernel was exported: the op's autograd formula raises a RuntimeError "
                 "that says so, in eager mode and under torch.compile alike, instead of returning no gradients.")
     return {
@@ -229,6 +230,18 @@ def _dtype_line(plan: ExportPlan) -> str:
             "same errors for any other, so `torch.compile` refuses what the kernel would: " + "; ".join(parts) + ".")
 
 
+def _convention_line(plan: ExportPlan) -> str:
+    """How the formula calls a backward kernel of robust-kbench's convention, in the forward's argument names."""
+    assert plan.backward_call is not None and plan.backward_schema is not None
+    fwd = [a.name for a in plan.forward_schema.args]
+    parts = []
+    for c in plan.backward_call.call:
+        parts.append("grad" if c.source == "grad" else fwd[c.index] if c.source == "arg" else f"{fwd[c.index]}.shape")
+    return (" The kernel takes robust-kbench's backward convention, as the task's AutogradFunction calls it: "
+            f"`torch.ops.{plan.name}.backward({', '.join(parts)})` (derived by `kbench export` from the reference; "
+            f"`{plan.name}.backward(grad, *forward_args)` builds that call).")
+
+
 def _no_grad(plan: ExportPlan) -> list[int]:
     if plan.backward is None or "backward" not in plan.task.directions:
         return []
@@ -265,6 +278,13 @@ def export_json(plan: ExportPlan) -> dict[str, Any]:
     if plan.backward_schema is not None:
         ops["backward"] = {**plan.backward_schema.to_json(),
                            "dtype_checks": [c.to_json() for c in _checks(plan.backward)]}
+        if plan.backward_call is not None:
+            # robust-kbench's convention: the kernel's arguments from the gradient and the forward's arguments, and
+            # for each gradient it returns the kernel argument whose shape and dtype it has (the fake's outputs)
+            call = plan.backward_call.call
+            ops["backward"]["call"] = [c.to_json() for c in call]
+            ops["backward"]["grad_like"] = [next(j for j, c in enumerate(call) if c.source == "arg" and c.index == i)
+                                            for i in plan.backward_call.grad_positions]
     tolerance = {d: {"atol": s.tolerance.atol, "rtol": s.tolerance.rtol,
                      "max_mismatch_fraction": s.max_mismatch_fraction} for d, s in task.directions.items()}
     return {

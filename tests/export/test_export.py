@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import tomllib
 from engine.candidates import load_candidate
 from engine.cli import main
 from engine.export import ExportError, names, package_files, plan_from_dirs, plan_from_workspace, write_package
+from engine.export.autograd_call import derive_call
 from engine.export.render import placeholders, template_path
 from engine.export.schema import backward_schema, find_entry, forward_schema
 from engine.tasks.loader import load_task
@@ -48,6 +50,30 @@ def test_schema_layernorm_forward_and_backward():
     assert bwd.text == "backward(Tensor grad_y, Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor[]"
     assert bwd.grad_positions == (0, 1, 2)
     assert [a.cpp_type for a in bwd.args][-1] == "double"
+
+
+def test_the_convention_call_is_derived_from_the_reference():
+    """mnist_conv_relu_pool's AutogradFunction passes (x, weights, biases, grad_output): each follows from fn's
+    arguments or the gradient, and the kernel's results come back as fn's gradients in order."""
+    call = derive_call(load_task("mnist_conv_relu_pool"))
+    assert [c.to_json() for c in call.call] == [{"from": "arg", "index": 0}, {"from": "arg", "index": 1},
+                                                {"from": "arg", "index": 2}, {"from": "grad"}]
+    assert call.grad_positions == (0, 1, 2)
+    name = "mnist_conv_relu_pool"
+    plan = plan_from_dirs(TASKS / name / "baselines" / "forward", name, TASKS / name / "baselines" / "backward")
+    assert plan.backward_schema.text == "backward(Tensor x, Tensor weights, Tensor biases, Tensor grad_y) -> Tensor[]"
+    meta = json.loads(package_files(plan)["src/kbench_mnist_conv_relu_pool/export.json"])
+    assert meta["ops"]["backward"]["call"][-1] == {"from": "grad"} and meta["ops"]["backward"]["grad_like"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("name, why", [
+    ("mnist_pool", "`saved`, a tuple of tensors"),                     # (ctx.saved_tensors, grad_output)
+    ("mnist_linear", "returns the gradient of biases without receiving it")])   # (grad_output, x, weights)
+def test_a_convention_export_cannot_derive_is_refused_with_its_reason(name, why):
+    with pytest.raises(ExportError, match=re.escape(why)):
+        plan_from_dirs(TASKS / name / "baselines" / "forward", name, TASKS / name / "baselines" / "backward")
+    plan = plan_from_dirs(TASKS / name / "baselines" / "forward", name)     # the forward still exports
+    assert plan.backward_schema is None
 
 
 def test_schema_softmax():
@@ -509,5 +535,8 @@ def test_generated_python_side_runs_without_a_build(tmp_path):
     (tmp_path / "rbpkg" / "src" / "rb" / "_C.py").write_text(STUB_C)
     path = f"{tmp_path / 'ln' / 'src'}:{tmp_path / 'rbpkg' / 'src'}"
     run = subprocess.run([sys.executable, "-c", DRIVE], capture_output=True, text=True, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": path}, timeout=600)
+                         # a cache of its own: a compiled graph cached for an op of the same name with another
+                         # schema (an earlier export, another checkout) would be replayed
+                         env={**os.environ, "PYTHONPATH": path, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},
+                         timeout=600)
     assert run.returncode == 0 and "PYTHON-SIDE-OK" in run.stdout, run.stdout[-3000:] + run.stderr[-5000:]
