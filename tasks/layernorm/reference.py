@@ -16,6 +16,29 @@ def forward_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     return F.layer_norm(x, normalized_shape, weight, bias, eps)
 
 
+class AutogradFunction(torch.autograd.Function):
+    """robust-kbench's backward convention: the evaluator sets `backward_fn` to the kernel's `backward`, which gets
+    exactly the arguments upstream's task passes it (grad_output, x, weight, bias, eps, then normalized_shape: the
+    trailing weight.dim() sizes of x, as a tuple of ints) and returns (grad_x, grad_weight, grad_bias), so upstream's
+    kernels run here unmodified."""
+
+    backward_fn = None
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        ctx.save_for_backward(x, weight, bias)
+        ctx.eps = eps
+        ctx.normalized_shape = tuple(x.shape[-weight.dim():])
+        return forward_fn(x, weight, bias, eps)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, weight, bias = ctx.saved_tensors
+        grad_x, grad_weight, grad_bias = AutogradFunction.backward_fn(grad_output, x, weight, bias, ctx.eps,
+                                                                      ctx.normalized_shape)
+        return grad_x, grad_weight, grad_bias, None   # eps gets no gradient
+
+
 class Model(nn.Module):
     def __init__(self, num_features: int, dim1: int, dim2: int, eps: float = 1e-5, init_method: str = "standard"):
         super().__init__()

@@ -19,7 +19,7 @@ import tomllib
 from engine.candidates import load_candidate
 from engine.cli import main
 from engine.export import ExportError, names, package_files, plan_from_dirs, plan_from_workspace, write_package
-from engine.export.autograd_call import derive_call
+from engine.export.autograd_call import autograd_backward_schema, derive_call
 from engine.export.render import placeholders, template_path
 from engine.export.schema import backward_schema, find_entry, forward_schema
 from engine.tasks.loader import load_task
@@ -46,10 +46,16 @@ def test_schema_layernorm_forward_and_backward():
     fwd = forward_schema(task.spec("forward").signature, entry)
     assert fwd.text == "forward(Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor"
     bentry = find_entry((LN_BWD / "binding.cpp").read_text(), "backward")
-    bwd = backward_schema(fwd, task.spec("backward").signature, task.spec("backward").no_grad, bentry)
-    assert bwd.text == "backward(Tensor grad_y, Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor[]"
+    # robust-kbench's convention: the formula's call is derived from the reference's AutogradFunction
+    call = derive_call(task)
+    assert [c.to_json() for c in call.call] == [
+        {"from": "grad"}, {"from": "arg", "index": 0}, {"from": "arg", "index": 1}, {"from": "arg", "index": 2},
+        {"from": "arg", "index": 3}, {"from": "shape", "index": 1}]    # normalized_shape: weight's shape
+    bwd = autograd_backward_schema(fwd, task, call, bentry)
+    assert bwd.text == ("backward(Tensor grad_y, Tensor x, Tensor weight, Tensor bias, float eps, "
+                        "int[] normalized_shape) -> Tensor[]")
     assert bwd.grad_positions == (0, 1, 2)
-    assert [a.cpp_type for a in bwd.args][-1] == "double"
+    assert [a.cpp_type for a in bwd.args][-2:] == ["double", "at::IntArrayRef"]
 
 
 def test_the_convention_call_is_derived_from_the_reference():
@@ -74,6 +80,32 @@ def test_a_convention_export_cannot_derive_is_refused_with_its_reason(name, why)
         plan_from_dirs(TASKS / name / "baselines" / "forward", name, TASKS / name / "baselines" / "backward")
     plan = plan_from_dirs(TASKS / name / "baselines" / "forward", name)     # the forward still exports
     assert plan.backward_schema is None
+
+
+def _layernorm_variant(tmp_path, old, new):
+    """The built-in layernorm as a task folder of its own, its AutogradFunction.backward edited."""
+    folder = tmp_path / "ln"
+    folder.mkdir()
+    shutil.copy(TASKS / "layernorm" / "task.toml", folder / "task.toml")
+    text = (TASKS / "layernorm" / "reference.py").read_text()
+    assert old in text
+    (folder / "reference.py").write_text(text.replace(old, new))
+    return load_task(folder)
+
+
+def test_derivation_refuses_an_argument_that_follows_no_rule(tmp_path):
+    # normalized_shape doubled: no forward tensor has that shape, so no formula reproduces it
+    task = _layernorm_variant(tmp_path, "ctx.normalized_shape = tuple(x.shape[-weight.dim():])",
+                              "ctx.normalized_shape = tuple(2 * n for n in x.shape[-weight.dim():])")
+    with pytest.raises(ExportError, match="normalized_shape` = .* no forward tensor argument's shape"):
+        derive_call(task)
+
+
+def test_derivation_refuses_gradients_out_of_order(tmp_path):
+    task = _layernorm_variant(tmp_path, "return grad_x, grad_weight, grad_bias, None",
+                              "return grad_x, grad_bias, grad_weight, None")
+    with pytest.raises(ExportError, match="does not return the backward kernel's results as the gradients"):
+        derive_call(task)
 
 
 def test_schema_softmax():
@@ -252,7 +284,11 @@ def test_layernorm_baselines_package(tmp_path):
     assert "PyInit__C(void)" in shim
     bshim = (out / "csrc" / "backward_op.cpp").read_text()
     assert "TORCH_LIBRARY(" not in bshim and "TORCH_LIBRARY_IMPL(kbench_layernorm, CUDA, m)" in bshim
-    assert "kbench_export::list(backward(grad_y, x, weight, bias, eps))" in bshim
+    # upstream's argument order: normalized_shape (the op's int[]) after eps, as the binding's std::vector<int64_t>
+    assert ("kbench_export::list(backward(grad_y, x, weight, bias, eps, "
+            "std::vector<int64_t>(normalized_shape.begin(), normalized_shape.end())))") in bshim
+    assert meta["ops"]["backward"]["call"][-1] == {"from": "shape", "index": 1}
+    assert meta["ops"]["backward"]["grad_like"] == [1, 2, 3]
     pkg = out / "src" / "kbench_layernorm"
     ops = (pkg / "ops.py").read_text()
     assert 'register_fake(f"{NAMESPACE}::forward")' in ops and "register_autograd" in ops
@@ -473,8 +509,10 @@ lib.impl("forward", lambda *args: reference.forward_fn(*args).contiguous().clone
 '''
 
 LN_BACKWARD_CPU = '''
-def _ln_backward(g, x, w, b, eps):
-    # robust-kbench's layernorm: each row normalised over w's (C, H, W) dims, with elementwise w and b
+def _ln_backward(g, x, w, b, eps, normalized_shape):
+    # robust-kbench's layernorm and its backward convention: normalized_shape (w's shape) after eps; each row
+    # normalised over w's (C, H, W) dims, with elementwise w and b
+    assert list(normalized_shape) == list(w.shape), normalized_shape
     dims = tuple(range(x.dim() - w.dim(), x.dim()))
     mean = x.mean(dims, keepdim=True)
     rstd = torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + eps)
@@ -510,6 +548,11 @@ for m in (model, torch.compile(model, fullgraph=True)):
 args = (x.clone().requires_grad_(True), ref.weight.detach().clone().requires_grad_(True),
         ref.bias.detach().clone().requires_grad_(True), 1)   # an int eps is cast to the schema's float
 torch.library.opcheck(torch.ops.kbench_layernorm.forward.default, args)
+# the backward op takes upstream's call, which backward_args builds from the gradient and the forward's arguments
+plain = [x, ref.weight.detach(), ref.bias.detach(), 1e-5]
+torch.library.opcheck(torch.ops.kbench_layernorm.backward.default,
+                      tuple(ln.ops.backward_args(torch.randn(4, 3, 5, 7), plain)))
+assert ln.ops.backward_args(y, plain)[4:] == [1e-5, [3, 5, 7]]
 
 # resnet_block: optional tensors (None for the identity shortcut, tensors for the downsample) and an int
 for kwargs in ({"in_channels": 4, "out_channels": 4, "stride": 1}, {"in_channels": 3, "out_channels": 5, "stride": 2}):

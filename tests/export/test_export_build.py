@@ -32,7 +32,8 @@ CHECK = textwrap.dedent('''
     assert str(torch.ops.kbench_layernorm.forward.default._schema) == (
         "kbench_layernorm::forward(Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor")
     assert str(torch.ops.kbench_layernorm.backward.default._schema) == (
-        "kbench_layernorm::backward(Tensor grad_y, Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor[]")
+        "kbench_layernorm::backward(Tensor grad_y, Tensor x, Tensor weight, Tensor bias, float eps, "
+        "int[] normalized_shape) -> Tensor[]")
 
     # Stand-in CPU kernels, so the Python side runs without a GPU.
     lib = torch.library.Library("kbench_layernorm", "IMPL")
@@ -40,7 +41,8 @@ CHECK = textwrap.dedent('''
     def fwd_cpu(x, w, b, eps):
         return reference.forward_fn(x, w, b, eps).contiguous()
 
-    def bwd_cpu(g, x, w, b, eps):
+    def bwd_cpu(g, x, w, b, eps, normalized_shape):   # robust-kbench's layernorm backward convention
+        assert list(normalized_shape) == list(w.shape), normalized_shape
         dims = tuple(range(x.dim() - w.dim(), x.dim()))
         mean = x.mean(dims, keepdim=True)
         rstd = torch.rsqrt(x.var(dims, unbiased=False, keepdim=True) + eps)
@@ -74,7 +76,7 @@ CHECK = textwrap.dedent('''
             ref.bias.detach().clone().requires_grad_(True), 1e-5)
     torch.library.opcheck(torch.ops.kbench_layernorm.forward.default, args)
     torch.library.opcheck(torch.ops.kbench_layernorm.backward.default,
-                          (torch.randn(4, 3, 5, 7), x, ref.weight.detach(), ref.bias.detach(), 1e-5))
+                          (torch.randn(4, 3, 5, 7), x, ref.weight.detach(), ref.bias.detach(), 1e-5, [3, 5, 7]))
     print("EXPORT-OK")
 ''')
 

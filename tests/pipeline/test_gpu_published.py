@@ -6,8 +6,8 @@ and `tasks/` folders are not kbench's to ship) named by ROBUST_KBENCH_CHECKOUT; 
 
 What proves the change: no published kernel fails with `incompatible function arguments` (mnist_linear and
 mnist_pool backward did), every one passes or fails with a named fault of its own, and every baseline passes on
-upstream's folder of its task (layernorm backward excepted: upstream passes normalized_shape, which kbench's
-layernorm backward does not take yet). The whole table, timed: scripts/bench_vs_published.py CHECKOUT.
+upstream's folder of its task (layernorm backward included: upstream passes normalized_shape after eps, as the
+built-in task does). The whole table, timed: scripts/bench_vs_published.py CHECKOUT.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ CHECKOUT = Path(os.environ.get("ROBUST_KBENCH_CHECKOUT", "/nonexistent"))
 needs_checkout = pytest.mark.skipif(not (CHECKOUT / "highlighted").is_dir(),
                                     reason="ROBUST_KBENCH_CHECKOUT names no robust-kbench checkout")
 ARGUMENT_ERRORS = ("incompatible function arguments", "TypeError")
-# what kbench's baseline cannot take of upstream's calling convention yet, and why
-NOT_YET = {("layernorm", "backward"): "upstream passes normalized_shape after eps"}
 
 
 def _opts(configs):
@@ -64,8 +62,6 @@ def _baseline_pairs():
 @needs_checkout
 @pytest.mark.parametrize("name, direction", _baseline_pairs(), ids=lambda x: str(x))
 def test_baseline_passes_on_upstreams_folder(name, direction):
-    if (name, direction) in NOT_YET:
-        pytest.xfail(NOT_YET[(name, direction)])
     task = load_task(CHECKOUT / "tasks" / name)
     rep = evaluate(task, load_candidate(load_task(name).baseline_dir(direction)), direction,
                    _opts(direction_configs(task, direction)))

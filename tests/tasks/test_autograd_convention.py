@@ -1,5 +1,5 @@
 """The native runtime under robust-kbench's backward convention (a reference.py with AutogradFunction: the built-in
-mnist_linear, unet_linear, mnist_pool, mnist_conv_relu_pool), on the CPU: the judge's call plan is what upstream's
+mnist_linear, unet_linear, mnist_pool, mnist_conv_relu_pool, layernorm), on the CPU: the judge's call plan is what upstream's
 AutogradFunction.backward passes, a kernel that returns the right gradients for those arguments composes into the
 reference's gradients and a wrong one does not, and a call given fresh values is judged against the reference for
 those values."""
@@ -36,7 +36,16 @@ def _conv(x, w, b, g):
     return list(torch.autograd.grad(F.max_pool2d(F.relu(F.conv2d(x, w, bias=b)), 2), (x, w, b), g))
 
 
-KERNELS = {"mnist_linear": _linear, "unet_linear": _linear, "mnist_pool": _pool, "mnist_conv_relu_pool": _conv}
+@torch.enable_grad()
+def _layernorm(g, x, w, b, eps, normalized_shape):
+    # upstream's layernorm backward takes normalized_shape after eps, a tuple of ints: used as such here
+    assert isinstance(normalized_shape, tuple) and all(type(n) is int for n in normalized_shape)
+    x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
+    return list(torch.autograd.grad(F.layer_norm(x, normalized_shape, w, b, eps), (x, w, b), g))
+
+
+KERNELS = {"mnist_linear": _linear, "unet_linear": _linear, "mnist_pool": _pool, "mnist_conv_relu_pool": _conv,
+           "layernorm": _layernorm}
 
 
 def _setup(name):
@@ -84,3 +93,17 @@ def test_fresh_values_are_judged_against_their_own_reference(name):
     got = rt.fresh_reference(args)
     assert _close(rt.compose(rt.inputs(), expect), got, rt)          # fresh kernel result == fresh reference
     assert not _close(rt.reference(rt.inputs()), got, rt)             # and it is not the old reference
+
+
+def test_layernorm_backward_gets_upstreams_arguments_in_its_order():
+    """robust-kbench's layernorm backward_fn call: (grad_output, x, weight, bias, eps, normalized_shape), with
+    normalized_shape the trailing weight.dim() sizes of x as a tuple of ints, and eps the config's float."""
+    rt = _setup("layernorm")
+    inputs = rt.inputs()
+    x, weight, bias, eps = rt.fn_args(inputs)
+    args = rt.call_plan(inputs).args
+    assert len(args) == 6
+    g, x2, w2, b2, eps2, shape = args
+    assert g.shape == x.shape and torch.equal(x2, x) and torch.equal(w2, weight) and torch.equal(b2, bias)
+    assert eps2 == eps and isinstance(eps2, float)
+    assert shape == tuple(x.shape[1:]) == tuple(weight.shape) and type(shape) is tuple

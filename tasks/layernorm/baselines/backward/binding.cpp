@@ -1,5 +1,7 @@
 // Torch glue for the LayerNorm backward kernel (normalised over weight's shape, the trailing dims of x): checks,
-// scratch allocation, launch on the current stream. Returns (grad_x, grad_weight, grad_bias).
+// scratch allocation, launch on the current stream. Returns (grad_x, grad_weight, grad_bias). Called as robust-kbench
+// calls it, backward(grad_output, x, weight, bias, eps, normalized_shape): normalized_shape arrives as a Python tuple
+// of ints, the trailing sizes of x that weight's shape repeats.
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -9,7 +11,7 @@ void layernorm_backward_launch(const float* g, const float* x, const float* w, f
                                cudaStream_t stream);
 
 std::vector<torch::Tensor> backward(torch::Tensor grad_y, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
-                                    double eps) {
+                                    double eps, std::vector<int64_t> normalized_shape) {
     TORCH_CHECK(grad_y.is_cuda() && x.is_cuda() && weight.is_cuda() && bias.is_cuda(),
                 "layernorm backward: tensors must be on CUDA");
     TORCH_CHECK(grad_y.scalar_type() == torch::kFloat32 && x.scalar_type() == torch::kFloat32 &&
@@ -18,6 +20,8 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_y, torch::Tensor x, torch
     TORCH_CHECK(weight.sizes() == bias.sizes(), "layernorm backward: weight and bias shapes differ");
     TORCH_CHECK(x.dim() >= weight.dim() && x.sizes().slice(x.dim() - weight.dim()) == weight.sizes(),
                 "layernorm backward: x's trailing dimensions must equal weight's shape");
+    TORCH_CHECK(c10::IntArrayRef(normalized_shape) == weight.sizes(),
+                "layernorm backward: normalized_shape must equal weight's shape");
     const int64_t n = weight.numel();
     auto gc = grad_y.contiguous(), xc = x.contiguous(), wc = weight.contiguous();
     auto dx = torch::empty_like(xc);
