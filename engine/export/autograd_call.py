@@ -17,6 +17,9 @@ AutogradFunction.backward as the gradients of fn's floating-point tensor argumen
 marker results), and each of those arguments must be among the kernel's, so the fake (meta) implementation knows
 each result's shape. Anything else (a tuple of saved tensors, a value derived otherwise) raises ExportError naming
 the argument: export then ships the forward kernel alone.
+
+Lazy imports: torch and the harness's runtimes, inside the functions: planning an export that has no such backward
+(most) never loads torch, and `kbench export` starts without it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 from engine.export.errors import ExportError
 from engine.export.schema import Arg, OpSchema, parse_signature
-from engine.tasks.model import Task
+from engine.tasks.model import Task, direction_configs
 
 __all__ = ["CallArg", "derive_call", "autograd_backward_schema"]
 
@@ -59,7 +62,6 @@ class DerivedCall:
 
 def _configs(task: Task) -> list[Any]:
     """The two smallest configs of the backward direction (CPU-sized), of different sizes where the task has them."""
-    from engine.tasks.model import direction_configs
     names = set(direction_configs(task, "backward"))
     configs = [c for c in task.configs if c.name in names] or list(task.configs)
 
