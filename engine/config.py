@@ -46,6 +46,7 @@ from engine.config_prices import DEFAULT_PRICES, FREE, Price  # noqa: F401
 from engine.config_sections import (  # noqa: F401
     _SECTIONS,
     EVAL_MODES,
+    MODE_TRIALS,
     PROFILE_MODES,
     PROVIDERS,
     BudgetConfig,

@@ -174,8 +174,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError("[verify] max_tokens must be positive.")
     if not 0.0 <= cfg.verify.min_confidence <= 1.0:
         raise ConfigError(f"[verify] min_confidence must be between 0 and 1, got {cfg.verify.min_confidence}.")
-    if (cfg.eval.trials is not None and cfg.eval.trials < 1) or cfg.eval.timeout_s <= 0:
-        raise ConfigError("[eval] trials must be at least 1 and timeout_s positive.")
+    if cfg.eval.trials is not None and cfg.eval.trials < 1:
+        raise ConfigError(f"[eval] trials must be at least 1, got {cfg.eval.trials}.")
+    if cfg.eval.timeout_s <= 0:
+        raise ConfigError(f"[eval] timeout_s must be positive, got {cfg.eval.timeout_s}.")
     check_timing_names(cfg.eval.timing_configs, "[eval] timing_configs")
     if cfg.eval.library_policy is not None and cfg.eval.library_policy not in ("pure", "engineering"):
         raise ConfigError(f"[eval] library_policy: expected pure or engineering, got {cfg.eval.library_policy!r}.")

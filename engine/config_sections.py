@@ -15,6 +15,9 @@ PROVIDERS = ("anthropic", "openai-compatible")
 PROFILE_MODES = ("best", "all", "off")
 # kbench's own evaluation, or robust-kbench's / KernelBench's as they run it (engine/pipeline/eval_mode.py)
 EVAL_MODES = ("kbench", "upstream")
+# fresh-seed correctness trials per config where neither [eval] trials nor --trials says: kbench's own, and
+# robust-kbench's num_correct_trials (KernelBench's eval scripts' too) in the upstream mode
+MODE_TRIALS = {"kbench": 2, "upstream": 5}
 
 # How pydantic checks a section (each section dataclass carries it as `__pydantic_config__`): a key the
 # dataclass lacks is an error, and a value must already have the field's type (strict: no "5" for an int, no

@@ -10,12 +10,14 @@ import argparse
 import json
 import sys
 
-from engine.cli.common import check_config_names
+from engine.cli.common import check_config_names, workspace_path
+from engine.cli.eval_flags import evaluation_config_flags
 from engine.cli.eval_start import add_arguments
-from engine.config import ConfigError, load_config
+from engine.config import load_config
 from engine.eval_records import record
 from engine.pipeline import eval_mode
 from engine.pipeline.baseline_cache import FRESH, USE
+from engine.pipeline.eval_types import options_from_config
 from engine.pipeline.evaluate import EvalOptions, evaluate, profile_after
 from engine.pipeline.report import render, render_profile
 from engine.tasks.glue import load_for_task
@@ -37,23 +39,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     task.spec(direction)                       # a missing direction is bad input, before any compile
     check_config_names(task, args.configs, "--config")
     check_config_names(task, args.timing_configs, "--time-config", allow_all=True)
+    opts = eval_options(args)                  # a bad config file or flag value is bad input, before any compile
     candidate = load_for_task(args.candidate, task, direction)   # kernel-only: binding.cpp generated here
-    cfg = load_config(None).eval
-    policy = args.library_policy if args.library_policy is not None else cfg.library_policy
-    mode = eval_mode.UPSTREAM if args.upstream else cfg.mode
-    trials = args.trials if args.trials is not None else cfg.trials
-    if trials is not None and trials < 1:
-        raise ConfigError(f"--trials must be at least 1, got {trials}")
     # what the mode will run, said before the build (a machine without a GPU stops after it)
-    planned = eval_mode.plan(task, direction, mode, args.configs, args.timing_configs, trials)
-    if mode != eval_mode.KBENCH and not args.json:
+    planned = eval_mode.plan(task, direction, opts.mode, opts.configs, opts.timing_configs, opts.trials)
+    if opts.mode != eval_mode.KBENCH and not args.json:
         print(planned.describe(), file=sys.stderr, flush=True)
-    opts = EvalOptions(configs=args.configs, timing_configs=args.timing_configs, trials=trials, mode=mode,
-                       timing=not args.no_timing,
-                       baselines=("eager",) if args.no_compile_baseline else ("eager", "compile"),
-                       timeout_s=args.timeout, gpu=args.gpu, profile=False,
-                       baseline_cache=FRESH if args.fresh_baselines else USE,
-                       override_static=args.override_static, library_policy=policy)
     quiet = args.json
     say = None if quiet else (lambda m: print(f"… {m}", file=sys.stderr, flush=True))
     early = getattr(args, "early_judge", None)   # started as the command began (eval_start.py); main() closes it
@@ -72,6 +63,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if j.passed:
         return 0
     return 3 if j.not_checked else 1
+
+
+def eval_options(args: argparse.Namespace) -> EvalOptions:
+    """This command's EvalOptions: the same config as every session's (the user's file, the workspace's, then the
+    flags that stand for its keys), through the one builder (engine.pipeline.eval_types.options_from_config); the
+    rest is what only this run decides."""
+    flags = evaluation_config_flags(args)
+    if args.upstream:
+        flags["eval.mode"] = eval_mode.UPSTREAM
+    config = load_config(workspace_path(args), flags)
+    return options_from_config(config, configs=args.configs, timing=not args.no_timing, gpu=args.gpu, profile=False,
+                               baseline_cache=FRESH if args.fresh_baselines else USE,
+                               override_static=args.override_static)
 
 
 def _keep_for_export(report, task, direction: str, candidate, opts: EvalOptions, quiet: bool) -> None:

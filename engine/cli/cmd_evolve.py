@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine import procs
 from engine.cli.common import check_config_names, workspace_path
+from engine.cli.eval_flags import add_evaluation_flags, evaluation_config_flags
 from engine.cli.evolve_summary import EXIT_WAITING_FOR_GPU, exit_code, summary_lines
 from engine.config import env_float, load_config
 from engine.errors import KbenchError
@@ -112,31 +113,18 @@ def _evaluation_args(p: argparse.ArgumentParser) -> None:
                    help="where evaluations run (default: [executor] kind, local)")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="ray: the cluster (auto, HOST:6379, ray://HOST:10001); default: start a local Ray instance")
-    p.add_argument("--trials", type=int, default=None, help="fresh-seed correctness trials per config (default 2)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds before one evaluation is killed (600)")
-    p.add_argument("--no-compile-baseline", action="store_true", help="time against eager only (faster)")
-    p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
-                   help="time only this config (repeatable), or `all` for every config; correctness still runs on "
-                        "every config. Default: [eval] timing_configs, else `bench` and the configs tagged `timed` "
-                        "(every config where the task has neither)")
+    add_evaluation_flags(p)     # --trials, --timeout, --no-compile-baseline, --time-config, --library-policy
     p.add_argument("--profile", choices=["best", "all", "off"], default=None, dest="profile",
                    help="the profile stage (ncu + torch profiler): best (each new best of the session), all (every "
                         "candidate that passes) or off; default: [eval] profile, else best")
     p.add_argument("--no-profile", action="store_const", const="off", dest="profile",
                    help="skip the profile stage (the same as --profile off)")
-    p.add_argument("--library-policy", choices=["pure", "engineering"], default=None,
-                   help="vendor libraries and ATen: pure (not allowed) or engineering (allowed, tagged on each "
-                        "candidate); default: [eval] library_policy, else the task's, else pure")
 
 
 def _config_flags(args: argparse.Namespace) -> dict[str, Any]:
     flags: dict[str, Any] = {"executor.kind": args.executor, "executor.ray_address": args.ray_address,
                              "executor.gpus": args.gpus, "executor.build_workers": getattr(args, "build_workers", None),
-                             "eval.trials": args.trials, "eval.timeout_s": args.timeout,
-                             "eval.timing_configs": args.timing_configs, "eval.profile": getattr(args, "profile", None),
-                             "eval.library_policy": getattr(args, "library_policy", None)}
-    if args.no_compile_baseline:
-        flags["eval.compile_baseline"] = False
+                             "eval.profile": getattr(args, "profile", None), **evaluation_config_flags(args)}
     if args.ray_address and not args.executor:
         flags["executor.kind"] = "ray"
     if getattr(args, "model", None):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.cli.eval_flags import add_evaluation_flags
+from engine.config import MODE_TRIALS
 from engine.pipeline.early_judge import EarlyJudge, process_start, start_early
 from engine.pipeline.eval_types import default_cache_root
 
@@ -32,18 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                      "ModelNew .py")
     p.add_argument("--backward", action="store_true", help="evaluate the backward direction")
     p.add_argument("--config", action="append", dest="configs", metavar="NAME", help="only this config (repeatable)")
-    p.add_argument("--time-config", action="append", dest="timing_configs", metavar="NAME",
-                   help="time only this config (repeatable), or `all` for every config; correctness still runs on "
-                        "every selected config. Default: `bench` and the configs tagged `timed` (every config "
-                        "where the task has neither)")
-    p.add_argument("--trials", type=int, default=None,
-                   help="fresh-seed trials per config (default 2; 5 with --upstream, as robust-kbench and KernelBench)")
     p.add_argument("--upstream", action="store_true",
                    help="evaluate as robust-kbench / KernelBench do, for numbers comparable with their results: "
-                        "their settings modes, 5 trials, every config timed, --use_fast_math (robust-kbench), "
+                        f"their settings modes, {MODE_TRIALS['upstream']} trials, every config timed, --use_fast_math (robust-kbench), "
                         "torch's default precision (default: [eval] mode, else kbench's stricter evaluation)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only")
-    p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
+    add_evaluation_flags(p)     # --trials, --timeout, --no-compile-baseline, --time-config, --library-policy
     prof = p.add_mutually_exclusive_group()
     prof.add_argument("--profile", action="store_true",
                       help="after the verdict is printed, profile a passing candidate (ncu + torch profiler, as "
@@ -52,13 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh-baselines", action="store_true",
                    help="time eager and torch.compile again instead of reusing this GPU's cached figures (they "
                         "are reused only after a quick re-timing agrees within 10%%); the new figures are kept")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the evaluator is killed")
     p.add_argument("--gpu", type=int, default=None, help="GPU index to pin the evaluation to")
     p.add_argument("--override-static", action="store_true",
                    help="a person's override: go on past a static `fail` (the verdict then says overridden)")
-    p.add_argument("--library-policy", choices=["pure", "engineering"], default=None,
-                   help="vendor libraries and ATen: pure (not allowed) or engineering (allowed, tagged); "
-                        "default: [eval] library_policy, else the task's, else pure")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 

@@ -6,31 +6,19 @@ to import."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.errors import KbenchError
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.harness.glue_warm import warm_glue_in_background
 from engine.pipeline.evaluate import EvalOptions
+# The one builder of EvalOptions from the config, kept importable from here where sessions always took it
+from engine.pipeline.eval_types import options_from_config as eval_options  # noqa: F401
 
 if TYPE_CHECKING:
     from engine.config import Config
     from engine.evolve.outcome import Evaluator
     from engine.tasks.model import Task
-
-
-def eval_options(config: Config, **overrides: Any) -> EvalOptions:
-    """EvalOptions from `[eval]`; keyword overrides win where they are not None.
-
-    Only `[eval] profile = "all"` profiles inside every evaluation; with "best" the evaluations leave it out
-    and the session asks the evaluator to profile each new best on its own (`Evaluator.profile`)."""
-    e = config.eval
-    kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile == "all",
-                          "timing_configs": list(e.timing_configs) if e.timing_configs else None,
-                          "baselines": ("eager", "compile") if e.compile_baseline else ("eager",),
-                          "library_policy": e.library_policy, "mode": e.mode}
-    kw.update({k: v for k, v in overrides.items() if v is not None})
-    return EvalOptions(**kw)
 
 
 def parse_gpus(text: str | None) -> list[int] | None:

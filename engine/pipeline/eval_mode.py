@@ -19,12 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.config import EVAL_MODES as MODES
+from engine.config import MODE_TRIALS
 from engine.errors import KbenchError
 from engine.harness.numerics import Numerics
 from engine.tasks.model import ALL_CONFIGS, UPSTREAM_TAG, Task, direction_configs
 
 KBENCH, UPSTREAM = MODES
-UPSTREAM_TRIALS = 5                       # robust-kbench's num_correct_trials; KernelBench's eval scripts' too
+OWN_TRIALS = MODE_TRIALS[KBENCH]
+UPSTREAM_TRIALS = MODE_TRIALS[UPSTREAM]   # robust-kbench's num_correct_trials; KernelBench's eval scripts' too
 UPSTREAM_NVCC = ("--use_fast_math",)      # robust-kbench's COMPILE_FLAGS beside -O3, which kbench passes already
 TORCH_DEFAULTS = Numerics(cudnn_tf32=True)   # torch's own: cuDNN may use TF32, matmuls do not
 # robust-kbench's settings modes, as config tags (engine/tasks/robust_kbench.py, SETTINGS_MODES)
@@ -88,7 +90,7 @@ def plan(task: Task, direction: str, mode: str, configs: list[str] | None = None
     own = direction_configs(task, direction)
     if mode == KBENCH:
         narrowed = None if len(own) == len(task.configs) else own
-        return ModePlan(KBENCH, configs if configs else narrowed, timing_configs, trials or 2)
+        return ModePlan(KBENCH, configs if configs else narrowed, timing_configs, trials or OWN_TRIALS)
     if is_robust_kbench(task):
         names = [c.name for c in task.configs if c.name in own and UPSTREAM_TAG in c.tags]
         settings = {m: [c.name for c in task.configs if c.name in names and m in c.tags] for m in SETTINGS_TAGS}

@@ -1,6 +1,11 @@
 """What evaluate() takes and gives, on the parent side: EvalOptions, and the EvalReport of ConfigRows every
 caller reads (engine/pipeline/types.py holds what crosses to the judge and back).
 
+`options_from_config` is the one rule from the config (its [eval] section, flags already merged into it by
+engine.config.load_config) to EvalOptions: `kbench eval`, `kbench evolve`, `kbench reevaluate` and the app all
+build theirs through it (the last three through engine.evolve.factory.make_evaluator), so a key or a flag means the
+same thing to every command.
+
 In their own module so that evaluate.py, which runs the stages, and verdicts.py and profiling.py, which it
 calls, all import them without importing one another; evaluate.py re-exports them.
 """
@@ -9,11 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config import cache_root
 from engine.harness.stats import geomean
 from engine.verdict import Judgement, Verdict, effective, judge_verdicts
+
+if TYPE_CHECKING:
+    from engine.config import Config
 
 
 def default_cache_root() -> Path:
@@ -54,6 +62,22 @@ class EvalOptions:
     # "kbench" (the default) or "upstream": robust-kbench's / KernelBench's own evaluation settings
     # (engine/pipeline/eval_mode.py); the report records it
     mode: str = "kbench"
+
+
+def options_from_config(config: Config, **overrides: Any) -> EvalOptions:
+    """EvalOptions from the config's `[eval]` section; keyword overrides (what only one run decides: its configs,
+    its GPU, the disk cache of baselines) win where they are not None. Flags that stand for a config key are merged
+    into `config` by load_config before this, so a flag and its key cannot be read two ways.
+
+    Only `[eval] profile = "all"` profiles inside every evaluation; with "best" the evaluations leave it out
+    and a session asks its evaluator to profile each new best on its own (`Evaluator.profile`)."""
+    e = config.eval
+    kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile == "all",
+                          "timing_configs": list(e.timing_configs) if e.timing_configs else None,
+                          "baselines": ("eager", "compile") if e.compile_baseline else ("eager",),
+                          "library_policy": e.library_policy, "mode": e.mode}
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    return EvalOptions(**kw)
 
 
 @dataclass
