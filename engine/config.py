@@ -54,6 +54,7 @@ from engine.config_sections import (  # noqa: F401
     EvalConfig,
     ExecutorConfig,
     LLMConfig,
+    TimingParams,
     VerifyConfig,
     profile_mode,
 )

@@ -105,7 +105,7 @@ def _strict(cls: type, data: dict[str, Any]) -> Any:
     dataclass itself only as an instance, so the dict goes through the dataclass's init path (`self_instance`),
     as pydantic's own dataclasses do for their __init__ arguments."""
     obj = object.__new__(cls)
-    _adapter(cls).validator.validate_python(data, self_instance=obj)
+    _adapter(cls).validator.validate_python(data, strict=True, self_instance=obj)
     return obj
 
 
@@ -183,6 +183,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"[eval] library_policy: expected pure or engineering, got {cfg.eval.library_policy!r}.")
     if cfg.eval.mode not in EVAL_MODES:
         raise ConfigError(f"[eval] mode: expected {' or '.join(EVAL_MODES)}, got {cfg.eval.mode!r}.")
+    for problem in cfg.timing.problems():   # the first, as every rule here
+        raise ConfigError(f"[timing] {problem}.")
+    if cfg.timing.checks < 1:   # the judge's own baseline jobs check none; a candidate's timing must be checked
+        raise ConfigError(f"[timing] checks must be at least 1 (the checked timed iterations are how a stale or "
+                          f"replayed output is caught while timing), got {cfg.timing.checks}.")
     ex = cfg.executor
     if ex.kind not in ("local", "ray"):
         raise ConfigError(f"[executor] kind: expected local or ray, got {ex.kind!r}.")

@@ -1,4 +1,4 @@
-"""The config file's sections as typed dataclasses ([llm], [budget], [verify], [eval], [executor]) and the
+"""The config file's sections as typed dataclasses ([llm], [budget], [verify], [eval], [timing], [executor]) and the
 `Config` that holds them; engine.config loads and merges the layers into these, engine.config_checks checks them.
 engine.config re-exports every public name here, so callers import from engine.config alone.
 """
@@ -10,6 +10,9 @@ from typing import Any
 
 from engine.config_prices import _SNAPSHOT, DEFAULT_PRICES, FREE, LONG_PROMPT_PRICES, Price
 from engine.errors import ConfigError
+# The [timing] section: the timing loop's parameters, in a module of the standard library alone because the jailed
+# runner reads them from its `job` messages before its jail is up (engine/timing_params.py)
+from engine.timing_params import TimingParams
 
 PROVIDERS = ("anthropic", "openai-compatible")
 PROFILE_MODES = ("best", "all", "off")
@@ -152,6 +155,7 @@ class Config:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    timing: TimingParams = field(default_factory=TimingParams)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     keys: dict[str, str] = field(default_factory=dict)  # TUI binding id -> key
     extra: dict[str, Any] = field(default_factory=dict)  # sections owned by other modules, raw
@@ -159,7 +163,7 @@ class Config:
 
 
 _SECTIONS: dict[str, type] = {"llm": LLMConfig, "budget": BudgetConfig, "verify": VerifyConfig,
-                              "eval": EvalConfig, "executor": ExecutorConfig}
+                              "eval": EvalConfig, "timing": TimingParams, "executor": ExecutorConfig}
 
 
 def profile_mode(value: Any, where: str = "[eval] profile") -> str:

@@ -113,7 +113,7 @@ def _evaluation_args(p: argparse.ArgumentParser) -> None:
                    help="where evaluations run (default: [executor] kind, local)")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="ray: the cluster (auto, HOST:6379, ray://HOST:10001); default: start a local Ray instance")
-    add_evaluation_flags(p)     # --trials, --timeout, --no-compile-baseline, --time-config, --library-policy
+    add_evaluation_flags(p)     # --trials, --timeout, --time-config, ... and the timing loop's (eval_flags.py)
     p.add_argument("--profile", choices=["best", "all", "off"], default=None, dest="profile",
                    help="the profile stage (ncu + torch profiler): best (each new best of the session), all (every "
                         "candidate that passes) or off; default: [eval] profile, else best")

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"their settings modes, {MODE_TRIALS['upstream']} trials, every config timed, --use_fast_math (robust-kbench), "
                         "torch's default precision (default: [eval] mode, else kbench's stricter evaluation)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only")
-    add_evaluation_flags(p)     # --trials, --timeout, --no-compile-baseline, --time-config, --library-policy
+    add_evaluation_flags(p)     # --trials, --timeout, --time-config, ... and the timing loop's (eval_flags.py)
     prof = p.add_mutually_exclusive_group()
     prof.add_argument("--profile", action="store_true",
                       help="after the verdict is printed, profile a passing candidate (ncu + torch profiler, as "

@@ -12,11 +12,12 @@ calls, all import them without importing one another; evaluate.py re-exports the
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import cache_root
+from engine.config import TimingParams, cache_root
 from engine.harness.stats import geomean
 from engine.verdict import Judgement, Verdict, effective, judge_verdicts
 
@@ -41,7 +42,8 @@ class EvalOptions:
     build_timeout_s: float = 600.0
     gpu: int | None = None
     cache_root: Path = field(default_factory=default_cache_root)
-    timing_options: dict[str, Any] = field(default_factory=dict)
+    # the timing loop's parameters (the config's [timing] section): carried to the judge in its request as they are
+    timing_params: TimingParams = field(default_factory=TimingParams)
     roofline: bool = True                   # place results on the measured roofline (measured once per GPU)
     integrity: bool = True                  # static reward-hack scan before compile, the judge's integrity verdict
     override_static: bool = False           # a person's override: go on to compile despite a static `fail`
@@ -65,7 +67,7 @@ class EvalOptions:
 
 
 def options_from_config(config: Config, **overrides: Any) -> EvalOptions:
-    """EvalOptions from the config's `[eval]` section; keyword overrides (what only one run decides: its configs,
+    """EvalOptions from the config's `[eval]` and `[timing]` sections; keyword overrides (what only one run decides: its configs,
     its GPU, the disk cache of baselines) win where they are not None. Flags that stand for a config key are merged
     into `config` by load_config before this, so a flag and its key cannot be read two ways.
 
@@ -75,7 +77,7 @@ def options_from_config(config: Config, **overrides: Any) -> EvalOptions:
     kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile == "all",
                           "timing_configs": list(e.timing_configs) if e.timing_configs else None,
                           "baselines": ("eager", "compile") if e.compile_baseline else ("eager",),
-                          "library_policy": e.library_policy, "mode": e.mode}
+                          "library_policy": e.library_policy, "mode": e.mode, "timing_params": config.timing}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return EvalOptions(**kw)
 
@@ -137,6 +139,9 @@ class EvalReport:
     baselines: dict[str, Any] = field(default_factory=dict)
     # The evaluation mode and what it ran (engine.pipeline.eval_mode.ModePlan.to_json()): "kbench" or "upstream"
     mode: dict[str, Any] = field(default_factory=dict)
+    # The timing loop's parameters the judge was sent (EvalOptions.timing_params: [timing] and its flags); None
+    # where nothing was to be timed
+    timing_params: TimingParams | None = None
 
     @property
     def judgement(self) -> Judgement:
@@ -172,4 +177,5 @@ class EvalReport:
             **({"timed_by": self.timed_by} if self.timed_by else {}),
             **({"baselines": self.baselines} if self.baselines else {}),
             **({"mode": self.mode} if self.mode else {}),
+            **({"timing_params": dataclasses.asdict(self.timing_params)} if self.timing_params else {}),
         }

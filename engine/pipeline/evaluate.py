@@ -40,7 +40,7 @@ from engine.pipeline.early_judge import EarlyJudge
 # Re-exported (callers import them from here): EvalOptions, ConfigRow, EvalReport and default_cache_root live
 # in eval_types, which verdicts and profiling import too; NO_GPU lives in engine.gpu_wait.
 from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport, default_cache_root  # noqa: F401
-from engine.pipeline.types import NO_GPU, JudgeRequest, TimerSpec, TimingParams  # noqa: F401 - NO_GPU re-exported
+from engine.pipeline.types import NO_GPU, JudgeRequest, TimerSpec  # noqa: F401 - NO_GPU re-exported
 from engine.pipeline.contention import contention_sensitive, shared_gpu_reason
 from engine.pipeline.judge_result import JudgeOutcome
 from engine.pipeline.warm import POOL
@@ -107,6 +107,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     mode = eval_mode.plan(task, direction, opts.mode, opts.configs, opts.timing_configs, opts.trials)
     opts = replace(opts, configs=mode.configs, timing_configs=mode.timing_configs, trials=mode.trials)
     report.mode = mode.to_json()
+    report.timing_params = opts.timing_params if opts.timing else None   # said before the build, as the mode
 
     if opts.integrity:  # engine.integrity.static: reward-hack scan of the sources, before any build or GPU time
         if not gate_static(report, candidate, task, opts.override_static, say, policy=opts.library_policy):
@@ -152,7 +153,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         timer=TimerSpec(str(helper.so_path), str(helper.module_name)), result_path="",
         configs=opts.configs, timing_configs=timing_selection(task, opts.timing_configs, opts.configs),
         trials=opts.trials, timing=opts.timing,
-        baselines=tuple(opts.baselines), timing_params=TimingParams.from_options(opts.timing_options),
+        baselines=tuple(opts.baselines), timing_params=opts.timing_params,
         integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu,
         numerics=mode.numerics.to_json() if mode.numerics else None, upstream_draws=mode.upstream_draws)
     if opts.reuse_baselines and opts.timing:

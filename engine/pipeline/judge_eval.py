@@ -203,9 +203,10 @@ class Judge(TimingPhase):
             self.out.write()
             return None, False
         refs, compose = self._references(runtime, prep), composer(runtime, prep)
-        job, done = self.runner.run_job(cfg.name, {"mode": "check", "schedule": list(range(len(prep.variants))) * 2,
-                                                   "flush": True, "probe_inputs": True, "settle_ms": SETTLE_MS},
-                                        self.decode, self.deadline, self._digester(refs, compose, tol, chained=True))
+        check = msg.Job(job=0, cid=cfg.name, mode="check", schedule=tuple(range(len(prep.variants))) * 2,
+                        probe_inputs=True, settle_ms=SETTLE_MS)
+        job, done = self.runner.run_job(check, self.decode, self.deadline,
+                                        self._digester(refs, compose, tol, chained=True))
         corr, integ = compared(cfg.name, partial(analysis.judge_check, job, refs, compose, tol,
                                                  [v.seed for v in prep.variants], self.hasher), self.out.data.traces)
         self._note_memory(cfg.name, done)

@@ -148,15 +148,14 @@ class RunnerLink:
         self.process.send(msg.Drop(cid=cid))
         self.process.answer(deadline - time.monotonic())   # whatever it says: only its coming back matters
 
-    def run_job(self, cid: str, params: dict[str, Any], decode: Callable[[wire.Record, int], Any],
-                deadline: float, on_checked: Callable[[analysis.Call], None] | None = None
-                ) -> tuple[analysis.Job, msg.Answer | None]:
-        """One job on a configured config (`params`: msg.Job's fields beyond its number and config): its signed
-        records, then the runner's closing answer (None if the records were forged: it is not read).
-        `on_checked`: called with each checked call as soon as its outputs are in (judge_timer.collect)."""
+    def run_job(self, job: msg.Job, decode: Callable[[wire.Record, int], Any], deadline: float,
+                on_checked: Callable[[analysis.Call], None] | None = None) -> tuple[analysis.Job, msg.Answer | None]:
+        """One job on a configured config (`job`: the message, numbered here): its signed records, then the runner's
+        closing answer (None if the records were forged: it is not read). `on_checked`: called with each checked
+        call as soon as its outputs are in (judge_timer.collect)."""
         assert self.process is not None
         self.job_id += 1
-        self.process.send(msg.Job(job=self.job_id, cid=cid, **params))
+        self.process.send(dataclasses.replace(job, job=self.job_id))
         job = collect(self.process.next_record, self.job_id, deadline, decode, on_checked)
         if job.forged:
             return job, None

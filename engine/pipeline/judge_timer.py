@@ -8,6 +8,7 @@ and of the judge's own alike; a forged stream ends the job with `forged` set, ne
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from engine.harness.build import load_extension
 from engine.pipeline import analysis, wire
+from engine.pipeline import messages as msg
+from engine.pipeline.helper_call import run_helper
 
 if TYPE_CHECKING:
     from engine.pipeline.types import TimingParams
@@ -66,8 +69,8 @@ class LocalTimer:
         loop: it pays what the candidate's loop pays between calls)."""
         self._job += 1
         job_id = self._job
-        self.mod.run(job_id, "time", call, live, variants, [], p.warmup, p.min_iters, p.max_iters, p.budget_s,
-                     checks, p.flush_l2, False, -1.0, list(fresh[0]), list(fresh[1]))
+        run_helper(self.mod, msg.Job(job=job_id, cid="", mode="time", timing=dataclasses.replace(p, checks=checks)),
+                   call, live, variants, fresh[0], fresh[1])
         job = collect(lambda deadline: self.reader.read(), job_id, 0.0, decode=lambda rec, k: None)
         for c in job.calls:  # our own clock, written by the helper as it went
             c.received = c.t_ns / 1e9

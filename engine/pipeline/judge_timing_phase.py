@@ -56,10 +56,8 @@ class TimingPhase:
                     break
             self.runner.expected_outputs = reference_outputs(prep)
             t = time.monotonic()
-            job, done = self.runner.run_job(cfg.name, {"mode": "time", "warmup": p.warmup,
-                                                       "min_iters": p.min_iters, "max_iters": p.max_iters,
-                                                       "budget_s": p.budget_s, "checks": p.checks,
-                                                       "flush": p.flush_l2}, self.held_decode, self.deadline)
+            job, done = self.runner.run_job(msg.Job(job=0, cid=cfg.name, mode="time", timing=p), self.held_decode,
+                                            self.deadline)
             self.spent("timing", t)
             if self._call_left_unmeasured(job, cfg.name, "while the candidate was timed on"):
                 raise Stop   # no timing is kept: judge.py closes the runner

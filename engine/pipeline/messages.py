@@ -11,17 +11,21 @@ field it does not know, or MessageError naming the message. The judge's end (Run
 reply a `Garbled` answer, which each wait treats like any other reply it did not expect. Nothing a reply says is
 a result anyway: results are the helper's signed records (wire.py).
 
-Standard library only: the runner imports this before its jail, and the jail's import path holds no
-third-party package (tests/jail/test_jailed_imports.py).
+Standard library only (and engine.timing_params, which is: the timing loop's parameters, the config's [timing]
+section, carried whole as a `job` message's `timing`): the runner imports this before its jail, and the jail's
+import path holds no third-party package (tests/jail/test_jailed_imports.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin
+
+from engine.timing_params import TimingParams
 
 CLIP = 2000                       # characters of a runner's text that reach the judge's result
 _OMIT = {"omit_default": True}    # left off the wire while it has its default (as the channel always did)
@@ -57,6 +61,8 @@ def _conform(value: Any, tp: Any, where: str) -> Any:
                 return float(value)
         except OverflowError:   # an int past any float
             pass
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _record(value, tp, where)
     if origin is tuple and isinstance(value, (list, tuple)):
         return tuple(_conform(v, get_args(tp)[0], f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict and isinstance(value, dict):
@@ -70,6 +76,24 @@ def _conform(value: Any, tp: Any, where: str) -> Any:
     want = getattr(origin or tp, "__name__", str(tp))
     raise MessageError(f"{where} must be {'a finite ' if tp is float else ''}{want}, not "
                        f"{type(value).__name__}{f' {_short(value)}' if tp is float else ''}")
+
+
+def _record(value: Any, tp: type, where: str) -> Any:
+    """A dataclass field of a message (a JSON object on the wire): every field of `tp` present, none it lacks, each
+    of its type. A field left out is an error rather than its default: the two sides must agree on every value."""
+    if isinstance(value, tp):
+        value = {f.name: getattr(value, f.name) for f in fields(tp)}
+    if not isinstance(value, dict):
+        raise MessageError(f"{where} must be an object ({tp.__name__}), not {type(value).__name__}")
+    names = [f.name for f in fields(tp)]
+    unknown = [k for k in value if k not in names]
+    missing = [n for n in names if n not in value]
+    if unknown or missing:
+        raise MessageError(f"{where}: " + "; ".join(
+            ([f"unknown field(s) {', '.join(_short(k, 40) for k in unknown[:5])}"] if unknown else []) +
+            ([f"missing field(s) {', '.join(missing)}"] if missing else [])))
+    hints = typing.get_type_hints(tp)
+    return tp(**{n: _conform(value[n], hints[n], f"{where}.{n}") for n in names})
 
 
 @dataclass(frozen=True)
@@ -95,7 +119,8 @@ class _Message:
             value = getattr(self, f.name)
             if value is None and f.default is None or f.metadata.get("omit_default") and value == f.default:
                 continue
-            header[f.name] = list(value) if isinstance(value, tuple) else value
+            header[f.name] = list(value) if isinstance(value, tuple) else \
+                dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
         return header
 
 
@@ -171,21 +196,25 @@ class Config(_Message):
 
 @dataclass(frozen=True)
 class Job(_Message):
-    """Run a configured config through the timing helper; its results come as signed records. The defaults are
-    what the runner assumed of a parameter a job left out before these types."""
+    """Run a configured config through the timing helper (engine/pipeline/helper_call.py); its results come as
+    signed records."""
     KIND: ClassVar[str] = "job"
     job: int
     cid: str
     mode: str                        # "check" or "time"
     schedule: tuple[int, ...] = ()   # check: the variant of each checked call
-    warmup: int = 0
-    min_iters: int = 1
-    max_iters: int = 1
-    budget_s: float = 0.0
-    checks: int = 0                  # time: timed iterations whose outputs go to the judge
-    flush: bool = True               # flush the L2 before each call
+    # time: the timing loop's parameters, the judge's request's (the config's [timing], flags merged), whole
+    timing: TimingParams | None = None
     probe_inputs: bool = False       # the mutation probe (the config's mutable inputs left out)
     settle_ms: float = -1.0
+
+    def _check(self) -> None:
+        if self.mode not in ("check", "time"):
+            raise MessageError(f"`job` message: mode {_short(self.mode, 40)}, not check or time")
+        if self.mode == "time" and self.timing is None:
+            raise MessageError("`job` message: a timing job without its `timing` parameters")
+        if self.timing is not None and (bad := self.timing.problems()):
+            raise MessageError(f"`job` message: timing {'; '.join(bad)}")
 
 
 @dataclass(frozen=True)

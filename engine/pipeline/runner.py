@@ -183,13 +183,13 @@ class Runner:
         import torch
 
         from engine.harness.poison import poison_free_cache
+        from engine.pipeline.helper_call import run_helper
         if self.timer is None:
             return msg.Error(message="no GPU: nothing can be timed here")
         cfg = self.configs[m.cid]
         poison_free_cache()
-        status = self.timer.run(m.job, m.mode, cfg.call, cfg.live, cfg.variants, list(m.schedule), m.warmup,
-                                m.min_iters, m.max_iters, m.budget_s, m.checks, m.flush, m.probe_inputs, m.settle_ms,
-                                cfg.fresh_modes, cfg.fresh_alphas, cfg.mutable)
+        status = run_helper(self.timer, m, cfg.call, cfg.live, cfg.variants, cfg.fresh_modes, cfg.fresh_alphas,
+                            cfg.mutable)
         try:
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - a sticky CUDA error: this process can do nothing more

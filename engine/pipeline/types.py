@@ -8,6 +8,8 @@ from typing import Any
 from engine import jsonable
 from engine.harness.timing import TimingStats
 from engine.gpu_wait import NO_GPU  # noqa: F401 - the judge result's error where torch finds no GPU, re-exported
+# The timing loop's parameters are the config's `[timing]` section itself, carried as they are: re-exported
+from engine.config import TimingParams  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -24,20 +26,6 @@ class CandidateSpec:
 class TimerSpec:
     so_path: str
     module_name: str
-
-
-@dataclass(frozen=True)
-class TimingParams:
-    warmup: int = 5
-    min_iters: int = 20
-    max_iters: int = 2000
-    budget_s: float = 0.4       # measured time per callable, after warm-up
-    flush_l2: bool = True
-    checks: int = 3             # timed iterations whose outputs go to the judge, drawn at random
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any] | None) -> "TimingParams":
-        return jsonable.load(cls, options or {}, "the timing options")
 
 
 @dataclass

@@ -20,9 +20,10 @@ from tests.conftest import cli
 from tests.paths import REPO
 
 BASELINE = str(REPO / "tasks" / "llama_rmsnorm" / "baselines" / "forward")
-SHARED = ("--trials", "--timeout", "--no-compile-baseline", "--time-config", "--library-policy")
+SHARED = ("--trials", "--timeout", "--no-compile-baseline", "--time-config", "--library-policy", "--warmup",
+          "--min-iters", "--max-iters", "--time-budget", "--timing-checks", "--no-flush-l2")
 # what the config decides; the rest of EvalOptions is each run's own (its GPU, configs, caches)
-FROM_CONFIG = ("trials", "timeout_s", "timing_configs", "baselines", "library_policy", "mode")
+FROM_CONFIG = ("trials", "timeout_s", "timing_configs", "baselines", "library_policy", "mode", "timing_params")
 
 USER_CONFIG = ('[eval]\ntrials = 4\ntiming_configs = ["odd-small"]\ntimeout_s = 321.0\ncompile_baseline = false\n'
                'library_policy = "engineering"\n')

@@ -32,6 +32,7 @@ from engine.evolve.ray_executor import RayExecutor  # noqa: E402
 from engine.evolve.ray_tasks import build_job, gpu_job, profile_job, worker_inputs  # noqa: E402
 from engine.harness.build_result import BuildSummary  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions  # noqa: E402
+from engine.pipeline.types import TimingParams  # noqa: E402
 from engine.tasks.portable import pack_task  # noqa: E402
 from engine.verdict import Stage, Status, Verdict  # noqa: E402
 from tests import evolve_fakes  # noqa: E402
@@ -40,7 +41,7 @@ from tests.evolve_fakes import fake_profile_stage  # noqa: E402
 ARCHIVE = b"\x1f\x8b\x08\x00\xff\xfe not UTF-8"          # a gzipped tar's first bytes are not text
 RAN = Ran(Where("node-1", "host-a", 4242, "3"), 100.0, 102.5)
 OPTIONS = EvalOptions(configs=["bench"], timing_configs=["all"], trials=3, baselines=("eager",), gpu=1,
-                      cache_root=Path("/driver/cache"), timing_options={"budget_s": 0.2}, library_policy="pure")
+                      cache_root=Path("/driver/cache"), timing_params=TimingParams(budget_s=0.2), library_policy="pure")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def test_a_node_evaluates_with_its_own_cache_and_the_gpu_ray_gave_it(task, candi
     monkeypatch.setenv("KBENCH_CACHE", str(tmp_path / "node-cache"))
     req, opts, node_task = worker_inputs(request(task, candidate).to_json())
     assert opts.cache_root == tmp_path / "node-cache" and opts.gpu is None
-    assert opts.timing_configs == ["all"] and opts.trials == 3 and opts.timing_options == {"budget_s": 0.2}
+    assert opts.timing_configs == ["all"] and opts.trials == 3 and opts.timing_params == TimingParams(budget_s=0.2)
     assert req.candidate == candidate and node_task.name == task.name and req.archs == "80;90"
 
 

@@ -113,7 +113,7 @@ def _judge(tmp_path, events, held):
     judge.held = dict(held)
     judge.runner = SimpleNamespace(
         process=None, drop=lambda name, deadline: events.append(f"drop {name}"),
-        run_job=lambda name, spec, decode, *a: (events.append(f"{spec['mode']} {name}"),
+        run_job=lambda job, decode, *a: (events.append(f"{job.mode} {job.cid}"),
                                                 (analysis.Job(end={"n": 0, "checked": []}), None))[1],
         close=lambda: events.append("close"))
     judge._gpu_bytes = lambda: 8 << 30                       # KEEP_FOR_TIMING of it: 1 GiB

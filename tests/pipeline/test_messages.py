@@ -23,7 +23,7 @@ from engine.pipeline import messages as msg
 from engine.pipeline import wire
 from engine.pipeline.judge_runner import RunnerLink
 from engine.pipeline.runner_process import RunnerProcess
-from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec
+from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec, TimingParams
 from tests.kbench_procs import runner_without_gpu
 from tests.paths import REPO
 
@@ -36,7 +36,8 @@ REQUESTS = [
     msg.Config(cid="bench", kind="modelnew", entry="forward", args={"tuple": []}, variants=1, per_variant=0,
                model={"seed": 1, "init": {"tuple": []}, "state": {"w": 0}, "dtype": None}),
     msg.Job(job=3, cid="bench", mode="check", schedule=(0, 1, 0, 1), probe_inputs=True, settle_ms=20.0),
-    msg.Job(job=4, cid="bench", mode="time", warmup=5, min_iters=20, max_iters=2000, budget_s=0.4, checks=3),
+    msg.Job(job=4, cid="bench", mode="time", timing=TimingParams(warmup=5, min_iters=20, max_iters=2000, budget_s=0.4,
+                                                                 flush_l2=False, checks=3)),
     msg.Drop(cid="bench"), msg.Ping(), msg.Exit(),
 ]
 REPLIES = [

@@ -348,7 +348,7 @@ def timing_phase(monkeypatch, tmp_path):
         monkeypatch.setattr(judge_timing_phase, "reference_outputs", lambda prep: [])
         monkeypatch.setattr(judge_timing_phase, "prepare_baseline", lambda *a: None)
         judge = _judge_with(monkeypatch, tmp_path, SimpleNamespace(timing_configs=[], timing_params=TimingParams()),
-                            SimpleNamespace(process=None, run_job=lambda name, spec, decode, *a: (job, None),
+                            SimpleNamespace(process=None, run_job=lambda spec, decode, *a: (job, None),
                                             close=lambda: closed.append(True)), contended)
         judge._digest_timed = judge._note_memory = lambda *a: None    # the job's outputs and figures: none here
         with contextlib.suppress(judge_eval.Stop):
@@ -400,7 +400,7 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
         runner = SimpleNamespace(
             jail_report=None, load=lambda *a: "", decoder=lambda local, hold=False: None, drop=lambda *a: None,
             configure=lambda header, tensors, deadline: msg.Configured(cid="c"),
-            run_job=lambda name, spec, decode, *a: (Job(error=RUNNER_OOM, error_where="call"), None))
+            run_job=lambda spec, decode, *a: (Job(error=RUNNER_OOM, error_where="call"), None))
         judge = _judge_with(monkeypatch, tmp_path, req, runner, contended=True)
         judge.task, judge.has_gpu = task, True
         judge.run()

@@ -44,3 +44,22 @@ def test_the_helpers_fresh_inputs_are_the_judges_emulation_bit_for_bit(toolchain
     signs = mod.fresh_args([tensors[6]], 7, [SIGN], [0.0])[0]
     assert set(signs.tolist()) <= {-1.0, 1.0} and torch.equal(mod.fresh_args([tensors[7]], 7, [SCALE], [0.25])[0],
                                                              tensors[7])
+
+
+@pytest.mark.slow
+def test_the_built_helpers_run_takes_by_name_exactly_what_helper_call_gives(toolchain, native_cache_root):
+    """The compiled module's own signature of `run` (pybind11's docstring), not binding.cpp's text: the one call
+    (engine/pipeline/helper_call.py) names every argument it declares, the timing loop's as TimingParams' fields."""
+    import re
+
+    from engine.config import TimingParams
+    from engine.harness.build import load_extension
+    from engine.pipeline import messages as msg
+    from engine.pipeline.helper_call import helper_arguments
+
+    res = build_timer(native_cache_root, toolchain)
+    mod = load_extension(res.so_path, res.module_name)
+    signature = mod.run.__doc__.splitlines()[0]
+    declared = re.findall(r"(\w+): ", signature[signature.index("(") + 1:signature.rindex(")")])
+    given = helper_arguments(msg.Job(job=1, cid="c", mode="time", timing=TimingParams()), lambda: None, [], [])
+    assert sorted(declared) == sorted(given), signature

@@ -647,7 +647,7 @@ void init(int key_fd, int record_fd, int arena_fd, int64_t arena_data_offset, in
 // own seed (kernel.cu), which its ITER record carries: no call is given content an earlier one was given.
 std::string run(uint64_t job_id, const std::string& mode, py::function call, std::vector<at::Tensor> live,
                 std::vector<std::vector<at::Tensor>> variants, std::vector<int64_t> schedule, int64_t warmup,
-                int64_t min_iters, int64_t max_iters, double budget_s, int64_t checks, bool flush,
+                int64_t min_iters, int64_t max_iters, double budget_s, int64_t checks, bool flush_l2,
                 bool probe_inputs, double settle_ms, std::vector<int64_t> fresh_modes,
                 std::vector<double> fresh_alphas, std::vector<int64_t> mutable_inputs) {
   for (auto& v : variants)
@@ -659,7 +659,7 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
     if (mutable_inputs[j] < 0 || (size_t)mutable_inputs[j] >= live.size() ||
         (j && mutable_inputs[j] <= mutable_inputs[j - 1]))
       throw std::runtime_error("kbench timer: mutable inputs out of range or not ascending");
-  Job job{job_id, std::move(live), std::move(variants), std::move(call), flush, probe_inputs, settle_ms,
+  Job job{job_id, std::move(live), std::move(variants), std::move(call), flush_l2, probe_inputs, settle_ms,
           std::move(fresh_modes), std::move(fresh_alphas), {}, {}, std::move(mutable_inputs), {}};
   job.is_mutable.assign(job.live.size(), 0);
   for (auto k : job.mutable_idx) job.is_mutable[(size_t)k] = 1;
@@ -669,7 +669,7 @@ std::string run(uint64_t job_id, const std::string& mode, py::function call, std
   const int K = job.variants.empty() ? 1 : (int)job.variants.size();
   std::mt19937_64 pick(urandom64());
   emit(JOB_BEGIN, job_id, "{\"mode\":" + json_str(mode) + ",\"variants\":" + std::to_string(K) + ",\"live\":" +
-                              std::to_string(job.live.size()) + ",\"flush\":" + std::to_string(flush ? 1 : 0) + "}");
+                              std::to_string(job.live.size()) + ",\"flush\":" + std::to_string(flush_l2 ? 1 : 0) + "}");
   bool ok = true;
   int64_t n = 0;
   std::vector<int64_t> chosen;
@@ -763,6 +763,9 @@ uint64_t py_fingerprint(at::Tensor t, uint64_t seed) {
 
 }  // namespace
 
+// `run` is called from one place, engine/pipeline/helper_call.py, with every argument by name; the timing loop's
+// (warmup .. checks) are named as the fields of TimingParams (engine/config_sections.py), and
+// tests/pipeline/test_timing_params.py reads the py::arg names below to hold both sides to the same list.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "kbench timing helper: signed, compiled call-and-time loop (see engine/pipeline/timer)";
   m.def("init", &init, py::arg("key_fd"), py::arg("record_fd"), py::arg("arena_fd") = -1,
@@ -772,7 +775,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("host_unregister", &host_unregister, py::arg("ptr"));
   m.def("run", &run, py::arg("job_id"), py::arg("mode"), py::arg("call"), py::arg("live"), py::arg("variants"),
         py::arg("schedule"), py::arg("warmup"), py::arg("min_iters"), py::arg("max_iters"), py::arg("budget_s"),
-        py::arg("checks"), py::arg("flush"), py::arg("probe_inputs"), py::arg("settle_ms"),
+        py::arg("checks"), py::arg("flush_l2"), py::arg("probe_inputs"), py::arg("settle_ms"),
         py::arg("fresh_modes") = std::vector<int64_t>(), py::arg("fresh_alphas") = std::vector<double>(),
         py::arg("mutable_inputs") = std::vector<int64_t>());
   // a call's fresh inputs rebuilt from its variant's tensors and the seed its ITER record carries (the judge's)
