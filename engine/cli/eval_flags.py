@@ -22,7 +22,7 @@ _TIMING = TimingParams()
 
 def add_evaluation_flags(p: argparse.ArgumentParser) -> None:
     """The flags over `[eval]` and `[timing]` (their default None, or False for switches: the config decides)."""
-    p.add_argument("--trials", type=int, default=None,
+    p.add_argument("--trials", type=int, default=None, metavar="N",
                    help=f"fresh-seed correctness trials per config (default: [eval] trials, else "
                         f"{MODE_TRIALS['kbench']}; {MODE_TRIALS['upstream']} in the upstream mode, as robust-kbench "
                         "and KernelBench)")
