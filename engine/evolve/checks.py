@@ -3,7 +3,7 @@
 A check is `check(task, direction, candidate) -> Verdict`. The default is the static reward-hack scan
 (engine.integrity.static): a `fail` finishes the candidate as rejected, never compiled, never on a GPU,
 until a person overrides the `static` verdict. The loop owns this stage, so the executor tells evaluate()
-not to repeat it (see executor.default_gpu).
+not to repeat it (EvalOptions.static_gate; engine.evolve.worker_fns.default_gpu).
 """
 
 from __future__ import annotations

@@ -90,17 +90,15 @@ def default_gpu(task: Task, candidate: Candidate, direction: str, options: EvalO
                 warm: bool = True) -> EvalOutcome:
     """The sandboxed check + time of an already-built candidate (evaluate() finds the build in the cache).
 
-    The static integrity stage belongs to the loop (engine.evolve.checks), which runs it before a candidate
-    is submitted and honours a person's override; evaluate() is told not to gate on it again, and its
-    repeat of the `static` verdict is dropped so it cannot overrule that override in the notes. `warm=False`
+    The static integrity stage belongs to the loop (engine.evolve.checks), which runs it once, before a candidate
+    is submitted, and honours a person's override there: evaluate() leaves it out (`static_gate`), so it neither
+    scans again nor writes a second `static` verdict that could overrule that override in the notes. `warm=False`
     is the behaviour before warm judges (a cold judge measuring every baseline), for benchmarks."""
-    if hasattr(options, "override_static"):
+    if hasattr(options, "static_gate"):
         # a spare judge waits for the worker's next candidate (engine/pipeline/warm.py), and the session's
         # baselines of each config are reused (re-checked, re-measured on drift: engine/pipeline/baselines.py)
-        options = replace(options, override_static=True, warm=warm, reuse_baselines=warm)
-    out = EvalOutcome.from_report(pipeline_evaluate.evaluate(task, candidate, direction, options))
-    out.verdicts = [v for v in out.verdicts if v.stage != Stage.STATIC]
-    return out
+        options = replace(options, static_gate=False, warm=warm, reuse_baselines=warm)
+    return EvalOutcome.from_report(pipeline_evaluate.evaluate(task, candidate, direction, options))
 
 
 def compile_verdict(build: BuildSummary) -> Verdict:

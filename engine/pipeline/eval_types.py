@@ -47,6 +47,10 @@ class EvalOptions:
     roofline: bool = True                   # place results on the measured roofline (measured once per GPU)
     integrity: bool = True                  # static reward-hack scan before compile, the judge's integrity verdict
     override_static: bool = False           # a person's override: go on to compile despite a static `fail`
+    # Whether evaluate() runs the static gate itself. An evolution's loop runs the static stage once, before it
+    # submits a candidate, and honours a person's override there (engine/evolve/checks.py): its evaluations
+    # leave it out rather than scan again and have their verdict dropped.
+    static_gate: bool = True
     library_policy: str | None = None       # "pure" | "engineering"; None: the task's, else "pure" (engine.integrity.policy)
     # After timing, for candidates that pass: the `profile` stage (engine/profile), whose summary feeds the
     # mutate and repair prompts. `skipped` with the reason where ncu is missing or not permitted.

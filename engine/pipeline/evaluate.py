@@ -109,7 +109,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
     report.mode = mode.to_json()
     report.timing_params = opts.timing_params if opts.timing else None   # said before the build, as the mode
 
-    if opts.integrity:  # engine.integrity.static: reward-hack scan of the sources, before any build or GPU time
+    if opts.integrity and opts.static_gate:  # engine.integrity.static: the sources' reward-hack scan, before the build
         if not gate_static(report, candidate, task, opts.override_static, say, policy=opts.library_policy):
             report.seconds = time.monotonic() - t0
             return report
