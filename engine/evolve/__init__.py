@@ -3,38 +3,16 @@
     events.py      typed events the loop emits
     population.py  members, fitness, selection with diversity
     operators.py   which operator fills a slot; defaults per proposer
-    executor.py    index of the evaluators: outcome.py (Evaluator protocol, EvalOutcome), worker_fns.py,
-                   local_executor.py (CPU compile pool + one worker per GPU), ray_executor.py, fake.py
+    outcome.py     the Evaluator protocol the loop speaks, EvalOutcome (what an evaluation hands back)
+    worker_fns.py  what the evaluators' workers run: build, check + time, profile; visible_gpus
+    local_executor.py  LocalPipelineExecutor: CPU compile pool + one worker per GPU, pipelined
+    ray_executor.py    RayExecutor: the same on a Ray cluster (ray_tasks.py, ray_cluster.py, ray_jobs.py)
+    factory.py     make_evaluator: the local or the Ray executor, from the config
     resume.py      the population and progress rebuilt from the workspace
     loop.py        EvolutionSession: the run and its stop conditions; its parts: controls.py (pause, stop,
                    threads, the inbox), planner.py (which operator and parents fill a slot: pure), proposing.py
                    (plan to proposal), gate.py (before the GPU: dedup, static and LLM checks), recorder.py
                    (events and workspace notes)
+
+Import each name from its module: this package re-exports nothing.
 """
-
-from engine.evolve.events import EVENT_TYPES, EvolveEvent
-from engine.evolve.fake import FakeEvaluator
-from engine.evolve.local_executor import LocalPipelineExecutor
-from engine.evolve.loop import Budgets, EvolutionSession
-from engine.evolve.operators import OperatorPolicy, default_policy, parse_weights
-from engine.evolve.outcome import EvalOutcome, Evaluator
-from engine.evolve.population import Member, Population, fitness
-from engine.evolve.worker_fns import visible_gpus
-
-__all__ = [
-           "EVENT_TYPES",
-           "Budgets",
-           "EvalOutcome",
-           "Evaluator",
-           "EvolutionSession",
-           "EvolveEvent",
-           "FakeEvaluator",
-           "LocalPipelineExecutor",
-           "Member",
-           "OperatorPolicy",
-           "Population",
-           "default_policy",
-           "fitness",
-           "parse_weights",
-           "visible_gpus",
-]

@@ -6,7 +6,7 @@ The loop needs only the narrow `Evaluator` protocol: `submit(candidate, on_stage
 device=) -> Future[Verdict]`: the `profile` stage (ncu + torch profiler) alone for a candidate already evaluated,
 on the evaluator's GPU, which a session asks for when a candidate becomes its new best (`[eval] profile =
 "best"`). Implementations: engine.evolve.local_executor (this machine), engine.evolve.ray_executor (a Ray
-cluster), engine.evolve.fake (no compiler, no GPU: `--fake-evaluator` and tests).
+cluster).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from engine.evolve.resume import INFRA_FAILURE
 from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU
 from engine.pipeline.types import NO_GPU
 from engine.verdict import (
-    BLOCKING,  # noqa: F401 - re-exported (engine.evolve.executor)
     Judgement,
     Stage,
     Status,
