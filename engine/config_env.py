@@ -48,16 +48,13 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
                                     "point (crash-safety tests)", test_only=True),
     EnvVar("KBENCH_CRASHED_DURING_REFS", "", "set by the `during-refs` crash point for the git child it starts, so a "
                                              "test's git hook can slow that child down", test_only=True),
-    EnvVar("KBENCH_FAKE_EVAL_DELAY", "0", "`kbench evolve --fake-evaluator`: seconds each fake evaluation takes",
+    EnvVar("KBENCH_FAKE_EVAL_DELAY", "0", "`python -m tests.doubles.kbench`: seconds each fake evaluation takes",
            test_only=True),
     EnvVar("KBENCH_FAKE_BUILD_S", "", "seconds the fake compile stage sleeps (default: its caller's)", test_only=True),
     EnvVar("KBENCH_FAKE_GPU_S", "", "seconds the fake GPU stage sleeps (default: its caller's)", test_only=True),
     EnvVar("KBENCH_FAKE_NO_GPU", "", "set: the fake evaluator reports that no GPU is visible", test_only=True),
     EnvVar("KBENCH_FAKE_EVAL_HOLD_AFTER", "0", "the fake evaluator holds every evaluation after the first N until "
                                                "it is closed; 0: never", test_only=True),
-    EnvVar("KBENCH_TUI_FAKE_EVALUATOR", "", "set: the app evaluates with the fake evaluator (`kbench "
-                                            "--fake-evaluator` sets it)", test_only=True),
-    EnvVar("KBENCH_TUI_FAKE_DELAY", "0.3", "seconds each of the app's fake evaluations takes", test_only=True),
     EnvVar("KBENCH_TEST_SINGLE_CU", "", "set: run the test that compiles a single-file candidate with nvcc (minutes "
                                         "on a small machine)", test_only=True),
     EnvVar("KBENCH_INTEGRITY_TIMEOUT", "240", "seconds each case of tests/integrity/test_gpu_integrity.py may take",

@@ -7,7 +7,6 @@ screen, and importing the others (their textual widgets) would add about 70 ms t
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import threading
@@ -168,11 +167,8 @@ class KbenchApp(ThreadedMixin, App):
 def run(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="kbench", add_help=False)
     p.add_argument("--workspace", default=None)
-    p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("command", nargs="?")
     args, _ = p.parse_known_args(argv)
-    if args.fake_evaluator:
-        os.environ["KBENCH_TUI_FAKE_EVALUATOR"] = "1"
     try:
         backend = Backend(args.workspace)
     except KbenchError as exc:       # not a workspace, refused adoption, unreadable config: say it plainly

@@ -2,8 +2,7 @@
 Textual worker thread when the call may take long, and never reach into engine modules themselves.
 
 `Backend` wraps a `Workspace` and adds what the screens need around it: task and session summaries, the
-evaluator factory (real `LocalPipelineExecutor`, or the engine's `FakeEvaluator` for tests and machines
-without a GPU when asked), sessions started and resumed through engine.service (the same defaults and wiring
+evaluator factory (the configured executor, or one a caller hands in: the tests' fake evaluator), sessions started and resumed through engine.service (the same defaults and wiring
 as `kbench evolve`: the LLM verifiers run, one budget covers proposals and reviews), re-evaluation through
 the service's own (what `kbench reevaluate` runs), overrides, hand edits through the human proposer, and
 export through engine.export.
@@ -21,10 +20,9 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from engine.config import Config, ConfigError, env_flag, env_float, load_config
+from engine.config import Config, ConfigError, load_config
 from engine.errors import KbenchError
 from engine.evolve.factory import make_evaluator
-from engine.evolve.fake import FakeEvaluator
 from engine.evolve.worker_fns import visible_gpus
 from engine.export.names import default_name
 from engine.gpu_wait import WAITING_FOR_GPU
@@ -56,9 +54,6 @@ EvaluatorFactory = Callable[["Task", str], "Evaluator"]   # (task, direction) ->
 
 def default_evaluator_factory(task: Task, direction: str, config: Config | None = None) -> Evaluator:
     """The configured executor ([eval] and [executor] in the config files: local by default, or Ray)."""
-    if env_flag("KBENCH_TUI_FAKE_EVALUATOR"):
-        return FakeEvaluator(task, delay_s=env_float("KBENCH_TUI_FAKE_DELAY"),
-                             profile=getattr(getattr(config, "eval", None), "profile", None) == "all")
     return make_evaluator(task, direction, config if config is not None else Config())
 
 
@@ -108,15 +103,9 @@ class Backend:
             self._gpus = visible_gpus()
         return self._gpus
 
-    @property
-    def fake_evaluator(self) -> bool:
-        return self._evaluator_factory is default_evaluator_factory and env_flag("KBENCH_TUI_FAKE_EVALUATOR")
-
     def gpu_notice(self) -> str:
         if self.gpus():
             return ""
-        if self.fake_evaluator:
-            return "No GPU: using the fake evaluator (KBENCH_TUI_FAKE_EVALUATOR), measurements are not real."
         return ("No GPU visible: you can browse, diff and compile, but correctness and timing measurements "
                 "need a GPU.")
 

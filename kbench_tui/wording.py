@@ -29,9 +29,9 @@ _ADVICE: tuple[tuple[str, str], ...] = (
 )
 _ADVICE_RE = tuple((re.compile(p), r) for p, r in _ADVICE)
 
-# evaluator and executor classes -> the word the README uses for them ([executor] kind, the fake evaluator)
+# evaluator and executor classes -> the word the README uses for them ([executor] kind)
 _EXECUTORS = {"LocalPipelineExecutor": "local", "RayExecutor": "ray", "RayPipelineExecutor": "ray",
-              "FakeEvaluator": "fake evaluator", "PipelineEvaluator": "local"}
+              "PipelineEvaluator": "local"}
 
 
 def for_the_app(text: str) -> str:

@@ -98,7 +98,7 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
     cache = root / "cache"
     fakes: dict = {}
     if args.fake:   # a CPU dry run of this script: sleeps instead of nvcc and the GPU
-        from engine.evolve.fake import fake_build, fake_gpu
+        from tests.doubles.evaluator import fake_build, fake_gpu
         fakes = {"build_fn": functools.partial(fake_build, sleep_s=args.fake[0]),
                  "gpu_fn": functools.partial(fake_gpu, sleep_s=args.fake[1])}
         pch = None

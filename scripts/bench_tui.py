@@ -29,7 +29,7 @@ async def bench(args) -> dict:
     from kbench_tui.app import KbenchApp
     from kbench_tui.backend import Backend
     from kbench_tui.screens.session import SessionScreen
-    from kbench_tui.testing import screen_text
+    from tests.doubles.tui import screen_text
     from kbench_tui.widgets.lineage_table import LineageTable
     from textual import events
 

@@ -21,15 +21,27 @@ def user_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def kbench(home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-           timeout: float = 180) -> subprocess.CompletedProcess:
-    """`kbench ARGS` through the installed script, in `cwd` (default: the home folder); text output."""
+def _command(home: Path, env: dict[str, str] | None, fake_evaluator: bool) -> tuple[list[str], dict[str, str]]:
+    """The installed script and the user's environment; with `fake_evaluator`, kbench on the tests' fake
+    evaluator (tests/doubles/kbench.py) in that same environment instead."""
+    if fake_evaluator:
+        from tests.doubles import kbench as fake
+        return fake.ARGV, fake.child_env(user_env(home, env))
     assert KBENCH.is_file(), f"{KBENCH} is missing: install kbench (pip install -e .) into this interpreter's venv"
-    return subprocess.run([str(KBENCH), *args], capture_output=True, text=True, cwd=cwd or home,
-                          env=user_env(home, env), timeout=timeout)
+    return [str(KBENCH)], user_env(home, env)
 
 
-def start(home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
+def kbench(home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+           timeout: float = 180, fake_evaluator: bool = False) -> subprocess.CompletedProcess:
+    """`kbench ARGS` through the installed script, in `cwd` (default: the home folder); text output."""
+    argv, child_env = _command(home, env, fake_evaluator)
+    return subprocess.run([*argv, *args], capture_output=True, text=True, cwd=cwd or home, env=child_env,
+                          timeout=timeout)
+
+
+def start(home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+          fake_evaluator: bool = False) -> subprocess.Popen:
     """`kbench ARGS` started in the background (the caller waits for it or ends it)."""
-    return subprocess.Popen([str(KBENCH), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=cwd or home, env=user_env(home, env))
+    argv, child_env = _command(home, env, fake_evaluator)
+    return subprocess.Popen([*argv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd or home, env=child_env)

@@ -1,4 +1,5 @@
-"""Helpers for tests that run kbench in child processes (CPU, the fake evaluator, a jailed runner without a GPU)."""
+"""Helpers for tests that run kbench in child processes (CPU, the fake evaluator of tests/doubles/kbench.py, a
+jailed runner without a GPU)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,17 @@ ENV["PYTHONPATH"] = str(REPO) + os.pathsep + ENV.get("PYTHONPATH", "")
 
 def evolve_args(ws: Path, session: str, *, generations: int = 3, population: int = 3, seed: int = 5,
                 extra: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", "engine.cli", "--workspace", str(ws), "evolve", "gelu_bias", "--proposer", "tuner",
-            "--fake-evaluator", "--generations", str(generations), "--population", str(population),
+    return [sys.executable, "-m", "tests.doubles.kbench", "--workspace", str(ws), "evolve", "gelu_bias", "--proposer",
+            "tuner", "--generations", str(generations), "--population", str(population),
             "--session", session, "--seed", str(seed), *extra]
 
 
-def kbench(ws: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", "--workspace", str(ws), *args], capture_output=True,
+def kbench(ws: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
+           fake_evaluator: bool = False) -> subprocess.CompletedProcess:
+    """`kbench --workspace WS ARGS` in a child process; `fake_evaluator`: on the fake evaluator
+    (tests/doubles/kbench.py)."""
+    module = "tests.doubles.kbench" if fake_evaluator else "engine.cli"
+    return subprocess.run([sys.executable, "-m", module, "--workspace", str(ws), *args], capture_output=True,
                           text=True, env={**ENV, **(env or {})}, cwd=REPO, timeout=timeout)
 
 

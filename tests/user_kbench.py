@@ -25,10 +25,15 @@ def user_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def kbench(home: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-           timeout: float = 300) -> subprocess.CompletedProcess:
-    """`kbench ARGS` run to its end: its exit code, stdout and stderr (text)."""
+           timeout: float = 300, fake_evaluator: bool = False) -> subprocess.CompletedProcess:
+    """`kbench ARGS` run to its end: its exit code, stdout and stderr (text). `fake_evaluator`: kbench on the
+    tests' fake evaluator (tests/doubles/kbench.py), in the same environment."""
     home.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([*KBENCH, *args], capture_output=True, text=True, env=user_env(home, env),
+    argv, child_env = KBENCH, user_env(home, env)
+    if fake_evaluator:
+        from tests.doubles import kbench as fake
+        argv, child_env = fake.ARGV, fake.child_env(child_env)
+    return subprocess.run([*argv, *args], capture_output=True, text=True, env=child_env,
                           cwd=cwd or home, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

@@ -21,7 +21,7 @@ from engine import procs
 from engine.cli.common import check_config_names, workspace_path
 from engine.cli.eval_flags import add_evaluation_flags, evaluation_config_flags
 from engine.cli.evolve_summary import EXIT_WAITING_FOR_GPU, exit_code, summary_lines
-from engine.config import env_float, load_config
+from engine.config import load_config
 from engine.errors import KbenchError
 from engine.service.spec import DEFAULTS, SESSION_PROPOSERS, SessionSpec
 from engine.tasks.loader import load_task
@@ -64,7 +64,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sequential", action="store_true", help="no pipelining: compile then measure, one at a time")
     p.add_argument("--json", action="store_true", help="print events as JSON lines")
     p.add_argument("--stats-json", metavar="PATH", default=None, help="write executor statistics here at the end")
-    p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)  # tests: no compiler, no GPU
     _writer_args(p)
     p.set_defaults(func=cmd_evolve)
 
@@ -76,7 +75,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", help="candidate id (or unique prefix) or session name")
     p.add_argument("--all", action="store_true", help="with a session: every candidate, not just measured ones")
     _evaluation_args(p)
-    p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)
     _writer_args(p)
     p.set_defaults(func=cmd_reevaluate)
 
@@ -92,7 +90,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-eval", action="store_true", help="commit the edit only (judge it later with "
                                                           "`kbench reevaluate NEW`)")
     _evaluation_args(p)
-    p.add_argument("--fake-evaluator", action="store_true", help=argparse.SUPPRESS)
     _writer_args(p)
     p.set_defaults(func=cmd_edit)
 
@@ -142,17 +139,10 @@ EX_TEMPFAIL = 75    # sysexits: a temporary failure (the LLM API was unavailable
 
 
 def _service(args: argparse.Namespace, ws: Workspace) -> SessionService:
-    """The session service over this workspace, its config (files + flags) and the evaluator seam."""
+    """The session service over this workspace and its config (files + flags), evaluating as configured."""
     from engine.service.session_service import SessionService
-    from engine.service.wiring import fake_evaluator_factory
 
-    config = load_config(ws.path, _config_flags(args))
-    factory, target = None, None
-    if args.fake_evaluator:
-        factory = fake_evaluator_factory(env_float("KBENCH_FAKE_EVAL_DELAY"))
-        from engine.llm.target import TargetInfo
-        target = TargetInfo(note="the fake evaluator: no compiler, no GPU")
-    return SessionService(ws, config, evaluator_factory=factory, target=target)
+    return SessionService(ws, load_config(ws.path, _config_flags(args)))
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:

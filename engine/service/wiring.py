@@ -2,9 +2,8 @@
 seam), the LLM client and whether one is available, the proposer, the LLM verifiers and the description
 of the target machine the prompts carry.
 
-Evaluations go through one seam, `EvaluatorFactory(task, direction, config)`: today
-engine.evolve.factory.make_evaluator (the local pipeline or Ray), or the fake evaluator for tests and
-machines without a GPU.
+Evaluations go through one seam, `EvaluatorFactory(task, direction, config)`: by default
+engine.evolve.factory.make_evaluator (the local pipeline or Ray); a front end or a test may hand its own.
 
 SessionWiring is a base of engine.service.session_service.SessionService and reads the service's settings
 (workspace, config, env, evaluator factory, target, LLM options).
@@ -47,14 +46,6 @@ def default_evaluator_factory(task: Task, direction: str, config: Config, *, seq
     """The seam to the evaluation harness: the configured executor ([executor], [eval])."""
     from engine.evolve.factory import make_evaluator
     return make_evaluator(task, direction, config, sequential=sequential)
-
-
-def fake_evaluator_factory(delay_s: float = 0.0) -> EvaluatorFactory:
-    """The engine's FakeEvaluator (no compiler, no GPU): tests and demos."""
-    def factory(task: Task, direction: str, config: Config) -> Evaluator:
-        from engine.evolve.fake import FakeEvaluator
-        return FakeEvaluator(task, delay_s=delay_s, profile=config.eval.profile == "all")
-    return factory
 
 
 _probe_lock = threading.Lock()

@@ -68,8 +68,7 @@ class SessionScreen(CandidateActions, ThreadedMixin, Screen):
         self.app.sub_title = f"session {self.session}"
         self.query_one("#search").display = False
         b = self.app.backend
-        notices = [n for n in ("no GPU: measurements need one" if b.gpu_notice() and not b.fake_evaluator else
-                               "no GPU: fake evaluator" if b.gpu_notice() else "",
+        notices = [n for n in ("no GPU: measurements need one" if b.gpu_notice() else "",
                                "no API key: the anthropic proposer is off" if b.llm_notice() else "") if n]
         self.query_one("#notices", Static).update(Text(" · ".join(notices), style="yellow"))
         self.query_one("#notices").display = bool(notices)

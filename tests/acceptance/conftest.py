@@ -52,8 +52,14 @@ class User:
         return path
 
     def run(self, *args: str, timeout: float = 300, env: dict[str, str] | None = None,
-            input: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([str(KBENCH), *args], cwd=self.cwd, env={**self.env, **(env or {})}, text=True,
+            input: str | None = None, fake_evaluator: bool = False) -> subprocess.CompletedProcess:
+        """`kbench ARGS` as this user; `fake_evaluator`: kbench on the tests' fake evaluator
+        (tests/doubles/kbench.py) in this user's environment, where only the LLM side is under test."""
+        argv, child_env = [str(KBENCH)], {**self.env, **(env or {})}
+        if fake_evaluator:
+            from tests.doubles import kbench as fake
+            argv, child_env = fake.ARGV, fake.child_env(child_env)
+        return subprocess.run([*argv, *args], cwd=self.cwd, env=child_env, text=True,
                               capture_output=True, timeout=timeout, input=input)
 
     def start(self, *args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:

@@ -71,8 +71,8 @@ def test_the_parent_is_placed_against_the_roofline_measured_for_its_gpu(user, cl
     (cache / "kbench" / "roofline" / "FakeGPU.json").write_text(json.dumps(
         {"gpu": "FakeGPU", "copy_gbps": 4000.0, "fp32_tflops": 60.0, "tf32_tflops": 400.0, "measured_at": 0.0}))
     claude.respond(ScriptedModel())
-    out = user.run("evolve", "gelu_bias", "--proposer", "anthropic", "--fake-evaluator", "--generations", "1",
-                   "--population", "2", "--operators", "mutate=1", timeout=300)
+    out = user.run("evolve", "gelu_bias", "--proposer", "anthropic", "--generations", "1",
+                   "--population", "2", "--operators", "mutate=1", timeout=300, fake_evaluator=True)
     assert out.returncode == 0, out.stdout + out.stderr
     mutations = [_text(r.json) for r in claude.messages() if "# Operator: mutate" in _text(r.json)]
     assert mutations, out.stdout

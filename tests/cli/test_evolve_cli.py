@@ -1,4 +1,5 @@
-"""`kbench evolve` and `kbench reevaluate` headless, with the hidden fake evaluator (no compiler, no GPU)."""
+"""`kbench evolve` and `kbench reevaluate` headless: on the fake evaluator (tests/doubles/kbench.py: no compiler, no
+GPU), and once on the real local executor where no GPU is visible."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ import pytest
 from engine.cli import main
 from engine.verdict import Status
 from engine.workspace import Workspace
+from tests.doubles.kbench import use_fake_evaluator
 from tests.paths import REPO
 
 
-def test_evolve_then_resume_then_reevaluate(tmp_path, capsys):
+def test_evolve_then_resume_then_reevaluate(tmp_path, capsys, monkeypatch):
+    use_fake_evaluator(monkeypatch.setattr)
     ws = str(tmp_path / "ws")
     args = ["--workspace", ws, "evolve", "gelu_bias", "--proposer", "tuner", "--generations", "1",
-            "--population", "2", "--fake-evaluator"]
+            "--population", "2"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "session started" in out and "generation 1 done" in out and "stopped: all 1 generation(s) done" in out
@@ -32,9 +35,9 @@ def test_evolve_then_resume_then_reevaluate(tmp_path, capsys):
         views = w.candidates("gelu_bias-fwd-tuner")
         assert len(views) == 5
         best = w.best("gelu_bias-fwd-tuner")
-    assert main(["--workspace", ws, "reevaluate", best.id, "--fake-evaluator"]) == 0
+    assert main(["--workspace", ws, "reevaluate", best.id]) == 0
     assert f"{best.id}: {best.speedup:.3f}x -> {best.speedup:.3f}x on FakeGPU" in capsys.readouterr().out
-    assert main(["--workspace", ws, "reevaluate", "gelu_bias-fwd-tuner", "--fake-evaluator"]) == 0
+    assert main(["--workspace", ws, "reevaluate", "gelu_bias-fwd-tuner"]) == 0
     with Workspace.open(ws) as w:
         assert all(len(v.status.measurements) == 3 if v.id == best.id else len(v.status.measurements) == 2
                    for v in w.candidates("gelu_bias-fwd-tuner"))
@@ -42,8 +45,8 @@ def test_evolve_then_resume_then_reevaluate(tmp_path, capsys):
 
 def test_ctrl_c_stops_and_leaves_it_resumable(tmp_path):
     ws = str(tmp_path / "ws")
-    cmd = [sys.executable, "-m", "engine.cli", "--workspace", ws, "evolve", "gelu_bias", "--proposer", "tuner",
-           "--generations", "3", "--population", "3", "--fake-evaluator"]
+    cmd = [sys.executable, "-m", "tests.doubles.kbench", "--workspace", ws, "evolve", "gelu_bias", "--proposer",
+           "tuner", "--generations", "3", "--population", "3"]
     # the baseline and generation 1 (4 evaluations) finish; generation 2's evaluations then hold until the
     # evaluator is closed, so the run is certainly still going when Ctrl-C comes, however loaded the machine
     env = {**os.environ, "KBENCH_FAKE_EVAL_HOLD_AFTER": "4", "PYTHONPATH": str(REPO)}

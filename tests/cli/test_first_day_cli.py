@@ -13,6 +13,7 @@ import pytest
 from engine.errors import TaskError, TaskWarning
 from engine.tasks.loader import load_task
 from tests.conftest import cli
+from tests.doubles.kbench import use_fake_evaluator
 from tests.paths import FIXTURES, REPO
 
 BASELINE = REPO / "tasks" / "softmax" / "baselines" / "forward"
@@ -187,11 +188,12 @@ def test_profile_says_there_is_no_gpu(capsys, monkeypatch):
 
 def test_human_is_a_real_proposer_choice(tmp_path, capsys, monkeypatch):
     """`--proposer human` is accepted; each proposal runs $EDITOR (here a script that appends a line)."""
+    use_fake_evaluator(monkeypatch.setattr)
     monkeypatch.delenv("VISUAL", raising=False)
     monkeypatch.delenv("EDITOR", raising=False)
     ws = str(tmp_path / "ws")
     args = ["--workspace", ws, "evolve", "gelu_bias", "--proposer", "human", "--generations", "1",
-            "--population", "1", "--fake-evaluator"]
+            "--population", "1"]
     rc, out, err = cli(capsys, *args)
     assert rc == 2 and "the human proposer cannot run: Set $VISUAL or $EDITOR" in err
     editor = tmp_path / "editor.py"
@@ -210,7 +212,7 @@ def test_human_is_a_real_proposer_choice(tmp_path, capsys, monkeypatch):
 def test_a_start_that_cannot_fill_generation_0_writes_nothing(tmp_path, capsys):
     ws = tmp_path / "ws"
     rc, out, err = cli(capsys, "--workspace", str(ws), "evolve", "gelu_bias", "--proposer", "tuner",
-                       "--no-baseline", "--fake-evaluator")
+                       "--no-baseline")
     assert rc == 2 and "the tuner proposer cannot start this session" in err and "Traceback" not in err
     rc, out, err = cli(capsys, "--workspace", str(ws), "sessions")
     assert "no sessions yet" in out
@@ -218,7 +220,7 @@ def test_a_start_that_cannot_fill_generation_0_writes_nothing(tmp_path, capsys):
 
 def test_a_session_that_fails_before_its_first_commit_is_removed(tmp_path):
     """The proposer stops at its first proposal (an LLM refusing, say): the session it created is removed."""
-    from engine.evolve.fake import FakeEvaluator
+    from tests.doubles.evaluator import FakeEvaluator
     from engine.evolve.loop import Budgets, EvolutionSession
     from engine.proposers.base import Proposal, ProposalStatus
     from engine.workspace import Workspace

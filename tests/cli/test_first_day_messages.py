@@ -20,14 +20,15 @@ from engine.workspace.claim_holders import CLAIM_DIR
 from tests.installed import kbench, start
 from tests.paths import FIXTURES, REPO
 
-EVOLVE = ("evolve", "gelu_bias", "--proposer", "tuner", "--fake-evaluator", "--session", "s")
+EVOLVE = ("evolve", "gelu_bias", "--proposer", "tuner", "--session", "s")   # on the fake evaluator
 
 
 def test_override_on_a_busy_session_is_not_told_to_take_over(tmp_path):
     """`kbench override` has no --take-over: the refusal says to wait and try again."""
     home, ws = tmp_path / "home", tmp_path / "ws"
+    # holds the session: its second evaluation waits
     writer = start(home, "--workspace", str(ws), *EVOLVE, "--generations", "3", "--population", "2",
-                   env={"KBENCH_FAKE_EVAL_HOLD_AFTER": "1"})      # holds the session: its second evaluation waits
+                   env={"KBENCH_FAKE_EVAL_HOLD_AFTER": "1"}, fake_evaluator=True)
     try:
         deadline = time.monotonic() + 120
         while not (ws / ".git" / CLAIM_DIR / "s.holder.json").exists() or \
@@ -49,10 +50,11 @@ def test_override_on_a_busy_session_is_not_told_to_take_over(tmp_path):
 
 def test_reevaluate_without_a_gpu_exits_3_like_eval_and_evolve(tmp_path):
     home, ws = tmp_path / "home", tmp_path / "ws"
-    assert kbench(home, "--workspace", str(ws), *EVOLVE, "--generations", "0", "--population", "1").returncode == 0
+    assert kbench(home, "--workspace", str(ws), *EVOLVE, "--generations", "0", "--population", "1",
+                  fake_evaluator=True).returncode == 0
     before = kbench(home, "--workspace", str(ws), "log", "s", "--json").stdout
-    out = kbench(home, "--workspace", str(ws), "reevaluate", "s-g0-1", "--fake-evaluator",
-                 env={"KBENCH_FAKE_NO_GPU": "1"})
+    out = kbench(home, "--workspace", str(ws), "reevaluate", "s-g0-1",
+                 env={"KBENCH_FAKE_NO_GPU": "1"}, fake_evaluator=True)
     assert out.returncode == 3, out.stdout + out.stderr
     assert f"s-g0-1: not re-measured: {NO_GPU}; its notes are unchanged" in out.stdout
     assert "still waiting" not in out.stdout          # it had a measurement: nothing about it is "still" waiting

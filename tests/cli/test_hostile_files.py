@@ -103,8 +103,8 @@ def test_replay_from_a_folder_with_links_names_them_and_commits_nothing_of_their
     os.mkfifo(recorded / "04-waiting.cu")
     ws = tmp_path / "ws"
     out = kbench(home, "--workspace", str(ws), "evolve", "gelu_bias", "--proposer", "replay", "--replay-from",
-                 str(recorded), "--fake-evaluator", "--generations", "1", "--population", "4", "--session", "r",
-                 timeout=120)
+                 str(recorded), "--generations", "1", "--population", "4", "--session", "r",
+                 timeout=120, fake_evaluator=True)
     text = out.stdout + out.stderr
     assert "Traceback" not in text, text
     assert f"{target}: a symbolic link" in text
@@ -125,9 +125,10 @@ def test_a_hand_edit_that_leaves_a_link_is_refused_and_reads_nothing(tmp_path, h
     editor.write_text(EDITOR)
     editor.chmod(0o755)
     ws = tmp_path / "ws"
-    out = kbench(home, "--workspace", str(ws), "evolve", "gelu_bias", "--proposer", "human", "--fake-evaluator",
+    out = kbench(home, "--workspace", str(ws), "evolve", "gelu_bias", "--proposer", "human",
                  "--generations", "1", "--population", "1", "--session", "h",
-                 env={"EDITOR": str(editor), "VISUAL": str(editor), "KB_TARGET": str(home / ".netrc")}, timeout=120)
+                 env={"EDITOR": str(editor), "VISUAL": str(editor), "KB_TARGET": str(home / ".netrc")}, timeout=120,
+                 fake_evaluator=True)
     text = out.stdout + out.stderr
     assert "Traceback" not in text, text
     assert "kernel.cu: a symbolic link" in text and "Nothing was taken" in text

@@ -13,7 +13,7 @@ from tests.paths import LLM_FIXTURES
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import api, harness, recorded  # noqa: E402,F401
 
-from engine.evolve.fake import FakeEvaluator  # noqa: E402
+from tests.doubles.evaluator import FakeEvaluator  # noqa: E402
 from engine.evolve.loop import Budgets, EvolutionSession  # noqa: E402
 from engine.evolve.operators import OperatorPolicy  # noqa: E402
 from engine.llm.verifiers import verify  # noqa: E402

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from engine.candidates import Candidate
-from engine.evolve.fake import fake_build, fake_gpu, fake_speedup
+from tests.doubles.evaluator import fake_build, fake_gpu, fake_speedup
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.outcome import EvalOutcome
 from engine.evolve.worker_fns import visible_gpus

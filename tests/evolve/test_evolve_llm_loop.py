@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from engine.candidates import Candidate, load_candidate
-from engine.evolve.fake import FakeEvaluator
+from tests.doubles.evaluator import FakeEvaluator
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.operators import OperatorPolicy
 from engine.evolve.resume import load_state

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from engine.candidates import Candidate, load_candidate
-from engine.evolve.fake import FakeEvaluator, fake_speedup
+from tests.doubles.evaluator import FakeEvaluator, fake_speedup
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.operators import OperatorPolicy, default_policy, parse_weights
 from engine.evolve.population import DONE, Member, Population

@@ -8,12 +8,13 @@ from __future__ import annotations
 import pytest
 
 from engine.cli import main
-from engine.evolve.fake import FakeEvaluator
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU, waiting_for_gpu
 from engine.proposers.tuner import TunerProposer
 from engine.tasks.loader import builtin_tasks_dir
 from engine.workspace import Workspace
+from tests.doubles.evaluator import FakeEvaluator
+from tests.doubles.kbench import use_fake_evaluator
 
 SESSION = "gelu_bias-fwd-tuner"
 
@@ -72,10 +73,11 @@ def test_no_gpu_is_not_counted_as_the_executor_breaking(ws, task):
 
 
 def test_cli_without_a_gpu_exits_3_and_says_what_waits(tmp_path, capsys, monkeypatch):
+    use_fake_evaluator(monkeypatch.setattr)
     monkeypatch.setenv("KBENCH_FAKE_NO_GPU", "1")
     ws = str(tmp_path / "ws")
     rc = main(["--workspace", ws, "evolve", "gelu_bias", "--proposer", "tuner", "--generations", "2",
-               "--population", "2", "--fake-evaluator"])
+               "--population", "2"])
     out = capsys.readouterr().out
     assert rc == 3, out
     assert "/hour" not in out and "GPU busy" not in out       # no throughput figure: nothing was measured
@@ -95,7 +97,7 @@ def test_cli_without_a_gpu_exits_3_and_says_what_waits(tmp_path, capsys, monkeyp
     assert "| compile | 2 | 2 | 100% | pass |" in rep
     monkeypatch.delenv("KBENCH_FAKE_NO_GPU")
     rc = main(["--workspace", ws, "evolve", "gelu_bias", "--proposer", "tuner", "--generations", "2",
-               "--population", "2", "--fake-evaluator"])
+               "--population", "2"])
     out = capsys.readouterr().out
     assert rc == 0 and "session resumed at gen 1: 0 evaluated, 3 re-queued" in out
     assert "waiting for a GPU" not in out.split("stopped:")[1]
@@ -143,8 +145,9 @@ def test_report_counts_build_time_from_the_compile_verdicts(ws, task):
     assert "| compile | 0 | 0 | - | pass |" in md                  # the baseline's row, not an empty table
 
 
-def test_no_baseline_with_a_population_of_one_commits_no_baseline(ws, task, tmp_path, capsys):
+def test_no_baseline_with_a_population_of_one_commits_no_baseline(ws, task, tmp_path, capsys, monkeypatch):
     """--no-baseline --population 1: generation 0 is one proposal, never the task's baseline."""
+    use_fake_evaluator(monkeypatch.setattr)
     rec = tmp_path / "rec"
     (rec / "a").mkdir(parents=True)
     base = builtin_tasks_dir() / "gelu_bias" / "baselines" / "forward"
@@ -153,7 +156,7 @@ def test_no_baseline_with_a_population_of_one_commits_no_baseline(ws, task, tmp_
         (rec / "a" / name).write_text(text + ("\n// replayed\n" if name == "kernel.cu" else ""))
     wsp = str(tmp_path / "ws2")
     rc = main(["--workspace", wsp, "evolve", "gelu_bias", "--proposer", "replay", "--replay-from", str(rec),
-               "--no-baseline", "--population", "1", "--generations", "0", "--fake-evaluator"])
+               "--no-baseline", "--population", "1", "--generations", "0"])
     out = capsys.readouterr().out
     assert rc == 0, out
     with Workspace.open(wsp) as w:

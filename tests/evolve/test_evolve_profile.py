@@ -11,7 +11,7 @@ import pytest
 
 from engine.candidates import Candidate, load_candidate
 from engine.config import ConfigError, load_config, profile_mode
-from engine.evolve.fake import FakeEvaluator, fake_build, fake_gpu
+from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.outcome import EvalOutcome, needs_profile
 from engine.evolve.factory import eval_options
@@ -21,9 +21,9 @@ from engine.pipeline.evaluate import EvalOptions
 from engine.proposers.base import Proposal, ProposalStatus, parent_id, with_provenance
 from engine.service.session_service import SessionService
 from engine.service.spec import SessionSpec
-from engine.service.wiring import fake_evaluator_factory
+from tests.doubles.evaluator import fake_evaluator_factory
 from engine.verdict import Status, Verdict
-from tests.evolve_fakes import fake_profile_stage
+from tests.doubles.faults import fake_profile_stage
 
 # one candidate per generation (no baseline): its fake speedup, or FAIL (wrong results: never timed)
 SPEEDS = ["1.0", "0.8", "1.5", "FAIL", "1.2", "2.0"]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from engine.evolve.fake import FakeEvaluator
+from tests.doubles.evaluator import FakeEvaluator
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.resume import load_state
 from engine.proposers.tuner import TunerProposer
@@ -22,7 +22,7 @@ from tests.paths import REPO
 
 CHILD = textwrap.dedent("""
     import sys
-    from engine.evolve.fake import FakeEvaluator
+    from tests.doubles.evaluator import FakeEvaluator
     from engine.evolve.loop import Budgets, EvolutionSession
     from engine.proposers.tuner import TunerProposer
     from engine.tasks.loader import load_task

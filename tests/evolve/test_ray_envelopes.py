@@ -14,7 +14,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
-from engine.evolve.fake import fake_build, fake_gpu, fake_result  # noqa: E402
+from tests.doubles.evaluator import fake_build, fake_gpu, fake_result  # noqa: E402
 from engine.evolve.outcome import EvalOutcome  # noqa: E402
 from engine.evolve.ray_envelopes import (  # noqa: E402
     BuildReply,
@@ -35,8 +35,8 @@ from engine.pipeline.evaluate import EvalOptions  # noqa: E402
 from engine.pipeline.types import TimingParams  # noqa: E402
 from engine.tasks.portable import pack_task  # noqa: E402
 from engine.verdict import Stage, Status, Verdict  # noqa: E402
-from tests import evolve_fakes  # noqa: E402
-from tests.evolve_fakes import fake_profile_stage  # noqa: E402
+from tests.doubles import evaluator as evaluator_doubles, faults  # noqa: E402
+from tests.doubles.faults import fake_profile_stage  # noqa: E402
 
 ARCHIVE = b"\x1f\x8b\x08\x00\xff\xfe not UTF-8"          # a gzipped tar's first bytes are not text
 RAN = Ran(Where("node-1", "host-a", 4242, "3"), 100.0, 102.5)
@@ -124,7 +124,8 @@ def _gpu_fn_with_a_bad_status(task, candidate, direction, options) -> EvalOutcom
 def _executor(task, **kw) -> RayExecutor:
     # Ray's workers cannot import tests/: this module's stand-in, and the fakes, go along by value
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.cloudpickle.register_pickle_by_value(evolve_fakes)
+    ray.cloudpickle.register_pickle_by_value(evaluator_doubles)
+    ray.cloudpickle.register_pickle_by_value(faults)
     return RayExecutor(task, "forward", EvalOptions(), gpu_resources={"num_cpus": 1, "resources": {"fake_gpu": 1}},
                        build_fn=fake_build, poll_s=0.05, retries=2, **kw)
 

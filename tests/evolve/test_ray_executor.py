@@ -1,6 +1,6 @@
 """The Ray executor against a local Ray instance started here: CPU only, the compile and GPU halves replaced
-by the engine's fakes (the GPU half with tests/evolve_fakes.py's fault hooks; a custom `fake_gpu` resource stands
-in for GPUs). Workers are killed for real, with SIGKILL from outside, and a node is removed from a multi-node
+by the fake stages of tests/doubles/evaluator.py (the GPU half with tests/doubles/faults.py's fault hooks; a
+custom `fake_gpu` resource stands in for GPUs). Workers are killed for real, with SIGKILL from outside, and a node is removed from a multi-node
 local cluster mid-evaluation."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from engine.cli import main  # noqa: E402
 from engine.config import load_config  # noqa: E402
 from engine.errors import KbenchError  # noqa: E402
 from engine.evolve.factory import make_evaluator  # noqa: E402
-from engine.evolve.fake import FakeEvaluator, fake_build, fake_gpu  # noqa: E402
+from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu  # noqa: E402
 from engine.evolve.local_executor import LocalPipelineExecutor  # noqa: E402
 from engine.evolve.loop import Budgets, EvolutionSession  # noqa: E402
 from engine.evolve.operators import OperatorPolicy  # noqa: E402
@@ -34,8 +34,8 @@ from engine.evolve.resume import INFRA_FAILURE, load_state  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions  # noqa: E402
 from engine.proposers.replay import ReplayProposer  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
-from tests import evolve_fakes  # noqa: E402
-from tests.evolve_fakes import fake_profile_stage, fault_gpu  # noqa: E402
+from tests.doubles import evaluator as evaluator_doubles, faults  # noqa: E402
+from tests.doubles.faults import fake_profile_stage, fault_gpu  # noqa: E402
 
 FAKE_GPU = {"num_cpus": 1, "resources": {"fake_gpu": 1}}
 
@@ -63,8 +63,9 @@ def variant(task, marker: str) -> Candidate:
 
 
 def ray_executor(task, **kw):
-    """The GPU half is fault_gpu (FAKE_PIDFILE= / FAKE_GPU_SLEEP= markers: tests/evolve_fakes.py)."""
-    ray.cloudpickle.register_pickle_by_value(evolve_fakes)   # Ray's workers cannot import tests/: ship it whole
+    """The GPU half is fault_gpu (FAKE_PIDFILE= / FAKE_GPU_SLEEP= markers: tests/doubles/faults.py)."""
+    for doubles in (evaluator_doubles, faults):      # Ray's workers cannot import tests/: ship them whole
+        ray.cloudpickle.register_pickle_by_value(doubles)
     return RayExecutor(task, "forward", EvalOptions(cache_root=Path("/nonexistent-not-used")),
                        gpu_resources=FAKE_GPU, build_fn=fake_build, gpu_fn=fault_gpu, poll_s=0.05, **kw)
 

@@ -10,7 +10,7 @@ import pytest
 from engine.candidates import load_candidate
 from engine.config import Config, ConfigError, EvalConfig, load_config
 from engine.evolve.factory import eval_options
-from engine.evolve.fake import FakeEvaluator, fake_build, fake_gpu
+from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.ray_envelopes import EvalRequest
 from engine.evolve.ray_tasks import worker_inputs

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from engine.candidates import Candidate, load_candidate
-from engine.evolve.fake import FakeEvaluator
+from tests.doubles.evaluator import FakeEvaluator
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.harness.build_result import BuildResult

@@ -33,10 +33,16 @@ from tests.standins.claude_rules import STUB_MODELS, StubModel  # noqa: E402
 from tests.standins.openai_api import StubOpenAIAPI, completion_from_message  # noqa: E402
 from engine.verdict import Status  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
+from tests.doubles.kbench import use_fake_evaluator  # noqa: E402
 
-EVOLVE = ["evolve", "layernorm", "--generations", "1", "--population", "2", "--operators", "mutate=1",
-          "--fake-evaluator"]
+EVOLVE = ["evolve", "layernorm", "--generations", "1", "--population", "2", "--operators", "mutate=1"]
 SESSION = "layernorm-fwd-anthropic"
+
+
+@pytest.fixture(autouse=True)
+def _fake_evaluator(monkeypatch):
+    """Every session here evaluates on the fake evaluator: the LLM side is what is tested."""
+    use_fake_evaluator(monkeypatch.setattr)
 
 
 @pytest.fixture
@@ -155,6 +161,8 @@ def test_a_rate_limit_that_clears_within_the_window_is_ridden_out(api, env, caps
 CHILD = """
 import sys
 from engine.cli import main
+from tests.doubles.kbench import use_fake_evaluator
+use_fake_evaluator()
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -165,7 +173,7 @@ def test_failed_proposal_spend_survives_a_kill_and_counts_against_the_budget(api
     write_llm_config(env / "ws", api.url, concurrency=1)
     api.queue(*[recorded("no_tool_prose", delay_s=0.2) for _ in range(30)])
     cmd = [sys.executable, "-c", CHILD, "--workspace", ws_path(env), "evolve", "layernorm", "--generations", "3",
-           "--population", "3", "--operators", "mutate=1", "--fake-evaluator", "--budget-usd", "100"]
+           "--population", "3", "--operators", "mutate=1", "--budget-usd", "100"]
     child_env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 90
@@ -198,7 +206,7 @@ def test_failed_proposal_spend_survives_a_kill_and_counts_against_the_budget(api
     # a resume whose budget that spend already uses up proposes nothing more
     asked = len(api.messages())
     code = main(["--workspace", ws_path(env), "evolve", "layernorm", "--generations", "3", "--population", "3",
-                 "--operators", "mutate=1", "--fake-evaluator", "--budget-usd", f"{spent * 0.999:.6f}"])
+                 "--operators", "mutate=1", "--budget-usd", f"{spent * 0.999:.6f}"])
     out = capsys.readouterr().out
     assert code == 0 and "budget reached: usd" in out, out
     assert len(api.messages()) <= asked + 1      # at most the one the killed run had already sent

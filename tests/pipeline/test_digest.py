@@ -25,7 +25,7 @@ from engine.pipeline.judge_runner import Held, settle
 from engine.pipeline.judge_timer import collect
 from engine.pipeline.types import TimerSpec, TimingParams
 from engine.tasks.loader import load_task
-from tests.helper_double import Session
+from tests.doubles.timing_helper import Session
 
 
 def _ln(x, w, b, eps):

@@ -1,7 +1,7 @@
 """Fresh inputs for every call (engine/pipeline/fresh.py): the factors keep what a problem's get_inputs promises,
 each config gets the weakest spread under which two calls' references differ beyond the tolerance, the judge
 rebuilds a checked call's inputs from its seed, and a content-keyed cache never hits while a cache keyed on what the
-factors leave alone fails its checked calls. The stand-in helper (tests/helper_double.py) draws the factors as the
+factors leave alone fails its checked calls. The stand-in helper (tests/doubles/timing_helper.py) draws the factors as the
 compiled helper does (bit for bit: tests/pipeline/test_timer_build.py); the GPU catalog is
 tests/integrity/test_gpu_exploits.py."""
 
@@ -16,7 +16,7 @@ from engine.pipeline import analysis
 from engine.pipeline.fresh import KEEP, SCALE, SIGN, SYMMETRIC, choose, emulated, modes_for
 from engine.pipeline.judge_configs import plan_message, prepare
 from engine.tasks.loader import load_task
-from tests.helper_double import Session
+from tests.doubles.timing_helper import Session
 from tests.paths import FIXTURES
 
 KB = FIXTURES / "kernelbench"

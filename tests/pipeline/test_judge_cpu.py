@@ -1,5 +1,5 @@
 """The judge's analysis on CPU: what each behaviour of a candidate makes of the verdicts, for outputs produced by
-a test double of the helper's call protocol (tests/helper_double.py) with pure-torch candidates. The same
+a test double of the helper's call protocol (tests/doubles/timing_helper.py) with pure-torch candidates. The same
 behaviours run through the real helper and runner on a GPU in tests/integrity/test_gpu_exploits.py and
 tests/integrity/test_gpu_integrity.py."""
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import analysis
 from engine.tasks.loader import load_task
-from tests.helper_double import Session
+from tests.doubles.timing_helper import Session
 from tests.paths import FIXTURES
 
 

@@ -2,7 +2,7 @@
 (F.batch_norm in training mode) updates running_mean and running_var, inputs 3 and 4 of the call. The judge finds
 which arguments its reference mutates (judge_configs.mutations), the candidate may change exactly those and must
 leave in them what the reference leaves (digest.mutated_inputs); any other argument it changes fails it as before.
-Through the helper's test double (tests/helper_double.py) on the CPU; tests/pipeline/test_gpu_reference_mutation.py
+Through the helper's test double (tests/doubles/timing_helper.py) on the CPU; tests/pipeline/test_gpu_reference_mutation.py
 runs the same through the real helper and runner."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from engine.pipeline.verdicts import fill_report
 from engine.procs import ChildOutcome
 from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict
-from tests.helper_double import Session
+from tests.doubles.timing_helper import Session
 from tests.paths import FIXTURES
 
 BN = FIXTURES / "robust_kbench" / "batchnorm"

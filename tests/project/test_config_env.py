@@ -106,7 +106,7 @@ def test_the_read_check_sees_direct_and_indirect_reads_but_not_writes():
                      'b = os.environ.pop(ENV, None)\n'
                      'c = "KBENCH_CRASHPOINT" in os.environ\n'
                      'd = env["KBENCH_FAKE_GPU_S"]\n'
-                     'os.environ["KBENCH_TUI_FAKE_EVALUATOR"] = "1"\n'
+                     'os.environ["KBENCH_FAKE_NO_GPU"] = "1"\n'
                      'e = {"KBENCH_FAKE_EVAL_DELAY": "0.3"}\n'
                      'f = "KBENCH_TASKS" in readme_text\n')
     assert _reads(tree) == [(2, "KBENCH_CACHE"), (3, "KBENCH_TASKS"), (4, "KBENCH_CRASHPOINT"),

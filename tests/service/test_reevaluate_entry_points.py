@@ -14,10 +14,11 @@ from engine.cli import main
 from engine.config import Config
 from engine.service.session_service import SessionService
 from engine.service.spec import SessionSpec
-from engine.service.wiring import fake_evaluator_factory
 from engine.workspace import Measurement, VerdictNote, Workspace
 from engine.workspace.writers import held_claim
-from kbench_tui.testing import fake_backend
+from tests.doubles.evaluator import fake_evaluator_factory
+from tests.doubles.kbench import use_fake_evaluator
+from tests.doubles.tui import fake_backend
 
 SESSION = "gelu_bias-fwd-tuner"
 
@@ -64,14 +65,15 @@ def comparable(entries: list) -> list[dict]:
 
 
 @pytest.mark.parametrize("profile", ["best", "off"])
-def test_cli_and_app_write_the_same_notes(base, tmp_path, profile):
+def test_cli_and_app_write_the_same_notes(base, tmp_path, profile, monkeypatch):
+    use_fake_evaluator(monkeypatch.setattr)          # both re-evaluate on the fake evaluator
     path, cid = base
     with Workspace.open(path) as ws:
         before = len(ws.notes(cid))
     cli = copy_of(path, tmp_path / "cli", profile)
     app = copy_of(path, tmp_path / "app", profile)
 
-    assert main(["--workspace", str(cli), "reevaluate", cid, "--fake-evaluator"]) == 0
+    assert main(["--workspace", str(cli), "reevaluate", cid]) == 0
 
     heard, claims = [], []
     backend = fake_backend(app)

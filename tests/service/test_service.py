@@ -15,7 +15,7 @@ from engine.errors import KbenchError  # noqa: E402
 from engine.llm.target import TargetInfo  # noqa: E402
 from engine.service.session_service import SessionService  # noqa: E402
 from engine.service.spec import DEFAULTS, SessionSpec  # noqa: E402
-from engine.service.wiring import fake_evaluator_factory  # noqa: E402
+from tests.doubles.evaluator import fake_evaluator_factory  # noqa: E402
 
 
 def service(ws, tmp_path, env=None, **llm):

@@ -10,30 +10,28 @@ from engine.candidates import load_candidate
 from engine.tasks.loader import load_task
 from engine.workspace import Workspace
 from kbench_tui.backend import Backend
-from kbench_tui.testing import run_app, screen_text, type_text, wait_until
+from tests.doubles.tui import run_app, screen_text, type_text, wait_until
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
-def _real_backend(path, monkeypatch, profile: bool):
+def _real_backend(path, profile: bool):
     """The app's own backend with its default (configured) evaluator; the workspace config keeps the run
     short: eager baseline only, timing on the `bench` config (correctness still on every config)."""
-    monkeypatch.delenv("KBENCH_TUI_FAKE_EVALUATOR", raising=False)
     Workspace.create(path).close()
     cfg = path / ".kbench" / "config.toml"
     cfg.parent.mkdir(parents=True, exist_ok=True)
     cfg.write_text(f'[eval]\ncompile_baseline = false\ntiming_configs = ["bench"]\nprofile = {str(profile).lower()}\n')
     b = Backend(path, env={})
     assert b.gpus(), "a GPU test needs a visible GPU"
-    assert not b.fake_evaluator
     return b
 
 
-def test_reevaluate_on_the_gpu_records_a_real_measurement(tmp_path, monkeypatch):
+def test_reevaluate_on_the_gpu_records_a_real_measurement(tmp_path):
     import torch
     gpu = torch.cuda.get_device_name(0)
     task = load_task("gelu_bias")
-    backend = _real_backend(tmp_path / "ws", monkeypatch, profile=True)
+    backend = _real_backend(tmp_path / "ws", profile=True)
     ws = backend.ws
     ws.start_session("gpu", task, proposer="tuner")
     rec = ws.commit_candidate("gpu", load_candidate(task.baseline_dir("forward")), operator="baseline",
@@ -73,8 +71,8 @@ def test_reevaluate_on_the_gpu_records_a_real_measurement(tmp_path, monkeypatch)
             assert "memory-bound" in prof.reason     # gelu_bias is an elementwise, memory-bound op
 
 
-def test_new_tuner_session_runs_on_the_gpu(tmp_path, monkeypatch):
-    backend = _real_backend(tmp_path / "ws", monkeypatch, profile=False)
+def test_new_tuner_session_runs_on_the_gpu(tmp_path):
+    backend = _real_backend(tmp_path / "ws", profile=False)
 
     async def scenario(app, pilot):
         t = app.screen.query_one("#tasks")

@@ -4,7 +4,7 @@ EvolutionSession with the tuner proposer and a fake evaluator. No GPU, no networ
 from __future__ import annotations
 
 from engine.workspace import Workspace
-from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
+from tests.doubles.tui import fake_backend, run_app, screen_text, type_text, wait_until
 
 
 def kinds(screen):

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from kbench_tui import keymap
-from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
+from tests.doubles.tui import fake_backend, run_app, screen_text, type_text, wait_until
 from tests.paths import FIXTURES, REPO
 
 HEAVY = "┏"        # the focused field's border (styles.tcss): visible without colour

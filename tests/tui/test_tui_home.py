@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kbench_tui import keymap
-from kbench_tui.testing import fake_backend, run_app, screen_text, wait_until
+from tests.doubles.tui import fake_backend, run_app, screen_text, wait_until
 
 
 def test_home_lists_sessions_tasks_and_notices(demo):

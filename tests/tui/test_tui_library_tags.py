@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine.candidates import Candidate
 from engine.integrity.static import check_candidate
 from engine.workspace import VerdictNote
-from kbench_tui.testing import build_demo_workspace, fake_backend, run_app, screen_text, wait_until
+from tests.doubles.tui import build_demo_workspace, fake_backend, run_app, screen_text, wait_until
 
 SRC = """#include <torch/extension.h>
 #include <cublas_v2.h>

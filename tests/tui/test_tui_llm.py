@@ -16,7 +16,7 @@ from llm_testkit import API_KEY, kernel_variant, recorded, write_llm_config  # n
 from tests.standins.messages_api import StubMessagesAPI  # noqa: E402
 from engine.llm.target import TargetInfo  # noqa: E402
 from engine.verdict import Status  # noqa: E402
-from kbench_tui.testing import fake_backend, run_app, screen_text, wait_until  # noqa: E402
+from tests.doubles.tui import fake_backend, run_app, screen_text, wait_until  # noqa: E402
 
 SESSION = "layernorm-fwd-anthropic"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import threading
 
-from engine.evolve.fake import FakeEvaluator
+from tests.doubles.evaluator import FakeEvaluator
 from engine.harness.build_wait import PCH_WAIT
 from kbench_tui.backend import Backend
-from kbench_tui.testing import run_app, screen_text, type_text, wait_until
+from tests.doubles.tui import run_app, screen_text, type_text, wait_until
 
 
 class HeldBuild(FakeEvaluator):

@@ -10,7 +10,7 @@ import time
 from engine.evolve.events import EVENT_TYPES
 from engine.gpu_wait import NO_GPU, WAITING_EVENT
 from engine.workspace import Event, Workspace
-from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
+from tests.doubles.tui import fake_backend, run_app, screen_text, type_text, wait_until
 
 CLASS_NAMES = [t.__name__ for t in EVENT_TYPES]
 

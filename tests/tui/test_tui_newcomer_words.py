@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine.tasks.loader import load_task
 from engine.workspace import Workspace
-from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
+from tests.doubles.tui import fake_backend, run_app, screen_text, type_text, wait_until
 from tests.installed import start
 from tests.tui.test_tui_newcomer import open_session, run_new_session
 
@@ -50,7 +50,7 @@ def test_a_busy_session_is_explained_without_cli_flags(demo, tmp_path):
     """Another process (`kbench evolve` in a shell) writes the session: an override and a run from the app are
     refused with what to do in the app, never `--take-over`."""
     writer = start(tmp_path / "home", "--workspace", str(demo), "evolve", "gelu_bias", "--proposer", "tuner",
-                   "--fake-evaluator", "--session", "demo", "--generations", "4",
+                   "--session", "demo", "--generations", "4", fake_evaluator=True,
                    env={"KBENCH_FAKE_EVAL_HOLD_AFTER": "1"})       # its second evaluation waits: it stays the writer
     holder = demo / ".git" / "kbench-sessions" / "demo.holder.json"
 

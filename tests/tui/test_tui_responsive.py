@@ -9,7 +9,7 @@ import time
 from textual import events
 
 from engine.workspace import Workspace
-from kbench_tui.testing import build_demo_workspace, fake_backend, run_app, wait_until
+from tests.doubles.tui import build_demo_workspace, fake_backend, run_app, wait_until
 
 
 def test_keys_handled_while_a_long_evaluation_runs(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.workspace import Workspace
-from kbench_tui.testing import fake_backend, run_app, screen_text, type_text, wait_until
+from tests.doubles.tui import fake_backend, run_app, screen_text, type_text, wait_until
 
 
 async def open_session(app, pilot):
@@ -238,7 +238,7 @@ def test_export_refused_for_failing_candidate_unless_forced(demo, tmp_path):
 def test_reevaluate_through_a_process_pool_inside_the_app(demo):
     """The local executor's compile pool (spawned processes) made from inside the running app: Textual's
     stderr capture has no file descriptor, which multiprocessing's resource tracker used to trip over."""
-    from engine.evolve.fake import fake_build, fake_gpu
+    from tests.doubles.evaluator import fake_build, fake_gpu
     from engine.evolve.local_executor import LocalPipelineExecutor
     from engine.pipeline.evaluate import EvalOptions
     from kbench_tui.backend import Backend

@@ -4,7 +4,7 @@ demo workspace to a screen, and `snap_compare` compares an SVG screenshot of it 
 tests/tui/__snapshots__/test_tui_snapshots/. On a difference the test fails and snapshot_report.html shows both.
 After an intended change: pytest tests/tui/test_tui_snapshots.py --snapshot-update, and look at the new SVGs.
 
-What changes from run to run is pinned: the workspace's content (fixed verdict times, kbench_tui.testing), the
+What changes from run to run is pinned: the workspace's content (fixed verdict times, tests.doubles.tui), the
 terminal size, no GPU and no API key (fake_backend), animations off, the current folder (the title shows the
 workspace as `./ws`), and the commit shas (the session's root commit records when and where it was made, the
 task's absolute path included, so every sha differs from one checkout to another): the candidate screen shows a
@@ -18,7 +18,7 @@ import hashlib
 
 import pytest
 
-from kbench_tui.testing import build_demo_workspace, fake_backend, screen_text, wait_until
+from tests.doubles.tui import build_demo_workspace, fake_backend, screen_text, wait_until
 
 SIZE = (120, 35)
 

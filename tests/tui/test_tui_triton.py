@@ -13,7 +13,7 @@ from engine.proposers.knobs import apply_settings
 from engine.tasks.glue import materialise
 from engine.tasks.loader import load_task
 from engine.workspace import Workspace
-from kbench_tui.testing import fake_backend, run_app, screen_text, wait_until
+from tests.doubles.tui import fake_backend, run_app, screen_text, wait_until
 from kbench_tui.widgets.code_view import CodeView, render_files
 from tests.paths import FIXTURES
 

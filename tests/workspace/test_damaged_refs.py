@@ -15,7 +15,7 @@ import pytest
 
 from tests.installed import kbench
 
-EVOLVE = ("evolve", "gelu_bias", "--proposer", "tuner", "--fake-evaluator", "--session", "s", "--seed", "3",
+EVOLVE = ("evolve", "gelu_bias", "--proposer", "tuner", "--session", "s", "--seed", "3",
           "--population", "2")
 
 
@@ -27,7 +27,7 @@ def git(ws: Path, *args: str) -> str:
 def session(tmp_path_factory) -> Path:
     """A session of 5 candidates over 2 generations; tests damage copies of it."""
     root = tmp_path_factory.mktemp("damage")
-    out = kbench(root / "home", "--workspace", str(root / "ws"), *EVOLVE, "--generations", "2")
+    out = kbench(root / "home", "--workspace", str(root / "ws"), *EVOLVE, "--generations", "2", fake_evaluator=True)
     assert out.returncode == 0, out.stdout + out.stderr
     return root / "ws"
 
@@ -71,7 +71,7 @@ def test_a_damaged_candidate_ref_is_named_and_fsck_points_it_back(session, tmp_p
     assert err.startswith("kbench: error: workspace damaged: candidate s-g1-1: its ref refs/kbench/s/s-g1-1 "), err
     assert f"its commit {commit[:12]} is intact" in err and "`kbench fsck` points the ref back at it" in err, err
 
-    resumed = kbench(home, "--workspace", str(ws), *EVOLVE, "--generations", "3")
+    resumed = kbench(home, "--workspace", str(ws), *EVOLVE, "--generations", "3", fake_evaluator=True)
     assert resumed.returncode == 2, resumed.stdout + resumed.stderr  # never proposes it again as if it were not there
     assert "s-g1-1" in resumed.stderr and "commit s-g" not in resumed.stdout
 

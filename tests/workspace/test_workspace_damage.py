@@ -142,8 +142,8 @@ def test_an_unparsable_session_record_is_named(session):
     blob = git(ws, "rev-parse", f"{root}:.kbench/session.json")
     text = git(ws, "cat-file", "blob", blob).encode()
     rewrite_object(ws, blob, "blob", text[: len(text) // 3])
-    for cmd in (["log", "s"], ["reevaluate", "s", "--fake-evaluator"]):
-        one_error_line(kbench(ws, *cmd), f"session s's record (.kbench/session.json, object {blob}) is not valid JSON")
+    for cmd in (["log", "s"], ["reevaluate", "s"]):
+        one_error_line(kbench(ws, *cmd, fake_evaluator=True), f"session s's record (.kbench/session.json, object {blob}) is not valid JSON")
     resume_refused_and_nothing_written(ws, f"session s's record (.kbench/session.json, object {blob})")
     listed = kbench(ws, "sessions")
     assert listed.returncode == 0 and f"object {blob}" in listed.stdout, listed.stdout + listed.stderr

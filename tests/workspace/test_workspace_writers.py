@@ -244,7 +244,7 @@ time.sleep(600)
 
 
 def test_the_app_refuses_a_session_another_process_writes(tmp_path):
-    from engine.evolve.fake import FakeEvaluator
+    from tests.doubles.evaluator import FakeEvaluator
     from engine.errors import KbenchError
     from kbench_tui.backend import Backend
 

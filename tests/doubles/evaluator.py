@@ -1,14 +1,15 @@
 """The fake evaluator: deterministic results from the source text, no compiler, no GPU.
 
-Not only a test double: `kbench --fake-evaluator` (the app's demo, KBENCH_TUI_FAKE_EVALUATOR),
-`kbench evolve --fake-evaluator` (engine.service.wiring.fake_evaluator_factory; the CLI's subprocess tests drive it
-with KBENCH_FAKE_BUILD_S, KBENCH_FAKE_GPU_S, KBENCH_FAKE_NO_GPU and KBENCH_FAKE_EVAL_HOLD_AFTER),
-kbench_tui.testing and `scripts/bench_evolve.py --fake` run it, and
-Ray workers import `fake_build` / `fake_gpu` by name, so it lives in the package. Doubles only the tests use
-are in tests/evolve_fakes.py.
+A test double of the evaluation seam (engine.service.wiring.EvaluatorFactory and engine.evolve.outcome's
+Evaluator protocol). In-process tests hand `FakeEvaluator` (or `fake_evaluator_factory`) to a session service
+or the app's Backend; tests that run kbench in a child process run `python -m tests.doubles.kbench`, which
+puts it at that seam (KBENCH_FAKE_EVAL_DELAY, KBENCH_FAKE_BUILD_S, KBENCH_FAKE_GPU_S, KBENCH_FAKE_NO_GPU and
+KBENCH_FAKE_EVAL_HOLD_AFTER steer it there); the executors' tests pass `fake_build` / `fake_gpu` as their
+build and GPU functions (Ray's workers get this module by value: ray.cloudpickle.register_pickle_by_value),
+and `scripts/bench_evolve.py --fake` runs the executors on them for a CPU dry run.
 
 Markers in a candidate's source steer it: `FAIL_COMPILE`, `FAIL_CORRECT`, `FAKE_SPEEDUP=x` (the fault tests'
-`FAKE_PIDFILE=` / `FAKE_GPU_SLEEP=` markers are read by tests/evolve_fakes.py's fault_gpu, not here).
+`FAKE_PIDFILE=` / `FAKE_GPU_SLEEP=` markers are read by tests/doubles/faults.py's fault_gpu, not here).
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ from engine.verdict import Stage, Status, Verdict
 from engine.workspace.note_entries import ConfigTiming
 
 if TYPE_CHECKING:
+    from engine.config import Config
     from engine.pipeline.evaluate import EvalOptions
+    from engine.service.wiring import EvaluatorFactory
+
 
 def fake_speedup(candidate: Candidate) -> float:
     """Deterministic pseudo speedup in [0.5, 2.5) from the source text (or `FAKE_SPEEDUP=x` in it)."""
@@ -84,7 +88,7 @@ def fake_result(task: Task | None, candidate: Candidate, timing_configs: list[st
 def fake_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions,
              sleep_s: float = 0.0) -> EvalOutcome:
     """The GPU half stand-in: sleeps (`sleep_s`, or $KBENCH_FAKE_GPU_S), then fake_result. Picklable (module
-    level). The fault tests' worker-killing hooks wrap it in tests/evolve_fakes.py (fault_gpu)."""
+    level). The fault tests' worker-killing hooks wrap it in tests/doubles/faults.py (fault_gpu)."""
     delay = env_float("KBENCH_FAKE_GPU_S", default=sleep_s)
     if delay:
         time.sleep(delay)
@@ -97,9 +101,8 @@ def fake_profile(candidate: Candidate) -> Verdict:
                    {"text": f"fake profile of {candidate.name}: memory-bound", "seconds": 0.0})
 
 
-
 class FakeEvaluator:
-    """Synchronous-enough fake for tests: evaluates in a small thread pool, records every candidate it saw.
+    """Synchronous-enough fake: evaluates in a small thread pool, records every candidate it saw.
 
     `no_gpu` (default: $KBENCH_FAKE_NO_GPU): compile, then report that no GPU is visible, as the real
     evaluator does on a machine without one. `hold_after` (default: $KBENCH_FAKE_EVAL_HOLD_AFTER): evaluations
@@ -183,3 +186,10 @@ class FakeEvaluator:
         return {"completed": len(self.seen), "unmeasured": len(self.seen) if self.no_gpu else 0,
                 "profiled": len(self.profiled)}
 
+
+def fake_evaluator_factory(delay_s: float = 0.0) -> EvaluatorFactory:
+    """A SessionService's evaluator seam (task, direction, config) answered by a FakeEvaluator; `[eval] profile =
+    "all"` in the config makes it profile every passing candidate, as the real evaluator would."""
+    def factory(task: Task, direction: str, config: Config) -> FakeEvaluator:
+        return FakeEvaluator(task, delay_s=delay_s, profile=config.eval.profile == "all")
+    return factory

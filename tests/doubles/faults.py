@@ -1,5 +1,5 @@
-"""Evolution test doubles that no production path runs (the fake evaluator itself is engine.evolve.fake: the
-app's demo and `--fake-evaluator` run it too)."""
+"""Fault doubles for the executors' tests: a `profile_fn` stand-in that says which GPU it was given, and a GPU
+stage that can record its worker and hold an attempt, so a test can kill the worker or its Ray node mid-run."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 from engine.candidates import Candidate
-from engine.evolve.fake import fake_gpu, fake_profile
 from engine.evolve.outcome import EvalOutcome
 from engine.pipeline.evaluate import EvalOptions
 from engine.tasks.model import Task
 from engine.verdict import Verdict
+from tests.doubles.evaluator import fake_gpu, fake_profile
 
 
 def fake_profile_stage(task: Task, candidate: Candidate, direction: str, options: EvalOptions,
@@ -27,10 +27,11 @@ def fake_profile_stage(task: Task, candidate: Candidate, direction: str, options
 
 def fault_gpu(task: Task, candidate: Candidate, direction: str, options: EvalOptions,
               sleep_s: float = 0.0) -> EvalOutcome:
-    """engine.evolve.fake.fake_gpu with the fault tests' hooks, steered by markers in the source:
+    """tests.doubles.evaluator.fake_gpu with the fault tests' hooks, steered by markers in the source:
     `FAKE_PIDFILE=<path>` appends a line "<pid> <ray node id or ->" per attempt; `FAKE_GPU_SLEEP=<s>` then holds
     the first `FAKE_SLEEP_ATTEMPTS=<n>` attempts (default 1) there, so a test can kill the worker or its node
-    mid-evaluation. Module level; Ray's workers get it by value (register_pickle_by_value(tests.evolve_fakes))."""
+    mid-evaluation. Module level; Ray's workers get it by value (register_pickle_by_value of this module and
+    tests.doubles.evaluator)."""
     text = "".join(candidate.files.values())
     attempt = 1
     if m := re.search(r"FAKE_PIDFILE=(\S+)", text):

@@ -1,5 +1,5 @@
-"""Helpers for the TUI tests, the benchmark and the demo: a small deterministic workspace, a plain-text render
-of the current screen (for tests that look for a line on it), and a backend wired to the engine's FakeEvaluator.
+"""Helpers for the app's tests and scripts/bench_tui.py: a small deterministic workspace, a plain-text render
+of the current screen (for tests that look for a line on it), and a Backend wired to the fake evaluator.
 The screens' snapshots (colours and all) are pytest-textual-snapshot's: tests/tui/test_tui_snapshots.py."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from rich.cells import cell_len
 
 from engine.candidates import Candidate, load_candidate
-from engine.evolve.fake import FakeEvaluator
 from engine.tasks.loader import builtin_tasks_dir, load_task
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace import ConfigTiming, Measurement, VerdictNote, Workspace
 from kbench_tui.app import KbenchApp
 from kbench_tui.backend import Backend
+from tests.doubles.evaluator import FakeEvaluator
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -104,6 +104,8 @@ def build_demo_workspace(path: str | Path, session: str = "demo", task_name: str
 
 
 def fake_backend(path: str | Path, delay_s: float = 0.0, **kw: Any) -> Backend:
+    """A Backend over the workspace at `path` whose every evaluator is a FakeEvaluator (kept in
+    `backend.fake_evaluators`, in the order made); no GPU unless `gpus=` says, an empty environment unless `env=`."""
     made: list[FakeEvaluator] = []
 
     def factory(task, direction):
