@@ -3,15 +3,15 @@
 Their tasks are listed after the built-in ones (`kbench tasks`, the app's home screen and new-session form)
 and load by name anywhere a TASK is taken; a built-in task of the same name wins, and the path always works.
 What $KBENCH_TASKS holds and how its tasks are found: engine/tasks/user_tasks.py (in the task model's layer,
-where load_task falls back to it); its names are re-exported here.
+where load_task falls back to it).
 """
 
 from __future__ import annotations
 
 from engine.tasks.loader import builtin_task_names, builtin_tasks_dir
-from engine.tasks.user_tasks import CatalogEntry, find_user_task, user_task_dirs, user_tasks
+from engine.tasks.user_tasks import CatalogEntry, user_tasks
 
-__all__ = ["CatalogEntry", "catalog", "find_user_task", "user_task_dirs", "user_tasks"]
+__all__ = ["catalog"]
 
 
 def catalog() -> list[CatalogEntry]:

@@ -38,14 +38,13 @@ from typing import Collection, Iterable
 from engine.integrity.cpp_context import CppFacts
 from engine.integrity.cpp_rules_concurrency import _ConcurrencyRules
 from engine.integrity.cpp_rules_files import _FileRules
-from engine.integrity.cpp_rules_library import _LibraryRules, fn_unqualified_compute
+from engine.integrity.cpp_rules_library import _LibraryRules
 from engine.integrity.cpp_rules_precision import _PrecisionShapeRules
 from engine.integrity.cpp_rules_state import _PersistentStateRules
-from engine.integrity.cpp_tree import _snippet, _text, parser_available
-from engine.integrity.cpp_vocab import COMPUTE_METHODS  # re-exported: py_scan imports it from here
+from engine.integrity.cpp_tree import _snippet, _text
 from engine.integrity.findings import SHAPE_SPECIALISATION, STATIC_CACHE, Finding
 
-__all__ = ["COMPUTE_METHODS", "CppFacts", "fn_unqualified_compute", "parser_available", "scan_cpp_source"]
+__all__ = ["CppFacts", "scan_cpp_source"]
 
 
 class _Scan(_LibraryRules, _ConcurrencyRules, _PersistentStateRules, _PrecisionShapeRules, _FileRules):

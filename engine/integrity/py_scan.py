@@ -7,7 +7,8 @@ import ast
 import re
 from typing import Any, Iterable
 
-from engine.integrity.cpp_scan import COMPUTE_METHODS, scan_cpp_source
+from engine.integrity.cpp_scan import scan_cpp_source
+from engine.integrity.cpp_vocab import COMPUTE_METHODS
 from engine.integrity.findings import (
     ATEN_FALLBACK,
     FAIL,

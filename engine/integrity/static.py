@@ -20,23 +20,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from engine.integrity.cpp_scan import parser_available, scan_cpp_source
-from engine.integrity.findings import (  # noqa: F401 - the catalog ids are part of this module's API
+from engine.integrity.cpp_scan import scan_cpp_source
+from engine.integrity.cpp_tree import parser_available
+from engine.integrity.findings import (
     ATEN_FALLBACK,
     FAIL,
-    HOST_THREAD,
     INFO,
-    LOWER_PRECISION,
-    MONKEY_PATCH,
     NO_OWN_KERNEL,
-    REFERENCE_IMPORT,
-    SHAPE_SPECIALISATION,
-    SIDE_STREAM,
-    STATIC_CACHE,
     SUSPICIOUS,
     SYNTAX,
     TORCH_COMPUTE,
-    TRY_CATCH,
     VENDOR_LIBRARY,
     Finding,
 )

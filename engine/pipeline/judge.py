@@ -40,7 +40,7 @@ from engine.pipeline.judge_eval import Judge
 from engine.pipeline.judge_memory import judge_memory_outcome, judge_out_of_memory, memory_blame, out_of_memory
 from engine.pipeline.judge_runner import OutputsTooLarge
 from engine.pipeline.runner_process import RunnerGone
-from engine.pipeline.judge_result import STANDBY_STATE, JudgeResult, Progress, StandbyState  # noqa: F401 - re-exported
+from engine.pipeline.judge_result import STANDBY_STATE, JudgeResult, Progress, StandbyState
 from engine.pipeline.types import NO_GPU, CorrectnessResult, JudgeRequest, TimerSpec
 
 class ResultFile:

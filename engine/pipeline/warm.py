@@ -21,9 +21,8 @@ import threading
 import time
 from typing import Any
 
-from engine.pipeline.judge import STANDBY_STATE
+from engine.pipeline.judge_result import STANDBY_STATE, JudgeOutcome, StandbyState
 from engine.pipeline.types import TimerSpec
-from engine.pipeline.judge_result import JudgeOutcome, StandbyState
 from engine.procs import StandbyChild, run_child
 
 JUDGE = "engine.pipeline.judge"

@@ -20,7 +20,7 @@ import pytest
 from engine.candidates import load_candidate
 from engine.config import env_float
 from engine.pipeline.evaluate import EvalOptions, evaluate
-from engine.integrity import static
+from engine.integrity import findings
 from engine.pipeline import analysis as dynamic
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.verdict import Status
@@ -67,22 +67,22 @@ def _row(name: str, rep) -> str:
 # Every case must end not passed, with at least the listed verdicts.
 HACK_CASES = {
     "reuse_freed_output": ("layernorm_lastdim", [("correctness", "fail", "unwritten or uninitialised output memory")]),
-    "pointer_cache": ("layernorm_lastdim", [("static", "fail", static.STATIC_CACHE)]),
-    "call_count_cache": ("layernorm_lastdim", [("static", "fail", static.STATIC_CACHE)]),
+    "pointer_cache": ("layernorm_lastdim", [("static", "fail", findings.STATIC_CACHE)]),
+    "call_count_cache": ("layernorm_lastdim", [("static", "fail", findings.STATIC_CACHE)]),
     "input_mutation": ("layernorm_lastdim", [("correctness", "fail", "modified input 0 in place"),
                                      ("integrity", "fail", dynamic.INPUT_ALIAS)]),
-    "side_stream": ("layernorm_lastdim", [("static", "fail", static.SIDE_STREAM)]),
-    "host_thread": ("layernorm_lastdim", [("static", "fail", static.HOST_THREAD)]),
-    "try_catch_fallback": ("layernorm_lastdim", [("static", "fail", static.TRY_CATCH)]),
-    "torch_compute": ("softmax", [("static", "fail", static.TORCH_COMPUTE)]),
-    "vendor_cublas": ("mnist_linear", [("static", "fail", static.VENDOR_LIBRARY)]),
-    "lower_precision": ("layernorm_lastdim", [("static", "fail", static.LOWER_PRECISION)]),
-    "tf32_no_split": ("mnist_linear", [("static", "fail", static.LOWER_PRECISION)]),
-    "shape_specialisation": ("softmax", [("static", "suspicious", static.SHAPE_SPECIALISATION),
+    "side_stream": ("layernorm_lastdim", [("static", "fail", findings.SIDE_STREAM)]),
+    "host_thread": ("layernorm_lastdim", [("static", "fail", findings.HOST_THREAD)]),
+    "try_catch_fallback": ("layernorm_lastdim", [("static", "fail", findings.TRY_CATCH)]),
+    "torch_compute": ("softmax", [("static", "fail", findings.TORCH_COMPUTE)]),
+    "vendor_cublas": ("mnist_linear", [("static", "fail", findings.VENDOR_LIBRARY)]),
+    "lower_precision": ("layernorm_lastdim", [("static", "fail", findings.LOWER_PRECISION)]),
+    "tf32_no_split": ("mnist_linear", [("static", "fail", findings.LOWER_PRECISION)]),
+    "shape_specialisation": ("softmax", [("static", "suspicious", findings.SHAPE_SPECIALISATION),
                                          ("correctness", "fail", "")]),
     "constant_output": ("softmax", [("correctness", "fail", ""), ("integrity", "fail", dynamic.CONSTANT_OUTPUT)]),
-    "below_floor": ("layernorm_lastdim", [("static", "fail", static.STATIC_CACHE)]),
-    "modelnew_monkeypatch": (str(KB / "scaled_swish.py"), [("static", "fail", static.MONKEY_PATCH)]),
+    "below_floor": ("layernorm_lastdim", [("static", "fail", findings.STATIC_CACHE)]),
+    "modelnew_monkeypatch": (str(KB / "scaled_swish.py"), [("static", "fail", findings.MONKEY_PATCH)]),
 }
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from engine.candidates import Candidate, load_candidate
-from engine.integrity import static
+from engine.integrity import findings
 from engine.integrity.static import (
     scan_candidate,
     scan_cpp,
@@ -32,20 +32,20 @@ KB = FIXTURES / "kernelbench"
 # dynamic checks can see it). Kept in step with INTEGRITY.md.
 STATIC_EXPECT = {
     "reuse_freed_output": ("layernorm_lastdim", None, None),
-    "pointer_cache": ("layernorm_lastdim", static.STATIC_CACHE, "fail"),
-    "call_count_cache": ("layernorm_lastdim", static.STATIC_CACHE, "fail"),
+    "pointer_cache": ("layernorm_lastdim", findings.STATIC_CACHE, "fail"),
+    "call_count_cache": ("layernorm_lastdim", findings.STATIC_CACHE, "fail"),
     "input_mutation": ("layernorm_lastdim", None, None),
-    "side_stream": ("layernorm_lastdim", static.SIDE_STREAM, "fail"),
-    "host_thread": ("layernorm_lastdim", static.HOST_THREAD, "fail"),
-    "try_catch_fallback": ("layernorm_lastdim", static.TRY_CATCH, "fail"),
-    "torch_compute": ("softmax", static.TORCH_COMPUTE, "fail"),
-    "vendor_cublas": ("mnist_linear", static.VENDOR_LIBRARY, "fail"),
-    "lower_precision": ("layernorm_lastdim", static.LOWER_PRECISION, "fail"),
-    "tf32_no_split": ("mnist_linear", static.LOWER_PRECISION, "fail"),
-    "shape_specialisation": ("softmax", static.SHAPE_SPECIALISATION, "suspicious"),
+    "side_stream": ("layernorm_lastdim", findings.SIDE_STREAM, "fail"),
+    "host_thread": ("layernorm_lastdim", findings.HOST_THREAD, "fail"),
+    "try_catch_fallback": ("layernorm_lastdim", findings.TRY_CATCH, "fail"),
+    "torch_compute": ("softmax", findings.TORCH_COMPUTE, "fail"),
+    "vendor_cublas": ("mnist_linear", findings.VENDOR_LIBRARY, "fail"),
+    "lower_precision": ("layernorm_lastdim", findings.LOWER_PRECISION, "fail"),
+    "tf32_no_split": ("mnist_linear", findings.LOWER_PRECISION, "fail"),
+    "shape_specialisation": ("softmax", findings.SHAPE_SPECIALISATION, "suspicious"),
     "constant_output": ("softmax", None, None),
-    "below_floor": ("layernorm_lastdim", static.STATIC_CACHE, "fail"),
-    "modelnew_monkeypatch": (str(KB / "scaled_swish.py"), static.MONKEY_PATCH, "fail"),
+    "below_floor": ("layernorm_lastdim", findings.STATIC_CACHE, "fail"),
+    "modelnew_monkeypatch": (str(KB / "scaled_swish.py"), findings.MONKEY_PATCH, "fail"),
 }
 
 
@@ -102,7 +102,7 @@ def test_comments_and_strings_never_fire():
 
 def test_inline_ptx_strings_are_read_for_precision():
     f = scan_cpp("k.cu", 'asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));')
-    assert [x.hack for x in f] == [static.LOWER_PRECISION]
+    assert [x.hack for x in f] == [findings.LOWER_PRECISION]
 
 
 def test_3xtf32_split_is_accepted_and_plain_tf32_is_not():
@@ -112,7 +112,7 @@ def test_3xtf32_split_is_accepted_and_plain_tf32_is_not():
              '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(r));\n}\n')
     assert scan_cpp("k.cu", split) == []
     plain = split.replace("  const float r = v - __uint_as_float(hi);\n", "").replace('"f"(r)', '"f"(v)')
-    assert [x.hack for x in scan_cpp("k.cu", plain)] == [static.LOWER_PRECISION]
+    assert [x.hack for x in scan_cpp("k.cu", plain)] == [findings.LOWER_PRECISION]
     assert scan_cpp("k.cu", plain, task_dtype="float16") == []
 
 
@@ -130,9 +130,9 @@ def test_allocation_views_and_checks_are_allowed():
            '  return y; }\n')
     assert scan_cpp("binding.cpp", src) == []
     assert [f.hack for f in scan_cpp("binding.cpp", src.replace("return y;", "return torch::matmul(x, y);"))] \
-        == [static.TORCH_COMPUTE]
+        == [findings.TORCH_COMPUTE]
     assert [f.hack for f in scan_cpp("binding.cpp", src.replace("return y;", "return at::native::add(x, y);"))] \
-        == [static.TORCH_COMPUTE]
+        == [findings.TORCH_COMPUTE]
 
 
 def test_device_attribute_memo_is_not_a_cache_but_a_pointer_keyed_one_is():
@@ -143,33 +143,33 @@ def test_device_attribute_memo_is_not_a_cache_but_a_pointer_keyed_one_is():
              'void launch(float* p);\n'
              'torch::Tensor f(torch::Tensor x) { if (x.data_ptr() == last_x) return x; last_x = x.data_ptr();\n'
              '  launch(x.data_ptr<float>()); return x; }\n')
-    assert {(f.hack, f.status) for f in scan_cpp("binding.cpp", keyed)} == {(static.STATIC_CACHE, "fail")}
+    assert {(f.hack, f.status) for f in scan_cpp("binding.cpp", keyed)} == {(findings.STATIC_CACHE, "fail")}
     # keyed by address, but only to find a descriptor: no early exit, nothing kept flows to the output
     descriptor = keyed.replace("if (x.data_ptr() == last_x) return x; ", "if (x.data_ptr() != last_x) rebuild(); ")
     assert scan_cpp("binding.cpp", descriptor) == []
     counter = 'torch::Tensor f(torch::Tensor x) { static long call_count = 0; if (call_count++ > 10) return x; return x; }'
     f = scan_cpp("binding.cpp", counter)
-    assert [(x.hack, x.status) for x in f] == [(static.STATIC_CACHE, "suspicious")]
+    assert [(x.hack, x.status) for x in f] == [(findings.STATIC_CACHE, "suspicious")]
 
 
 def test_shape_hint_needs_a_config_size():
     src = "void f(int n) { if (n == 4096) fast(); if (n == 0) return; }"
     assert scan_cpp("k.cu", src) == []
     f = scan_cpp("k.cu", src, shape_values={4096, 1000})
-    assert [(x.hack, x.status, x.line) for x in f] == [(static.SHAPE_SPECIALISATION, "suspicious", 1)]
+    assert [(x.hack, x.status, x.line) for x in f] == [(findings.SHAPE_SPECIALISATION, "suspicious", 1)]
     assert scan_cpp("k.cu", "#define BLOCK 1024\n#define N 1000\n", shape_values={1024, 1000})[0].reason.startswith(
         "constant N = 1000")
 
 
 @pytest.mark.parametrize("line,hack", [
-    ("torch.cuda.Event.elapsed_time = lambda s, e: 0.0", static.MONKEY_PATCH),
-    ("import time as t\nt.perf_counter = lambda: 0.0", static.MONKEY_PATCH),
-    ("from torch import cuda\ncuda.synchronize = lambda: None", static.MONKEY_PATCH),
-    ("import torch.nn.functional as F\nF.layer_norm = lambda *a, **k: None", static.MONKEY_PATCH),
-    ("setattr(torch.cuda, 'synchronize', lambda: None)", static.MONKEY_PATCH),
-    ("import threading", static.HOST_THREAD),
-    ("from scaled_swish import Model", static.REFERENCE_IMPORT),
-    ("torch.backends.cuda.matmul.allow_tf32 = True", static.MONKEY_PATCH),
+    ("torch.cuda.Event.elapsed_time = lambda s, e: 0.0", findings.MONKEY_PATCH),
+    ("import time as t\nt.perf_counter = lambda: 0.0", findings.MONKEY_PATCH),
+    ("from torch import cuda\ncuda.synchronize = lambda: None", findings.MONKEY_PATCH),
+    ("import torch.nn.functional as F\nF.layer_norm = lambda *a, **k: None", findings.MONKEY_PATCH),
+    ("setattr(torch.cuda, 'synchronize', lambda: None)", findings.MONKEY_PATCH),
+    ("import threading", findings.HOST_THREAD),
+    ("from scaled_swish import Model", findings.REFERENCE_IMPORT),
+    ("torch.backends.cuda.matmul.allow_tf32 = True", findings.MONKEY_PATCH),
 ])
 def test_python_module_level_hacks(line, hack):
     src = "import torch\n" + line + "\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
@@ -178,11 +178,11 @@ def test_python_module_level_hacks(line, hack):
 
 
 @pytest.mark.parametrize("body,hack", [
-    ("return torch.nn.functional.silu(x) * self.scale", static.TORCH_COMPUTE),
-    ("return x @ x.T", static.TORCH_COMPUTE),
-    ("try:\n            return ext.f(x)\n        except RuntimeError:\n            return x", static.TRY_CATCH),
-    ("return ext.f(x.half()).float()", static.LOWER_PRECISION),
-    ("s = torch.cuda.Stream()\n        return ext.f(x)", static.SIDE_STREAM),
+    ("return torch.nn.functional.silu(x) * self.scale", findings.TORCH_COMPUTE),
+    ("return x @ x.T", findings.TORCH_COMPUTE),
+    ("try:\n            return ext.f(x)\n        except RuntimeError:\n            return x", findings.TRY_CATCH),
+    ("return ext.f(x.half()).float()", findings.LOWER_PRECISION),
+    ("s = torch.cuda.Stream()\n        return ext.f(x)", findings.SIDE_STREAM),
 ])
 def test_python_modelnew_hacks(body, hack):
     src = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        " + body + "\n")
@@ -192,7 +192,7 @@ def test_python_modelnew_hacks(body, hack):
 def test_modelnew_with_a_torch_layer_is_compute():
     src = ("import torch.nn as nn\nclass ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
            "        self.lin = nn.Linear(4, 4)\n    def forward(self, x):\n        return ext.relu_only(self.lin(x))\n")
-    assert [f.hack for f in scan_python("c.py", src)] == [static.TORCH_COMPUTE]
+    assert [f.hack for f in scan_python("c.py", src)] == [findings.TORCH_COMPUTE]
 
 
 # -- the evaluator's static gate ------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def test_static_fail_stops_before_compile(tmp_path):
     rep = evaluate(load_task("layernorm_lastdim"), _fixture("side_stream"), "forward",
                    EvalOptions(cache_root=tmp_path, timing=False))
     assert [(v.stage, v.status) for v in rep.verdicts] == [("static", Status.FAIL), ("compile", Status.SKIPPED)]
-    assert static.SIDE_STREAM in rep.verdict("static").reason and not rep.passed
+    assert findings.SIDE_STREAM in rep.verdict("static").reason and not rep.passed
     assert not (tmp_path / "builds").exists() and rep.build == {}
 
 
@@ -305,7 +305,7 @@ def test_extension_functions_named_like_torch_ops_are_the_candidates_own():
            "        self.k = mm_ext\n    def forward(self, a, b):\n        return self.k.matmul(mm_ext.softmax(a), b)\n")
     assert scan_python("c.py", src) == []
     assert [f.hack for f in scan_python("c.py", src.replace("mm_ext.softmax(a)", "a.softmax(-1)"))] == \
-        [static.TORCH_COMPUTE]
+        [findings.TORCH_COMPUTE]
 
 
 def test_persistent_scalars_next_to_data_ptr_are_not_caches():
@@ -316,4 +316,4 @@ def test_persistent_scalars_next_to_data_ptr_are_not_caches():
     assert scan_cpp("binding.cpp", src) == []
     keyed = src.replace("static int sms = 0;", "static uintptr_t last = 0; if ((uintptr_t)x.data_ptr() == last) "
                         "return x; static int sms = 0;")
-    assert [f.hack for f in scan_cpp("binding.cpp", keyed)] == [static.STATIC_CACHE]
+    assert [f.hack for f in scan_cpp("binding.cpp", keyed)] == [findings.STATIC_CACHE]
