@@ -195,7 +195,7 @@ def test_a_kill_while_git_writes_never_evaluates_twice(tmp_path, nth):
 GO = """
 import sys, time
 from pathlib import Path
-from engine.cli import main
+from tests.doubles.kbench import main
 go = Path(sys.argv[1])
 while not go.exists():
     time.sleep(0.001)
@@ -208,6 +208,7 @@ def test_two_processes_create_the_workspace_at_once(tmp_path, round_):
     ws, go = tmp_path / "ws", tmp_path / "go"
     if round_ == 2:
         ws.mkdir()   # an existing empty folder
+    # GO runs tests.doubles.kbench's main (kbench on the fake evaluator) once the go file exists
     procs = [subprocess.Popen([sys.executable, "-c", GO, str(go), *evolve_args(ws, name, generations=1)[3:]],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO)
              for name in ("a", "b")]
