@@ -101,11 +101,11 @@ def test_kbench_edit_of_unchanged_files_commits_nothing_and_says_why(user):
 
 
 def test_kbench_edit_then_evaluates_the_new_candidate_as_reevaluate_does(user):
-    """Without --no-eval the edit is judged at once (the evaluator stand-in of `--fake-evaluator`: no compiler,
-    no GPU), and its verdicts land on the new candidate's notes."""
+    """Without --no-eval the edit is judged at once (kbench run on the tests' fake evaluator, tests/doubles: no
+    compiler, no GPU), and its verdicts land on the new candidate's notes."""
     cid = _workspace_with_a_candidate(user)
     editor = _editor(user, "sed -i 's/^#define BLOCK_SIZE 256/#define BLOCK_SIZE 512/' kernel.cu\n")
-    done = user.run("edit", cid, "--fake-evaluator", env={"EDITOR": editor})
+    done = user.run("edit", cid, env={"EDITOR": editor}, fake_evaluator=True)
     assert done.returncode == 0, done.stdout + done.stderr
     new = done.stdout.split()[1]
     assert f"{new}: - -> " in done.stdout and "session ln: best" in done.stdout, done.stdout

@@ -9,5 +9,5 @@ from engine.tasks.loader import load_task
 
 @pytest.fixture(scope="module")
 def task():
-    """The built-in gelu_bias task, which the fake evaluator (engine/evolve/fake.py) scores without a GPU."""
+    """The built-in gelu_bias task, which the fake evaluator (tests/doubles/evaluator.py) scores without a GPU."""
     return load_task("gelu_bias")
