@@ -68,7 +68,10 @@ def main(argv: list[str]) -> int:
     grace = float(argv[0])
     cmd = argv[argv.index("--") + 1:]
     ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)          # PR_SET_CHILD_SUBREAPER
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    # SIGINT at its default in the command, as a terminal gives it: a test run started in the background inherits
+    # SIGINT ignored (a non-interactive shell's `&`), and the command would never see the test's Ctrl-C
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     print(f"pid {proc.pid}", flush=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # a test's Ctrl-C is for the command, not for this counter
     rc = proc.wait()
