@@ -142,7 +142,8 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
         events.append(f"prepare {cfg.name}")
         return _prep(f"prep {cfg.name} again"), None
     judge._prepare = prepare_again
-    monkeypatch.setattr(judge_timing_phase, "prepare_baseline", lambda rt, cfg, device, seed: f"baseline {cfg.name}")
+    monkeypatch.setattr(judge_timing_phase, "prepare_baseline",
+                        lambda rt, cfg, device, call_seed, seed=None: f"baseline {cfg.name}")
     monkeypatch.setattr(judge_timing_phase, "reference_outputs", lambda prep: [])
     for name in ("reset_peak_memory_stats", "empty_cache"):
         monkeypatch.setattr(torch.cuda, name, lambda: None)

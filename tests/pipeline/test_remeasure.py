@@ -396,7 +396,8 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     def judged(integrity: IntegrityResult):
         monkeypatch.setattr(analysis, "judge_check", lambda *a: (CorrectnessResult(False, RUNNER_OOM), integrity))
         req = SimpleNamespace(direction="forward", candidate={}, configs=[task.configs[0].name], trials=1,
-                              integrity=True, timing=False, timing_configs=[], numerics=None)
+                              integrity=True, timing=False, timing_configs=[], numerics=None,
+                              upstream_draws=False)
         runner = SimpleNamespace(
             jail_report=None, load=lambda *a: "", decoder=lambda local, hold=False: None, drop=lambda *a: None,
             configure=lambda header, tensors, deadline: msg.Configured(cid="c"),
