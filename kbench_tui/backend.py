@@ -306,8 +306,7 @@ class Backend:
         a `human` candidate, child of `cid`. Returns the new CandidateRecord, or raises KbenchError with the
         proposer's reason (unchanged files, editor failed). A running loop of the session adopts and evaluates
         it (see `live_runner`); otherwise the caller evaluates it."""
-        task = self.task_of(self.ws.resolve(cid).session)
-        new = hand_edit(self.ws, cid, task, env=self.env, run=self._editor_run)
+        new = hand_edit(self.ws, cid, self.task_of, env=self.env, run=self._editor_run)
         runner = self.live_runner(new.id)
         if runner is not None:
             runner.notice(new.id)

@@ -227,17 +227,16 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from engine.service.person_actions import hand_edit
     ws = _workspace(args)
     service = _service(args, ws)
-    session = ws.resolve(args.candidate).session
     try:
-        new = hand_edit(ws, args.candidate, service.task_of(session))
+        new = hand_edit(ws, args.candidate, service.task_of)
     except KbenchError as exc:
         print(f"kbench: {exc}", file=sys.stderr)
         return 1
-    print(f"committed {new.id} (hand edit of {ws.resolve(args.candidate).id})", flush=True)
+    print(f"committed {new.id} (hand edit of {new.parents[0]})", flush=True)
     if args.no_eval:
         print(f"judge it with: kbench reevaluate {new.id}")
         return 0
-    return _reevaluate(service, ws, session, new.id, False, args.take_over)
+    return _reevaluate(service, ws, new.session, new.id, False, args.take_over)
 
 
 def _reevaluate(service: SessionService, ws: Workspace, session: str, target: str, all_: bool,

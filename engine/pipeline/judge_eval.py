@@ -135,9 +135,9 @@ class Judge(TimingPhase):
             numerics.apply(numerics.Numerics.from_json(self.req.numerics))
             self.numerics = self.out.data.numerics = numerics.current()
         runtime = runtime_for(self.task, self.req.direction)
-        if self.req.upstream_draws:   # the upstream mode: upstream's trial seeds, drawn as upstream draws them
-            runtime.upstream_draws = True
-            self.seeds = upstream_trial_seeds(max(self.req.trials, 2))
+        # the upstream mode: upstream's trial seeds, drawn as upstream draws them; else kbench's
+        runtime.upstream_draws = self.req.upstream_draws
+        self.seeds = upstream_trial_seeds(max(self.req.trials, 2)) if self.req.upstream_draws else None
         t = self.spent("task_setup", self.t0)
         why = self.runner.load(self.req.candidate, self.req.direction, self.deadline, self.req.numerics)
         self.spent("candidate_load", t)

@@ -33,13 +33,14 @@ class Exported:
     notes: tuple[str, ...]
 
 
-def hand_edit(ws: Workspace, cid: str, task: Task, *, env: Mapping[str, str] | None = None,
+def hand_edit(ws: Workspace, cid: str, task_of: Callable[[str], Task], *, env: Mapping[str, str] | None = None,
               run: Callable[..., Any] | None = None) -> CandidateRecord:
     """Open candidate `cid` in the editor (blocks) and commit the result as a `human` candidate, its child, one
-    generation down. Raises KbenchError with the proposer's reason where nothing comes of it (no editor, the
-    files unchanged, the editor failed). `run`: how the editor is run (tests)."""
+    generation down (`task_of`: a session's task). Raises KbenchError with the proposer's reason where nothing comes
+    of it (no editor, the files unchanged, the editor failed). `run`: how the editor is run (tests)."""
     rec = ws.resolve(cid)
     session = rec.session
+    task = task_of(session)
     direction = ws.session(session).direction
     kw: dict[str, Any] = {}
     if env is not None:
