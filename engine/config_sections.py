@@ -109,6 +109,10 @@ class VerifyConfig:
     max_tokens: int = 8000
 
 
+# [eval] gpu_keep's default: on an 80 GB GPU, 10 GB of prepared variants before a config's are parked
+GPU_KEEP = 0.125
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     """How candidates are evaluated in sessions (evolve, the app, reevaluate); flags override per run."""
@@ -131,6 +135,9 @@ class EvalConfig:
     # "kbench" (the default: every config of the direction, fresh seeds, TF32 off) or "upstream": robust-kbench's
     # and KernelBench's own settings, trials, flags and precision, for numbers comparable with theirs
     mode: str = "kbench"
+    # The share of the GPU's memory the judge may keep prepared inputs and references in; a config whose variants
+    # would take more is parked in host memory between uses (less GPU memory, a slower check). 0: always park.
+    gpu_keep: float = GPU_KEEP
 
 
 @dataclass(frozen=True)

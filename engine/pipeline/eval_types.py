@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.config import TimingParams, cache_root
 from engine.harness.stats import geomean
+from engine.config_sections import GPU_KEEP
 from engine.verdict import Judgement, Verdict, effective, judge_verdicts
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class EvalOptions:
     # "kbench" (the default) or "upstream": robust-kbench's / KernelBench's own evaluation settings
     # (engine/pipeline/eval_mode.py); the report records it
     mode: str = "kbench"
+    # the share of the GPU's memory the judge may keep prepared variants in before it parks a config's in host
+    # memory (JudgeRequest.gpu_keep); 0 parks every config's: the least GPU memory, a slower check
+    gpu_keep: float = GPU_KEEP
 
 
 def options_from_config(config: Config, **overrides: Any) -> EvalOptions:
@@ -81,7 +85,8 @@ def options_from_config(config: Config, **overrides: Any) -> EvalOptions:
     kw: dict[str, Any] = {"trials": e.trials, "timeout_s": e.timeout_s, "profile": e.profile == "all",
                           "timing_configs": list(e.timing_configs) if e.timing_configs else None,
                           "baselines": ("eager", "compile") if e.compile_baseline else ("eager",),
-                          "library_policy": e.library_policy, "mode": e.mode, "timing_params": config.timing}
+                          "library_policy": e.library_policy, "mode": e.mode, "timing_params": config.timing,
+                          "gpu_keep": e.gpu_keep}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return EvalOptions(**kw)
 

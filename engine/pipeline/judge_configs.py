@@ -54,21 +54,26 @@ class Prepared:
 
 
 def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any,
-            seeds: tuple[int, ...] | None = None) -> Prepared:
+            seeds: tuple[int, ...] | None = None, park_above: int = 0) -> Prepared:
     """Set each variant up under its seed, capture how the candidate is called, compute the reference.
 
     One copy of each variant's inputs is held: the call plan's arguments are the variant's own inputs (the judge
     never hands them to code that could change them; the runner gets their bytes). The reference runs on a copy
     (a reference may work in place on its input), and its outputs are kept as they come unless they share storage
-    with what the variant keeps (an input returned as is, a weight). On a GPU each variant is parked in host memory
-    once prepared (engine/pipeline/parking.py): the next one is drawn beside the models alone. `seeds`: the
-    variants' seeds where the request fixes them (the upstream mode's, `upstream_trial_seeds`), else kbench's."""
+    with what the variant keeps (an input returned as is, a weight). On a GPU, where the config's variants would
+    hold more than `park_above` bytes of it (variant 0's times their number), each variant is parked in host memory
+    once prepared (engine/pipeline/parking.py) and the next one is drawn beside the models alone; a config that
+    fits stays on the GPU, where the check reads it without a copy each way (parking llama_rmsnorm's 9 GiB of
+    variants cost most of a `kbench eval`). `seeds`: the variants' seeds where the request fixes them (the upstream
+    mode's, `upstream_trial_seeds`), else kbench's."""
     import torch
     gpu = torch.device(device).type == "cuda"
     variants: list[Variant] = []
     stochastic, flops = False, 0.0
     mutated: tuple[int, ...] = ()
-    for t in range(max(trials, 2)):
+    count = max(trials, 2)
+    park_them = False
+    for t in range(count):
         seed = seeds[t] if seeds else variant_seed(cfg, t)
         if t and runtime.shares_model_across_variants:
             runtime.reseed_inputs(cfg, seed, device)
@@ -96,7 +101,9 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any,
             after = tuple(copies[k] for k in mutated)
             del copies
         variant = Variant(seed, state, plan, ref, after=after)
-        variants.append(park(runtime, variant) if gpu else variant)
+        if gpu and t == 0:
+            park_them = count * held_bytes(Prepared(cfg.name, [variant]), torch.device(device).type) > park_above
+        variants.append(park(runtime, variant) if park_them else variant)
         del variant, state, plan, ref, after
     if gpu:
         torch.cuda.synchronize()

@@ -230,7 +230,9 @@ class Judge(TimingPhase):
         import torch
         t0 = time.monotonic()
         try:
-            prep = prepare(runtime, cfg, self.req.trials, torch.device("cuda"), self.seeds)
+            # variants stay on the GPU while what the judge holds stays within its share of it (req.gpu_keep)
+            room = int(self.req.gpu_keep * self._gpu_bytes()) - torch.cuda.memory_allocated()
+            prep = prepare(runtime, cfg, self.req.trials, torch.device("cuda"), self.seeds, park_above=max(room, 0))
             prep.fresh = self._fresh(runtime, prep)
             self.out.data.fresh[cfg.name] = prep.fresh.summary()
             if prep.mutated:   # the candidate must change these as the reference does (engine/pipeline/digest.py)
@@ -288,8 +290,8 @@ class Judge(TimingPhase):
                 ref, after = refs.expected(call)
                 digest_call(call, ref, previous[0] if previous else None, compose, tol, self.hasher, after,
                             refs.mutated)
-                if chained:
-                    previous[:] = [moved(ref, "cpu", {})]
+                if chained:   # on the GPU beside variants that are (no copy each way), else in host memory
+                    previous[:] = [ref if not refs.prep.variants[0].parked else moved(ref, "cpu", {})]
             except Exception as exc:  # noqa: BLE001 - raised again by the judgement, inside `compared`
                 call.deferred, call.outputs, call.inputs_after = exc, None, None
         return digest

@@ -10,6 +10,7 @@ from engine.harness.timing import TimingStats
 from engine.gpu_wait import NO_GPU  # noqa: F401 - the judge result's error where torch finds no GPU, re-exported
 # The timing loop's parameters are the config's `[timing]` section itself, carried as they are: re-exported
 from engine.config import TimingParams  # noqa: F401
+from engine.config_sections import GPU_KEEP
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ class JudgeRequest:
     # the upstream mode on an imported robust-kbench or KernelBench task: the trials' seeds and draws as upstream's
     # own evaluation makes them (engine.pipeline.judge_configs.upstream_trial_seeds, TaskRuntime.upstream_draws)
     upstream_draws: bool = False
+    # the share of the GPU's memory the judge may fill with prepared variants before it parks a config's variants in
+    # host memory (engine/pipeline/parking.py); 0 parks every one (the least GPU memory, the slowest check)
+    gpu_keep: float = GPU_KEEP
 
     def to_json(self) -> dict[str, Any]:
         return jsonable.dump(self)

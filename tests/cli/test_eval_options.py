@@ -23,10 +23,11 @@ BASELINE = str(REPO / "tasks" / "llama_rmsnorm" / "baselines" / "forward")
 SHARED = ("--trials", "--timeout", "--no-compile-baseline", "--time-config", "--library-policy", "--warmup",
           "--min-iters", "--max-iters", "--time-budget", "--timing-checks", "--no-flush-l2")
 # what the config decides; the rest of EvalOptions is each run's own (its GPU, configs, caches)
-FROM_CONFIG = ("trials", "timeout_s", "timing_configs", "baselines", "library_policy", "mode", "timing_params")
+FROM_CONFIG = ("trials", "timeout_s", "timing_configs", "baselines", "library_policy", "mode", "timing_params",
+               "gpu_keep")
 
 USER_CONFIG = ('[eval]\ntrials = 4\ntiming_configs = ["odd-small"]\ntimeout_s = 321.0\ncompile_baseline = false\n'
-               'library_policy = "engineering"\n')
+               'library_policy = "engineering"\ngpu_keep = 0.5\n')
 
 
 @pytest.fixture
@@ -63,7 +64,7 @@ def test_eval_takes_its_options_from_the_user_config(judged, capsys, user_config
     assert rc == 0, out + err
     (request,) = judged
     assert request["trials"] == 4 and request["timing_configs"] == ["odd-small"], request
-    assert request["baselines"] == ["eager"] and request["deadline_s"] == 321.0
+    assert request["baselines"] == ["eager"] and request["deadline_s"] == 321.0 and request["gpu_keep"] == 0.5
 
 
 def test_a_flag_overrides_its_config_key_on_eval(judged, capsys, user_config):
@@ -108,3 +109,10 @@ def test_a_bad_trials_value_is_bad_input_naming_the_key(judged, capsys, user_con
     rc, out, err = cli(capsys, "eval", "llama_rmsnorm", BASELINE)
     assert rc == 2 and judged == []
     assert "[eval] trials must be at least 1, got 0" in err and str(path) in err, err
+
+
+def test_a_gpu_keep_outside_0_to_1_is_bad_input_naming_the_key(judged, capsys, user_config):
+    path = user_config("[eval]\ngpu_keep = 1.5\n")
+    rc, out, err = cli(capsys, "eval", "llama_rmsnorm", BASELINE)
+    assert rc == 2 and judged == []
+    assert "[eval] gpu_keep is a share of the GPU's memory, from 0 to 1; got 1.5" in err and str(path) in err, err

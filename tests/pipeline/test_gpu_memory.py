@@ -29,10 +29,12 @@ RUNNER_MULTIPLE = 3.0
 
 
 def test_the_judge_and_the_runner_of_a_1_gib_softmax_hold_a_small_multiple_of_its_footprint(gpu_to_itself):
+    """With every config's variants parked (gpu_keep=0: what a problem too large for the judge's share of the GPU
+    gets, so what any problem needs at the least)."""
     cand = Candidate("kernelbench", {"own_model.py": BIG.read_text() + "\n\nclass ModelNew(Model):\n    pass\n"},
                      name="own-model")
     rep = evaluate(load_task(BIG), cand, "forward",
-                   EvalOptions(trials=2, override_static=True, profile=False, baselines=("eager",)))
+                   EvalOptions(trials=2, override_static=True, profile=False, baselines=("eager",), gpu_keep=0.0))
     assert rep.passed and not rep.unmeasured, rep.to_json()["verdicts"]
     assert rep.memory and set(rep.memory) == {r.name for r in rep.rows}
     for name, m in rep.memory.items():
@@ -59,3 +61,19 @@ def test_a_parked_tensor_is_one_page_locked_copy_with_its_layout():
     assert parked["w"].requires_grad and parked["w"].is_pinned()
     back = moved(host, "cuda", {})
     assert back.is_cuda and torch.equal(back, x)
+
+
+def test_a_config_within_the_judges_share_stays_on_the_gpu_and_a_larger_one_is_parked():
+    """prepare(): a config whose variants fit in `park_above` bytes keeps them on the GPU (the check reads them with
+    no copy each way); one that does not is parked in host memory, every variant of it."""
+    import torch
+    from engine.harness.runtimes import runtime_for
+    from engine.pipeline.judge_configs import footprint, held_bytes, prepare
+    task = load_task("llama_rmsnorm")
+    cfg = next(c for c in task.configs if c.name == "bench")
+    kept = prepare(runtime_for(task, "forward"), cfg, 2, torch.device("cuda"), park_above=1 << 40)
+    assert not any(v.parked for v in kept.variants) and held_bytes(kept) >= 2 * footprint(kept)
+    del kept
+    small = 2 * (2 * 8 * 2048 * 4096 * 4) - 1   # just under two variants of x and y
+    parked = prepare(runtime_for(task, "forward"), cfg, 2, torch.device("cuda"), park_above=small)
+    assert all(v.parked for v in parked.variants) and held_bytes(parked) < footprint(parked)

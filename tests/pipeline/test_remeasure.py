@@ -385,19 +385,21 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     from engine.pipeline.analysis import Job
     task = load_task("gelu_bias")
     monkeypatch.setattr(judge_eval, "prepare",
-                        lambda *a: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)], flops=0.0, mutated=()))
+                        lambda *a, **kw: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)], flops=0.0, mutated=()))
     monkeypatch.setattr(judge_eval, "plan_message", lambda prep: ({}, []))
     monkeypatch.setattr(judge_eval, "composer", lambda runtime, prep: None)
     monkeypatch.setattr(judge_eval, "footprint", lambda prep: 0)
     monkeypatch.setattr(judge_eval, "reference_outputs", lambda prep: [])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 0)
+    monkeypatch.setattr(judge_eval.Judge, "_gpu_bytes", lambda self: 80 << 30)
 
     def judged(integrity: IntegrityResult):
         monkeypatch.setattr(analysis, "judge_check", lambda *a: (CorrectnessResult(False, RUNNER_OOM), integrity))
         req = SimpleNamespace(direction="forward", candidate={}, configs=[task.configs[0].name], trials=1,
                               integrity=True, timing=False, timing_configs=[], numerics=None,
-                              upstream_draws=False)
+                              upstream_draws=False, gpu_keep=0.125)
         runner = SimpleNamespace(
             jail_report=None, load=lambda *a: "", decoder=lambda local, hold=False: None, drop=lambda *a: None,
             configure=lambda header, tensors, deadline: msg.Configured(cid="c"),
