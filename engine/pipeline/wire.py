@@ -149,8 +149,9 @@ class Channel:
 
     def send(self, header: dict[str, Any], tensors: Any = (), placed: list[int | None] | None = None) -> None:
         """`placed`: where the tensors already are in the arena's slot (Arena.place; None for one that is not):
-        only their metas travel here."""
-        import torch
+        only their metas travel here. torch is imported only for a message with tensors: the judge's first
+        message (the runner's setup) and the runner's first reply (its jail report) go out before either has
+        loaded torch, so the two processes import it at once rather than one after the other."""
         blobs = []
         metas = []
         for j, t in enumerate(tensors):
@@ -162,9 +163,11 @@ class Channel:
             blobs.append(c)
         head = json.dumps({**header, "tensors": metas}).encode()
         self.sock.sendall(struct.pack("<I", len(head)) + head)
-        for c in blobs:
-            if c.numel():
-                self.sock.sendall(memoryview(c.reshape(-1).view(torch.uint8).numpy()))
+        if blobs:
+            import torch
+            for c in blobs:
+                if c.numel():
+                    self.sock.sendall(memoryview(c.reshape(-1).view(torch.uint8).numpy()))
 
     def recv(self, timeout: float | None = None, tensors: bool = True) -> tuple[dict[str, Any], list[bytearray]]:
         """One message's header, untyped (engine/pipeline/messages.py parses it), and its tensors' bytes.

@@ -246,3 +246,19 @@ def test_the_messages_and_the_runner_import_no_third_party_package_before_the_ja
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(REPO), env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_a_message_without_tensors_is_sent_before_torch_is_loaded():
+    """The judge's setup message and the runner's jail report carry no tensors: sending them must not import torch
+    (about a second), or the runner waits for its setup while the judge imports torch and the judge waits for the
+    jail report while the runner does, and the standby judge comes up one torch import later (1.2 s on the CPU box,
+    judge.standby_up 2.97 s -> 1.79 s). Run in a fresh interpreter, which has not loaded torch."""
+    code = ("import socket, sys\n"
+            "from engine.pipeline.wire import Channel\n"
+            "a, b = socket.socketpair()\n"
+            "Channel(a).send({'kind': 'setup', 'n': 1})\n"
+            "header, blobs = Channel(b).recv()\n"
+            "print(header['n'], blobs, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "[]", "False"], out.stdout
