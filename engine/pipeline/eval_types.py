@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.config import TimingParams, cache_root
-from engine.harness.stats import geomean
 from engine.config_sections import GPU_KEEP
+from engine.harness.stats import geomean
 from engine.verdict import Judgement, Verdict, effective, judge_verdicts
 
 if TYPE_CHECKING:

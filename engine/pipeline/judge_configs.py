@@ -102,7 +102,7 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any,
             del copies
         variant = Variant(seed, state, plan, ref, after=after)
         if gpu and t == 0:
-            park_them = count * held_bytes(Prepared(cfg.name, [variant]), torch.device(device).type) > park_above
+            park_them = count * held_bytes(Prepared(cfg.name, [variant]), "cuda") > park_above
         variants.append(park(runtime, variant) if park_them else variant)
         del variant, state, plan, ref, after
     if gpu:
