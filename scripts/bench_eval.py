@@ -57,7 +57,9 @@ sys.exit(main(sys.argv[1:]))
 def run_once(tree: Path, args: list[str], env: dict[str, str], work: Path, old: bool) -> dict:
     marks = work / "marks.jsonl"
     marks.unlink(missing_ok=True)
-    paths = ([str(STAND_IN)] if env.get("BENCH_STAND_IN") else []) + [str(tree)]
+    # the tree first; then what the caller had on PYTHONPATH (where a machine keeps kbench's dependencies)
+    paths = ([str(STAND_IN)] if env.get("BENCH_STAND_IN") else []) + [str(tree)] + \
+        [p for p in env.get("BENCH_OUTER_PATH", "").split(os.pathsep) if p]
     child_env = {**env, "PYTHONPATH": os.pathsep.join(paths), "BENCH_EVAL_MARKS": str(marks)}
     cmd = [sys.executable, "-c", OLD_BOOT, *args] if old else [sys.executable, "-m", "engine.cli", *args]
     t0 = time.monotonic()
@@ -119,10 +121,15 @@ def main() -> int:
     cand = args.candidate or str(REPO / "tasks" / args.task / "baselines" / "forward")
     work = Path(tempfile.mkdtemp(prefix="kbench-bench-eval-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KBENCH_", "PYTHONPATH"))}
-    env.update(KBENCH_CACHE=str(work / "cache"), CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    env.update(KBENCH_CACHE=str(work / "cache"), CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+               BENCH_OUTER_PATH=os.environ.get("PYTHONPATH", ""))
     if args.nvml_stand_in:
         env["BENCH_STAND_IN"] = "1"
-    trees = [("this tree", REPO, False)] + ([("old tree", Path(args.old).resolve(), True)] if args.old else [])
+    old_tree = Path(args.old).resolve() if args.old else None
+    # a tree from before the early judge has no start.* phases: its judge call is timed by OLD_BOOT's wrapper
+    trees = [("this tree", REPO, False)] + ([("old tree", old_tree, not (old_tree / "engine" / "pipeline" /
+                                                                         "early_judge.py").is_file())]
+                                           if old_tree else [])
     for name, tree, old in trees:
         if not (tree / "engine" / "cli" / "__init__.py").is_file():
             raise SystemExit(f"{tree}: not a kbench tree")
@@ -132,9 +139,10 @@ def main() -> int:
               f"{first.get('rc')}", file=sys.stderr, flush=True)
     kinds = [("this tree, --fresh-baselines", REPO, False, ["--fresh-baselines"]),
              ("this tree, cached", REPO, False, [])]
-    if args.old:
-        kinds += [("old tree, --fresh-baselines", Path(args.old).resolve(), True, ["--fresh-baselines"]),
-                  ("old tree, cached", Path(args.old).resolve(), True, [])]
+    if old_tree:
+        boot = trees[-1][2]
+        kinds += [("old tree, --fresh-baselines", old_tree, boot, ["--fresh-baselines"]),
+                  ("old tree, cached", old_tree, boot, [])]
     runs: dict[str, list[dict]] = {k[0]: [] for k in kinds}
     for i in range(args.n):
         for kind, tree, old, extra in kinds:

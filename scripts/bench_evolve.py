@@ -117,6 +117,7 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
     ex = LocalPipelineExecutor(task, direction, opts, gpus=gpus, build_workers=args.build_workers,
                                pipelined=(mode == "pipelined"), **fakes)
     smi = SmiSampler([g for g in ex.gpus if g is not None] or None)
+    phases = _collect_phases(ex)
     s = EvolutionSession(ws, f"bench-{mode}", task, TunerProposer(), ex, direction=direction,
                          budgets=Budgets(generations=gens, population=args.population, wall_s=args.max_wall),
                          seed=args.seed, profile=profile)
@@ -157,9 +158,34 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict:
         "baseline_speedup": base, "best": best.id if best else None, "best_speedup": best.speedup if best else None,
         "failed": sum(1 for v in views if v.status.blocked), "workspace": str(root / "ws"),
         "max_wall": args.max_wall, "profile": profile, "cut_short": cut.is_set(), "old": args.old,
+        "phases_median": _medians(phases), "phases": phases,
     }
     ws.close()
     return out
+
+
+def _collect_phases(ex: LocalPipelineExecutor) -> list[dict]:
+    """Each evaluated candidate's phases (its report's, as the outcome carries them), in completion order: where a
+    candidate's GPU-worker seconds went."""
+    found: list[dict] = []
+    submit = ex.submit
+
+    def keep(future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            found.append(dict((future.result().data or {}).get("phases") or {}))
+
+    def submitted(candidate, on_stage=None):
+        future = submit(candidate, on_stage)
+        future.add_done_callback(keep)
+        return future
+    ex.submit = submitted
+    return found
+
+
+def _medians(rows: list[dict]) -> dict[str, float]:
+    import statistics
+    keys = sorted({k for r in rows for k, v in r.items() if isinstance(v, (int, float))})
+    return {k: round(statistics.median(r[k] for r in rows if isinstance(r.get(k), (int, float))), 3) for k in keys}
 
 
 def report(rows: list[dict]) -> str:

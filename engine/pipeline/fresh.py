@@ -71,6 +71,7 @@ def modes_for(per_variant: Iterable[list[Any]], freshable: list[bool]) -> tuple[
     traits: list[tuple[bool, ...]] | None = None
     for ts in per_variant:
         mine = [_traits(t) for t in ts]
+        del ts   # one variant's tensors on the GPU at a time: this one goes before the next is brought over
         traits = mine if traits is None else [tuple(a and b for a, b in zip(x, y)) for x, y in zip(traits, mine)]
     modes = []
     for can, (floating, zero_one, signs, symmetric) in zip(freshable, traits or []):
@@ -140,9 +141,10 @@ def expected_of(runtime: TaskRuntime, prep: Prepared, v: int, seed: int, fresh: 
                 ) -> tuple[tuple, tuple]:
     """`reference_of`, and the arguments the reference changes in place (`prep.mutated`) as its call on exactly
     those arguments leaves them: what the candidate's call must leave in them."""
-    with loaded(runtime, prep, v) as var:
-        if not fresh.active:
+    if not fresh.active:
+        with loaded(runtime, prep, v) as var:
             return tuple(var.ref), tuple(var.after)
+    with loaded(runtime, prep, v, outputs=False) as var:   # its inputs only: the reference is computed anew
         tensors: list[Any] = []
         tree = wire.encode_args(tuple(var.plan.args), tensors)
         rebuilt = rebuild(tensors, seed, fresh.modes, fresh.alphas)
@@ -160,7 +162,7 @@ def expected_of(runtime: TaskRuntime, prep: Prepared, v: int, seed: int, fresh: 
 def choose(runtime: TaskRuntime, prep: Prepared, tol: Tolerance, rebuild: Rebuild) -> Fresh:
     """The weakest spread under which two calls of variant 0 have references that differ beyond MARGIN x the
     tolerance, each from the other and from the variant's own; the strongest, `separated` false, where none does."""
-    with loaded(runtime, prep, 0) as var:
+    with loaded(runtime, prep, 0, outputs=False) as var:
         tensors: list[Any] = []
         wire.encode_args(tuple(var.plan.args), tensors)
         freshable = runtime.freshable(tensors)
@@ -183,10 +185,11 @@ def choose(runtime: TaskRuntime, prep: Prepared, tol: Tolerance, rebuild: Rebuil
 def _each_variants_tensors(runtime: TaskRuntime, prep: Prepared) -> Iterator[list[Any]]:
     """Each variant's argument tensors on the GPU, one variant at a time."""
     for v in range(len(prep.variants)):
-        with loaded(runtime, prep, v) as var:
+        with loaded(runtime, prep, v, outputs=False) as var:
             ts: list[Any] = []
             wire.encode_args(tuple(var.plan.args), ts)
             yield ts
+            del ts   # not held while the next variant is brought over
 
 
 def separated(a: tuple, b: tuple, tol: Tolerance) -> bool:

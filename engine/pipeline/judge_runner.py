@@ -59,16 +59,19 @@ class Held:
         return self.finish()
 
 
-def settle(job: analysis.Job) -> None:
-    """Bring a timing job's held outputs to the judge's GPU and check them; a mismatch voids the job's stream."""
-    for c in job.calls:
+def settle(job: analysis.Job, call: analysis.Call | None = None) -> bool:
+    """Bring a timing job's held outputs (or only `call`'s) to the judge's GPU and check them; a mismatch voids the
+    job's stream (False). One call at a time where each is compared and freed before the next comes over: a
+    timing job checks several calls, and a problem's output can take GBs."""
+    for c in job.calls if call is None else [call]:
         if c.outputs or c.inputs_after:
             try:
                 c.outputs = [o.settle() if isinstance(o, Held) else o for o in c.outputs or []]
                 c.inputs_after = [o.settle() if isinstance(o, Held) else o for o in c.inputs_after or []]
             except wire.Forgery as exc:
                 job.forged = job.forged or str(exc)
-                return
+                return False
+    return True
 
 
 class RunnerLink:

@@ -61,14 +61,15 @@ class TimingPhase:
             self.spent("timing", t)
             if self._call_left_unmeasured(job, cfg.name, "while the candidate was timed on"):
                 raise Stop   # no timing is kept: judge.py closes the runner
-            settle(job)   # the checked outputs to this GPU, now that the candidate is not being timed
+            # the checked outputs to this GPU now that the candidate is not being timed, each compared and freed
+            # before the next comes over
+            self._digest_timed(job, prep, runtime, tol)
             if job.forged:
                 self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
             elif (fatal := msg.fatal_reason(done)) is not None:
                 self.out.data.error = f"CUDA error while timing {cfg.name}: {fatal}"
             if self.out.data.error:
                 break
-            self._digest_timed(job, prep, runtime, tol)
             self._note_memory(cfg.name, done)
             jobs[cfg.name] = job
             call_seeds[cfg.name] = prep.variants[0].plan.call_seed
@@ -97,8 +98,12 @@ class TimingPhase:
         self.spent("baselines", t)
 
     def _digest_timed(self, job: analysis.Job, prep: Prepared, runtime: TaskRuntime, tol: analysis.Tolerance) -> None:
-        """A timing job's checked iterations compared now (the runner waits between jobs), their outputs freed."""
+        """A timing job's checked iterations, each brought to this GPU, checked against its signature, compared and
+        freed in turn (the runner waits between jobs); a forged one voids the job (`job.forged`)."""
         digest = self._digester(self._references(runtime, prep), composer(runtime, prep), tol)
         for c in job.timed():
             if c.checked and c.digest is None:
+                if not settle(job, c):
+                    return
                 digest(c)
+        settle(job)   # any other call's held outputs (none is compared), checked all the same

@@ -73,9 +73,12 @@ def park(runtime: TaskRuntime, variant: Variant) -> Variant:
 
 
 @contextlib.contextmanager
-def loaded(runtime: TaskRuntime, prep: Prepared, v: int) -> Iterator[Variant]:
+def loaded(runtime: TaskRuntime, prep: Prepared, v: int, outputs: bool = True) -> Iterator[Variant]:
     """Variant `v` on the GPU for the moment, the runtime set to it; afterwards the runtime holds the parked state
-    again and the GPU copies are freed. An unparked variant (a CPU run) is used as it is."""
+    again and the GPU copies are freed. An unparked variant (a CPU run) is used as it is. `outputs` False: its
+    reference outputs and the values the reference leaves in its arguments stay in host memory (a caller that
+    reads only the inputs: a problem's outputs can be as large as its inputs, and the judge holds a candidate's
+    output beside them meanwhile)."""
     var = prep.variants[v]
     if not var.parked:
         runtime.restore_state(var.state)
@@ -84,7 +87,8 @@ def loaded(runtime: TaskRuntime, prep: Prepared, v: int) -> Iterator[Variant]:
     memo: dict[int, Any] = {}
     here = dataclasses.replace(var, state={k: moved(x, GPU, memo) for k, x in var.state.items()},
                                plan=dataclasses.replace(var.plan, args=moved(var.plan.args, GPU, memo)),
-                               ref=moved(var.ref, GPU, memo), after=moved(var.after, GPU, memo), parked=False)
+                               ref=moved(var.ref, GPU, memo) if outputs else var.ref,
+                               after=moved(var.after, GPU, memo) if outputs else var.after, parked=False)
     runtime.restore_state(here.state)
     try:
         yield here

@@ -3,7 +3,9 @@ H200: the judge alone held 25-37 GiB on KernelBench level 1 problems 23, 24 and 
 
 - A check job's outputs are compared as each call's records come in, then freed (engine/pipeline/digest.py); the
   verdicts are the ones the whole job would have given.
-- A timing job's checked outputs wait in host memory and are checked and compared once the job has ended.
+- A timing job's checked outputs wait in host memory until the job has ended, then come to the judge's GPU one call
+  at a time, each checked against its signature, compared and freed before the next (a timing job checks four
+  calls: all of a 1 GiB softmax's at once took the judge to 3.6x the problem's footprint).
 - A config too large to keep from its check to its timing is freed after its check and prepared again for its
   timing; the baselines then set its first variant up without a reference.
 The same runs on a GPU through the real runner in tests/pipeline/test_gpu_memory.py (peak memory per config)."""
@@ -96,6 +98,52 @@ def test_held_timing_outputs_are_settled_after_the_job_and_a_changed_one_voids_t
     job = analysis.Job(calls=[analysis.Call(0, "t", 0, 1.0, 1.0, True, outputs=[Held(changed)])])
     settle(job)
     assert "do not match their signed fingerprint" in job.forged
+
+
+def _timing_job(n: int, forged_at: int | None = None) -> tuple[analysis.Job, list[int], list[int]]:
+    """A timing job of `n` checked calls whose held outputs note how many are on the judge's GPU at once."""
+    on_gpu: list[int] = []
+    most: list[int] = []
+
+    def held(i: int) -> Held:
+        def finish():
+            if i == forged_at:
+                raise wire.Forgery(f"the bytes of output 0 of iteration {i} do not match their signed fingerprint")
+            on_gpu.append(i)
+            most.append(len(on_gpu))
+            return torch.full((4,), float(i))
+        return Held(finish)
+    calls = [analysis.Call(i, "t", 0, 1.0, 1.0, True, outputs=[held(i)]) for i in range(n)]
+    return analysis.Job(calls=calls + [analysis.Call(n, "t", 0, 1.0, 1.0, False)]), on_gpu, most
+
+
+def _digesting_judge(on_gpu: list[int], monkeypatch) -> judge_eval.Judge:
+    judge = judge_eval.Judge(TimerSpec("t.so", "t"))
+
+    def digester(refs, compose, tol, chained=False):
+        def digest(call):
+            assert call.outputs is not None and float(call.outputs[0][0]) == call.index
+            on_gpu.remove(call.index)   # compared, then freed (engine/pipeline/digest.py)
+            call.digest, call.outputs = "compared", None
+        return digest
+    judge._digester, judge._references = digester, lambda runtime, prep: None
+    monkeypatch.setattr(judge_timing_phase, "composer", lambda runtime, prep: None)
+    return judge
+
+
+def test_a_timing_jobs_checked_outputs_come_to_the_judges_gpu_one_call_at_a_time(monkeypatch):
+    job, on_gpu, most = _timing_job(4)
+    _digesting_judge(on_gpu, monkeypatch)._digest_timed(job, None, None, None)
+    assert max(most) == 1 and on_gpu == []
+    assert [c.digest for c in job.timed()] == ["compared"] * 4 + [None] and not job.forged
+
+
+def test_a_forged_checked_output_voids_the_timing_job_and_nothing_after_it_is_brought_over(monkeypatch):
+    job, on_gpu, most = _timing_job(4, forged_at=2)
+    _digesting_judge(on_gpu, monkeypatch)._digest_timed(job, None, None, None)
+    assert "iteration 2 do not match their signed fingerprint" in job.forged
+    assert [c.digest for c in job.timed()] == ["compared", "compared", None, None, None]
+    assert isinstance(job.calls[3].outputs[0], Held)   # never settled
 
 
 def _prep(label: str) -> SimpleNamespace:
