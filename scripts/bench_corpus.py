@@ -111,6 +111,7 @@ def judged(problem: dict[str, str], timeout_s: float) -> dict[str, Any]:
             "footprint": largest["footprint"] if largest else None,
             "judge_peak": max((m["judge_allocated"] for m in mem.values()), default=None),
             "runner_peak": max((m["runner_allocated"] or 0 for m in mem.values()), default=None),
+            "runner_kept": max((m.get("runner_kept") or 0 for m in mem.values()), default=None),
             "phases": {k: v for k, v in rep.phases.items() if isinstance(v, (int, float))}}
 
 

@@ -121,6 +121,7 @@ def _cold(request: Path) -> Started:
     warm_error = _warm(judge)
     # the task's setup is timed from here, not from the start again (both phases read the start's 3 s)
     judge.t0 = judge.spent("judge_start", judge.t0)
+    out.data.seconds.update({f"warm.{k}": v for k, v in judge.warm_marks.items()})
     return judge, req, out, warm_error
 
 
@@ -141,7 +142,8 @@ def _standby(timer: TimerSpec) -> Started | None:
     req = JudgeRequest.from_json(json.loads(Path(line).read_text()))
     out = ResultFile(Path(req.result_path))
     # how long it took to come up (from its own start) and then waited for the request: did the caller wait on it?
-    out.data.seconds.update(standby_up=round(up, 3), standby_idle=round(time.monotonic() - ready, 3))
+    out.data.seconds.update(standby_up=round(up, 3), standby_idle=round(time.monotonic() - ready, 3),
+                            **{f"warm.{k}": v for k, v in judge.warm_marks.items()})
     out.progress("start")
     judge.attach(req, out)
     out.data.warm = True
@@ -153,6 +155,7 @@ def _warm(judge: Judge, spare: bool = False) -> BaseException | None:
     also page-locks the arena's slot on both sides now (time nobody waits for)."""
     try:
         judge.runner.start(pin_arena=spare)
+        judge.mark("runner_spawned")
         judge.warm_up(pin_arena=spare)
         return None
     except BaseException as exc:  # noqa: BLE001 - reported in the result of the request that follows

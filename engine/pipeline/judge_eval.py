@@ -72,6 +72,12 @@ class Judge(TimingPhase):
         self.decode: Callable[[wire.Record, int], Any] | None = None
         self.held_decode: Callable[[wire.Record, int], Any] | None = None
         self.seeds: tuple[int, ...] | None = None   # the variants' seeds where the request fixes them (upstream)
+        # when each step of the warm-up was done, in seconds since this process started (the result's `warm.*`):
+        # where a judge's start goes, on the machine it runs on
+        self.warm_marks: dict[str, float] = {}
+
+    def mark(self, step: str) -> None:
+        self.warm_marks[step] = round(procs.process_age(), 3)
 
     def attach(self, req: JudgeRequest, out: ResultFile) -> None:
         if req.timer != self.timer:
@@ -97,19 +103,25 @@ class Judge(TimingPhase):
         """Everything that needs no request: torch and its CUDA context here, the runner up to its hello;
         `pin_arena`: the arena's whole slot page-locked on this side too."""
         import torch
+        self.mark("torch")
         numerics.apply(numerics.JUDGE)   # the runner applies the same before the candidate is imported
         self.numerics = numerics.current()
         self.device = DeviceInfo(**gpu_info())
         self.has_gpu = torch.cuda.is_available()
+        self.mark("device")
         if self.has_gpu:
             torch.zeros(1, device="cuda")   # the context, now rather than inside the first measurement
+            self.mark("cuda")
             self.local = LocalTimer(self.timer.so_path, self.timer.module_name)
+            self.mark("helper")
             arena = self.runner.process.arena if self.runner.process is not None else None
             if arena is not None:
                 arena.pinner = self.local.mod
                 if pin_arena:
                     arena.slot(min(arena.capacity, PIN_UP_FRONT))
+                    self.mark("arena")
         self.not_up = self.runner.up(self.deadline)
+        self.mark("runner_up")
 
     def note_forgery(self) -> None:
         """A record the helper did not sign arrived at any point (even between jobs): the stream is void."""
@@ -301,8 +313,9 @@ class Judge(TimingPhase):
         import torch
         figures = self.out.data.memory.get(name)
         if figures is not None:
+            done = done if isinstance(done, msg.JobDone) else None
             figures.note(int(torch.cuda.max_memory_allocated()), int(torch.cuda.max_memory_reserved()),
-                         done.peak_bytes if isinstance(done, msg.JobDone) else None)
+                         done.peak_bytes if done else None, done.kept_bytes if done else None)
 
     def _release(self, name: str) -> None:
         """Free a config on the runner's side (a config can take GBs); the judge's copy goes with its last

@@ -126,13 +126,16 @@ class ConfigMemory:
     variants: int = 0
     judge_allocated: int = 0      # the judge's peak torch allocation (bytes)
     judge_reserved: int = 0       # what its caching allocator held at the peak (bytes)
-    runner_allocated: int | None = None   # the runner's own report (msg.JobDone.peak_bytes)
+    runner_allocated: int | None = None   # the runner's own report for this config (msg.JobDone.peak_bytes)
+    runner_kept: int | None = None        # what it held meanwhile for other configs to be timed (kept_bytes)
 
-    def note(self, judge_allocated: int, judge_reserved: int, runner: int | None) -> None:
+    def note(self, judge_allocated: int, judge_reserved: int, runner: int | None, kept: int | None = None) -> None:
         self.judge_allocated = max(self.judge_allocated, judge_allocated)
         self.judge_reserved = max(self.judge_reserved, judge_reserved)
         if runner is not None:
             self.runner_allocated = max(self.runner_allocated or 0, runner)
+        if kept is not None:
+            self.runner_kept = max(self.runner_kept or 0, kept)
 
 
 @dataclass

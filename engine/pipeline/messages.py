@@ -270,9 +270,11 @@ class JobDone(_Message):
     status: str                      # the helper's own word on the job; the records are what count
     fatal: bool = field(default=False, metadata=_OMIT)   # a sticky CUDA error: the runner exits after this
     message: str | None = None
-    # the runner's own word on its peak GPU allocation since the config was set up: figures for the memory report
+    # the runner's own word on its peak GPU allocation for this config (its setup, its tensors and the job's calls)
+    # and on what it kept meanwhile for other configs to be timed: figures for the memory report
     # (JudgeResult.memory), never evidence in a verdict
     peak_bytes: int | None = None
+    kept_bytes: int | None = None
 
     def _check(self) -> None:
         if self.fatal and self.message is None:

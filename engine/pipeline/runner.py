@@ -42,6 +42,8 @@ class _Configured:
     fresh_modes: list[int]         # per tensor: how each call's values are drawn from its variant's (helper)
     fresh_alphas: list[float]
     mutable: list[int]             # tensors the reference mutates in place (msg.Config.mutable_inputs)
+    held: int = 0                  # GPU bytes its setup left allocated (its variants, live inputs, model)
+    setup_peak: int = 0            # its setup's peak allocation above what was allocated before it
 
 
 class Runner:
@@ -132,7 +134,8 @@ class Runner:
 
     def configure(self, m: msg.Config, blobs: list[bytearray]) -> msg.Reply:
         import torch
-        torch.cuda.reset_peak_memory_stats()   # JobDone.peak_bytes: this config's setup and jobs
+        before = torch.cuda.memory_allocated()   # the configs kept for timing, and this process's own buffers
+        torch.cuda.reset_peak_memory_stats()     # JobDone.peak_bytes: this config's setup and jobs
         tensors = [self._from_arena(meta) if "arena_offset" in meta else tensor_from_bytes(meta, b, "cuda")
                    for meta, b in zip(m.tensors, blobs)]
         k, n = m.variants, m.per_variant
@@ -150,7 +153,8 @@ class Runner:
         if m.call_seeds is not None:
             call = seeded_calls(call, m.call_seeds, self.timer.current_variant)
         self.configs[m.cid] = _Configured(live, variants, call, list(m.fresh_modes or ()), list(m.fresh_alphas or ()),
-                                          list(m.mutable_inputs))
+                                          list(m.mutable_inputs), held=max(torch.cuda.memory_allocated() - before, 0),
+                                          setup_peak=max(torch.cuda.max_memory_allocated() - before, 0))
         return msg.Configured(cid=m.cid)
 
     def _from_arena(self, meta: dict[str, Any]) -> Any:
@@ -187,10 +191,12 @@ class Runner:
         if self.timer is None:
             return msg.Error(message="no GPU: nothing can be timed here")
         cfg = self.configs[m.cid]
-        # The poisoning takes every free block the allocator keeps for a moment: memory this process holds
-        # already (its reserved figure does not move), so it is left out of the peak the judge weighs against
-        # the problem's footprint (what the config's setup and the calls held before and after it stays in).
-        before = torch.cuda.max_memory_allocated()
+        # The figure the judge weighs against this config's footprint is this config's own: its setup, its held
+        # tensors and its calls. The configs kept prepared for their timing beside it (within the judge's
+        # KEEP_FOR_TIMING share of the GPU, whatever the problem) are reported apart (`kept_bytes`); the
+        # poisoning takes every free block the allocator keeps for a moment, memory this process holds already
+        # (its reserved figure does not move), and is left out.
+        kept = sum(c.held for cid, c in self.configs.items() if cid != m.cid)
         poison_free_cache()
         torch.cuda.reset_peak_memory_stats()
         status = run_helper(self.timer, m, cfg.call, cfg.live, cfg.variants, cfg.fresh_modes, cfg.fresh_alphas,
@@ -200,8 +206,8 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a sticky CUDA error: this process can do nothing more
             return msg.JobDone(job=m.job, status=str(status), fatal=True,
                                message=f"CUDA error: {str(exc).strip().splitlines()[0]}")
-        return msg.JobDone(job=m.job, status=str(status),
-                           peak_bytes=int(max(before, torch.cuda.max_memory_allocated())))
+        own = max(cfg.setup_peak, torch.cuda.max_memory_allocated() - kept)
+        return msg.JobDone(job=m.job, status=str(status), peak_bytes=int(own), kept_bytes=int(kept))
 
     def drop(self, m: msg.Drop) -> msg.Reply:
         import torch

@@ -122,6 +122,10 @@ def test_the_judge_is_started_before_the_build_is_done_and_is_handed_the_request
     assert phases["start.build_done"] <= phases["start.judge_requested"], phases
     assert phases["judge.early"] == 1.0 and phases["judge.warm"] == 1.0, phases
     assert phases["start.judge_ready"] > phases["start.judge_spawned"], phases
+    # where its start went, in seconds since the judge started: its runner spawned before torch was imported
+    # here (the two import torch at once), the runner's hello last, all before the judge was up
+    steps = [phases[f"judge.warm.{k}"] for k in ("runner_spawned", "torch", "device", "runner_up")]
+    assert steps == sorted(steps) and steps[-1] <= phases["judge.standby_up"] + 0.01, phases
     assert not none_left(watch, within=5.0)
 
 

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.gpu
 BIG = FIXTURES / "kernelbench" / "big_softmax.py"
 # The judge: one variant's inputs, a copy for the reference and its output while a variant is prepared (the others
 # parked in host memory); one reference and one candidate output while comparing. The runner: each of the two
-# variants' inputs, the live ones, the call's output and the previous call's (the persistence check): 2.5x here.
+# variants' inputs, the live ones, the call's output and the previous call's (the persistence check): 2.5x here;
+# the other configs it keeps prepared for their timing meanwhile are bounded by the judge's share of the GPU
+# (KEEP_FOR_TIMING), not by the problem, and reported apart (runner_kept).
 JUDGE_MULTIPLE = 3.0
 RUNNER_MULTIPLE = 3.0
 
@@ -42,7 +44,7 @@ def test_the_judge_and_the_runner_of_a_1_gib_softmax_hold_a_small_multiple_of_it
         judge, runner = m["judge_allocated"] / fp, (m["runner_allocated"] or 0) / fp
         print(f"MEMORY-ROW | big_softmax {name} | footprint {fp >> 20} MiB | judge {m['judge_allocated'] >> 20} MiB "
               f"({judge:.2f}x, reserved {m['judge_reserved'] >> 20} MiB) | runner {(m['runner_allocated'] or 0) >> 20} "
-              f"MiB ({runner:.2f}x)")
+              f"MiB ({runner:.2f}x), beside {(m.get('runner_kept') or 0) >> 20} MiB kept for other configs' timing")
         assert judge <= JUDGE_MULTIPLE and runner <= RUNNER_MULTIPLE, (name, m)
 
 
