@@ -127,9 +127,8 @@ def main() -> int:
         env["BENCH_STAND_IN"] = "1"
     old_tree = Path(args.old).resolve() if args.old else None
     # a tree from before the early judge has no start.* phases: its judge call is timed by OLD_BOOT's wrapper
-    trees = [("this tree", REPO, False)] + ([("old tree", old_tree, not (old_tree / "engine" / "pipeline" /
-                                                                         "early_judge.py").is_file())]
-                                           if old_tree else [])
+    old_boot = old_tree is not None and not (old_tree / "engine" / "pipeline" / "early_judge.py").is_file()
+    trees = [("this tree", REPO, False)] + ([("old tree", old_tree, old_boot)] if old_tree else [])
     for name, tree, old in trees:
         if not (tree / "engine" / "cli" / "__init__.py").is_file():
             raise SystemExit(f"{tree}: not a kbench tree")
@@ -140,9 +139,8 @@ def main() -> int:
     kinds = [("this tree, --fresh-baselines", REPO, False, ["--fresh-baselines"]),
              ("this tree, cached", REPO, False, [])]
     if old_tree:
-        boot = trees[-1][2]
-        kinds += [("old tree, --fresh-baselines", old_tree, boot, ["--fresh-baselines"]),
-                  ("old tree, cached", old_tree, boot, [])]
+        kinds += [("old tree, --fresh-baselines", old_tree, old_boot, ["--fresh-baselines"]),
+                  ("old tree, cached", old_tree, old_boot, [])]
     runs: dict[str, list[dict]] = {k[0]: [] for k in kinds}
     for i in range(args.n):
         for kind, tree, old, extra in kinds:

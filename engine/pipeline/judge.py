@@ -121,7 +121,7 @@ def _cold(request: Path) -> Started:
     warm_error = _warm(judge)
     # the task's setup is timed from here, not from the start again (both phases read the start's 3 s)
     judge.t0 = judge.spent("judge_start", judge.t0)
-    out.data.seconds.update({f"warm.{k}": v for k, v in judge.warm_marks.items()})
+    out.data.seconds.update(judge.warm_seconds())
     return judge, req, out, warm_error
 
 
@@ -143,7 +143,7 @@ def _standby(timer: TimerSpec) -> Started | None:
     out = ResultFile(Path(req.result_path))
     # how long it took to come up (from its own start) and then waited for the request: did the caller wait on it?
     out.data.seconds.update(standby_up=round(up, 3), standby_idle=round(time.monotonic() - ready, 3),
-                            **{f"warm.{k}": v for k, v in judge.warm_marks.items()})
+                            **judge.warm_seconds())
     out.progress("start")
     judge.attach(req, out)
     out.data.warm = True

@@ -79,6 +79,10 @@ class Judge(TimingPhase):
     def mark(self, step: str) -> None:
         self.warm_marks[step] = round(procs.process_age(), 3)
 
+    def warm_seconds(self) -> dict[str, float]:
+        """The warm-up's marks as the result's `seconds` name them."""
+        return {f"warm.{k}": v for k, v in self.warm_marks.items()}
+
     def attach(self, req: JudgeRequest, out: ResultFile) -> None:
         if req.timer != self.timer:
             raise RuntimeError(f"this judge runs timer {self.timer}, the request names {req.timer}")

@@ -61,9 +61,12 @@ class TimingPhase:
             self.spent("timing", t)
             if self._call_left_unmeasured(job, cfg.name, "while the candidate was timed on"):
                 raise Stop   # no timing is kept: judge.py closes the runner
-            # the checked outputs to this GPU now that the candidate is not being timed, each compared and freed
-            # before the next comes over
-            self._digest_timed(job, prep, runtime, tol)
+            if msg.fatal_reason(done) is None:
+                # the checked outputs to this GPU now that the candidate is not being timed, each compared and
+                # freed before the next comes over
+                self._digest_timed(job, prep, runtime, tol)
+            else:
+                settle(job)   # after a CUDA error nothing is compared: the outputs are only checked as signed
             if job.forged:
                 self.out.data.error = f"the result channel was forged while timing {cfg.name}: {job.forged}"
             elif (fatal := msg.fatal_reason(done)) is not None:
@@ -102,8 +105,8 @@ class TimingPhase:
         freed in turn (the runner waits between jobs); a forged one voids the job (`job.forged`)."""
         digest = self._digester(self._references(runtime, prep), composer(runtime, prep), tol)
         for c in job.timed():
-            if c.checked and c.digest is None:
-                if not settle(job, c):
-                    return
+            if job.forged:   # a void stream (a forged record, or an output whose bytes were not those signed)
+                return
+            if c.checked and c.digest is None and settle(job, c):
                 digest(c)
         settle(job)   # any other call's held outputs (none is compared), checked all the same
