@@ -44,8 +44,12 @@ STANDBY_START_S = 180.0  # how long a standby judge's runner may take to come up
 # Configs to time stay prepared on both sides from their check to their timing while their shares
 # (judge_memory.config_share) add up to at most this fraction of the GPU's memory; larger ones are freed after
 # their check and prepared again for their timing, so one problem's judge and runner hold one large config at a
-# time (KernelBench level 1 problem 23 held three 12 GiB configs on each side before).
+# time (KernelBench level 1 problem 23 held three 12 GiB configs on each side before). Nor more than
+# KEEP_MAX_BYTES whatever the GPU: keeping saves a preparation that matters for small configs (milliseconds of
+# work beside fixed costs), while a large one's preparation is dwarfed by its timing and keeping it would make
+# the runner hold several problems' worth (a 1 GiB softmax's runner held 3 GiB of other configs).
 KEEP_FOR_TIMING = 0.125
+KEEP_MAX_BYTES = 1 << 30
 
 
 class Judge(TimingPhase):
@@ -178,8 +182,8 @@ class Judge(TimingPhase):
     def _check_all(self, configs: list[TaskConfig], runtime: TaskRuntime,
                    tol: analysis.Tolerance) -> dict[str, Prepared | None] | None:
         """Check every config; the configs to time (None: nothing is timed). A config to time stays prepared on
-        both sides while the configs kept add up to at most KEEP_FOR_TIMING of the GPU's memory; a larger one is
-        freed now and prepared again for its timing (None in the map)."""
+        both sides while the configs kept add up to at most `_keep_bytes()`; a larger one is freed now and
+        prepared again for its timing (None in the map)."""
         import torch
         to_time: dict[str, Prepared | None] = {}
         all_ok = True
@@ -188,7 +192,7 @@ class Judge(TimingPhase):
             all_ok &= ok
             if self.req.timing and all_ok and self._timed(cfg.name) and prep is not None:
                 kept = [n for n, p in to_time.items() if p is not None] + [cfg.name]
-                if sum(self.held.get(n, 0) for n in kept) <= KEEP_FOR_TIMING * self._gpu_bytes():
+                if sum(self.held.get(n, 0) for n in kept) <= self._keep_bytes():
                     to_time[cfg.name] = prep
                 else:
                     to_time[cfg.name] = None
@@ -326,6 +330,10 @@ class Judge(TimingPhase):
         reference."""
         if self.held.pop(name, None) is not None:
             self.runner.drop(name, self.deadline)
+
+    def _keep_bytes(self) -> int:
+        """How much the configs kept prepared for their timing may hold on each side, in all."""
+        return min(int(KEEP_FOR_TIMING * self._gpu_bytes()), KEEP_MAX_BYTES)
 
     def _gpu_bytes(self) -> int:
         import torch

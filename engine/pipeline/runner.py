@@ -193,7 +193,7 @@ class Runner:
         cfg = self.configs[m.cid]
         # The figure the judge weighs against this config's footprint is this config's own: its setup, its held
         # tensors and its calls. The configs kept prepared for their timing beside it (within the judge's
-        # KEEP_FOR_TIMING share of the GPU, whatever the problem) are reported apart (`kept_bytes`); the
+        # KEEP_FOR_TIMING share of the GPU and KEEP_MAX_BYTES, whatever the problem) are reported apart (`kept_bytes`); the
         # poisoning takes every free block the allocator keeps for a moment, memory this process holds already
         # (its reserved figure does not move), and is left out.
         kept = sum(c.held for cid, c in self.configs.items() if cid != m.cid)

@@ -208,3 +208,20 @@ def test_a_config_too_large_to_keep_is_freed_after_its_check_and_prepared_again_
         judge._time([small, big], to_time, None, None)
     assert events == ["time small", "prepare big", "time big", "drop big", "close",
                       "baselines on baseline small", "baselines on baseline big"]
+
+
+def test_on_a_large_gpu_the_configs_kept_for_timing_stay_under_a_gibibyte(tmp_path):
+    """KEEP_MAX_BYTES: on an 80 GiB GPU (a 10 GiB share) three 600 MiB configs are not all kept; the runner of a
+    large problem holds one config at a time, whatever the GPU."""
+    events: list[str] = []
+    judge = _judge(tmp_path, events, {})
+    judge._gpu_bytes = lambda: 80 << 30
+    cfgs = [SimpleNamespace(name=n) for n in ("a", "b", "c")]
+
+    def check(cfg, runtime, tol):
+        judge.held[cfg.name] = 600 << 20
+        return _prep(f"prep {cfg.name}"), True
+    judge._check = check
+    to_time = judge._check_all(cfgs, None, None)
+    assert to_time == {"a": _prep("prep a"), "b": None, "c": None}
+    assert events == ["drop b", "drop c"] and set(judge.held) == {"a"}

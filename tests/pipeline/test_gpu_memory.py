@@ -15,6 +15,7 @@ import pytest
 
 from engine.candidates import Candidate
 from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.pipeline.judge_eval import KEEP_MAX_BYTES
 from engine.tasks.loader import load_task
 from tests.paths import FIXTURES
 
@@ -25,7 +26,7 @@ BIG = FIXTURES / "kernelbench" / "big_softmax.py"
 # parked in host memory); one reference and one candidate output while comparing. The runner: each of the two
 # variants' inputs, the live ones, the call's output and the previous call's (the persistence check): 2.5x here;
 # the other configs it keeps prepared for their timing meanwhile are bounded by the judge's share of the GPU
-# (KEEP_FOR_TIMING), not by the problem, and reported apart (runner_kept).
+# (KEEP_FOR_TIMING) and by KEEP_MAX_BYTES, not by the problem, and reported apart (runner_kept).
 JUDGE_MULTIPLE = 3.0
 RUNNER_MULTIPLE = 3.0
 
@@ -46,6 +47,7 @@ def test_the_judge_and_the_runner_of_a_1_gib_softmax_hold_a_small_multiple_of_it
               f"({judge:.2f}x, reserved {m['judge_reserved'] >> 20} MiB) | runner {(m['runner_allocated'] or 0) >> 20} "
               f"MiB ({runner:.2f}x), beside {(m.get('runner_kept') or 0) >> 20} MiB kept for other configs' timing")
         assert judge <= JUDGE_MULTIPLE and runner <= RUNNER_MULTIPLE, (name, m)
+        assert (m.get("runner_kept") or 0) <= KEEP_MAX_BYTES, (name, m)
 
 
 def test_a_parked_tensor_is_one_page_locked_copy_with_its_layout():
