@@ -1,6 +1,7 @@
 """The timing loop's parameters (TimingParams): the config's `[timing]` section (engine.config_sections, which
 engine.config re-exports), the judge's request's `timing_params` and the runner's `job` message's `timing`
-(engine.pipeline.messages), and the keyword arguments of the compiled helper's `run` (engine/pipeline/helper_call.py).
+(engine.pipeline.protocol.messages), and the keyword arguments of the compiled helper's `run`
+(engine/pipeline/protocol/helper_call.py).
 
 Standard library only and importing no other kbench module: the jailed runner imports it, through its messages,
 before its jail is up (tests/project/test_architecture.py holds it to that).
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 class TimingParams:
     """The `[timing]` section: the parameters of the compiled timing loop (engine/pipeline/timer/binding.cpp's `run`),
     one dataclass from the config file to the helper. It travels in the judge's request (JudgeRequest.timing_params)
-    and the runner's `job` message (engine.pipeline.messages.Job); engine/pipeline/helper_call.py passes its fields
+    and the runner's `job` message (engine.pipeline.protocol.messages.Job); engine/pipeline/protocol/helper_call.py
+    passes its fields
     to the helper by name, so each field's name is the helper's argument's name."""
 
     # Strict in the config file as every section (engine.config_checks checks sections in strict mode), but not

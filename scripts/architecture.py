@@ -35,12 +35,12 @@ STAGES: tuple[tuple[str, tuple[str, ...], str], ...] = (
                      "engine.integrity.py_scan:scan_python_source"),
      "reward-hack rules on the sources before any GPU time"),
     ("build", ("engine.harness.build:build_candidate",), "compile to a torch extension, cached by source + toolchain"),
-    ("judge", ("engine.pipeline.judge:main", "engine.pipeline.judge_eval:Judge"),
+    ("judge", ("engine.pipeline.judge.main:main", "engine.pipeline.judge.evaluation:Judge"),
      "trusted process: references, comparison, timing, every verdict"),
-    ("jailed runner", ("engine.pipeline.runner:Runner", "engine.jail:apply"),
+    ("jailed runner", ("engine.pipeline.runner.main:Runner", "engine.jail:apply"),
      "runs candidate code, one fresh jailed process per candidate"),
     ("correctness comparison", ("engine.harness.compare:compare_outputs",), "outputs against the reference"),
-    ("timing", ("engine.pipeline.judge_timer:LocalTimer", "engine.harness.timing:summarise"),
+    ("timing", ("engine.pipeline.judge.timer:LocalTimer", "engine.harness.timing:summarise"),
      "event-timed calls, median and IQR"),
     ("verdicts", ("engine.pipeline.verdicts:fill_report", "engine.verdict:Verdict", "engine.verdict:judge"),
      "from the judge's result to the correctness, timing and integrity verdicts; `judge`: what they amount to"),
@@ -269,6 +269,37 @@ def _cycle_line(c: list[str], ignored: list[tuple[str, str]]) -> str:
     return f"- {path}: " + (f"closed by {', '.join(closers)}" if closers else "**not in ignore_imports**")
 
 
+# engine/pipeline's folders, each the code of one process (engine/pipeline/__init__.py); "" is its top level
+ROOMS: tuple[tuple[str, str], ...] = (
+    ("", "kbench's own process (the CLI, the app, an executor's worker): the static gate, the build, a judge started "
+         "and read, the verdicts and the report"),
+    ("judge", "the judge process: trusted, never runs candidate code; references, comparison, timing"),
+    ("runner", "the processes that run candidate code, jailed before it loads: the runner, the profile child"),
+    ("protocol", "what crosses between them: the request and result files, control messages, wire, arena"),
+    ("timer", "kbench's compiled timing helper, loaded by the judge and the runner"),
+)
+
+
+def room(module: str) -> str | None:
+    """engine.pipeline.judge.analysis -> "judge"; engine.pipeline.evaluate -> ""; outside the pipeline -> None."""
+    parts = module.split(".")
+    if parts[:2] != ["engine", "pipeline"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in {r for r, _ in ROOMS if r} else ""
+
+
+def _rooms(imports: list[Import]) -> list[str]:
+    files = [module_name(p) for p in source_files("engine")]
+    out = ["| folder | who runs it | modules | imports from the other folders |", "| --- | --- | ---: | --- |"]
+    for name, who in ROOMS:
+        mods = [m for m in files if room(m) == name and not m.endswith("__init__")]
+        used = sorted({room(i.imported) for i in imports if room(i.importer) == name}
+                      - {None, name}, key=lambda r: [n for n, _ in ROOMS].index(r))   # type: ignore[arg-type]
+        shown = ", ".join(f"`{r}/`" if r else "top level" for r in used) or "none"
+        out.append(f"| `engine/pipeline/{name + '/' if name else ''}` | {who} | {len(mods)} | {shown} |")
+    return out
+
+
 def render() -> str:
     imports = scan()
     engine = {e: k for e, k in unit_graph(imports).items() if e[0].startswith("engine.")}
@@ -324,6 +355,11 @@ def render() -> str:
         out += [f"- {' → '.join([*c, c[0]])}" for c in inner]
     else:
         out += ["", "None between the modules inside a unit (function-local imports included)."]
+    out += ["", "## Who runs what: engine/pipeline's folders", "",
+            "An evaluation runs in three processes, and a module's folder says which one runs it. The",
+            "`judge-and-runner-apart` contract keeps the judge's code and the runner's apart (they share only",
+            "`protocol/`), and `processes-below-the-parent` keeps both from importing what kbench's own process runs.",
+            "", *_rooms(imports)]
     out += ["", "## Who imports whom", "", "| unit | imports (`lazy`: only function-local; `types`: only TYPE_CHECKING) |",
             "| --- | --- |"]
     by_src: dict[str, list[str]] = defaultdict(list)

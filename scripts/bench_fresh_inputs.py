@@ -1,6 +1,6 @@
 """What fresh inputs cost per timed call, measured with the timing helper itself (GPU): the helper's loop on a
 1 GiB argument and on a ~10 us kernel's, once with the plain refill copy of a variant (the loop before fresh inputs)
-and once with fresh values (the variant times per-element factors, engine/pipeline/fresh.py), side by side.
+and once with fresh values (the variant times per-element factors, engine/pipeline/judge/fresh.py), side by side.
 
     python scripts/bench_fresh_inputs.py [--rounds 3] [--json OUT.json]
 
@@ -28,10 +28,10 @@ def main() -> int:
 
     from engine.harness.toolchain import detect
     from engine.pipeline.eval_types import default_cache_root
-    from engine.pipeline.fresh import SCALE
-    from engine.pipeline.judge_timer import LocalTimer
+    from engine.pipeline.judge.fresh import SCALE
+    from engine.pipeline.judge.timer import LocalTimer
     from engine.pipeline.timer import build_timer
-    from engine.pipeline.types import TimingParams
+    from engine.pipeline.protocol.types import TimingParams
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)

@@ -92,8 +92,8 @@ def runner_without_gpu(tmp_path: Path) -> Iterator[tuple[Any, float]]:
     """A real jailed runner on a machine without a GPU (its timer a stand-in that never loads), up to its `no_gpu`
     answer: (its RunnerLink, a deadline for the steps that follow). It still imports a candidate, so a test sees
     what the candidate's import does in the jail. Closed afterwards."""
-    from engine.pipeline.judge_runner import RunnerLink
-    from engine.pipeline.types import NO_GPU, TimerSpec
+    from engine.pipeline.judge.runner_link import RunnerLink
+    from engine.pipeline.protocol.types import NO_GPU, TimerSpec
 
     timer = tmp_path / "timer.so"
     timer.write_bytes(b"not a library")

@@ -1,4 +1,4 @@
-"""Records as the timing helper writes them (engine/pipeline/wire.py's format), for tests of the reader."""
+"""Records as the timing helper writes them (engine/pipeline/protocol/wire.py's format), for tests of the reader."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import json
 
-from engine.pipeline import wire
+from engine.pipeline.protocol import wire
 
 
 def signed_record(key: bytes, rtype: int, seq: int, job: int, body: dict, payload: bytes = b"") -> bytes:

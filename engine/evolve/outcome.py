@@ -20,7 +20,7 @@ from engine import jsonable
 from engine.candidates import Candidate
 from engine.evolve.resume import INFRA_FAILURE
 from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU
-from engine.pipeline.types import NO_GPU
+from engine.pipeline.protocol.types import NO_GPU
 from engine.verdict import (
     Judgement,
     Stage,

@@ -14,7 +14,8 @@ Rows too small to matter (RMS below 1e-3 of the output's, or only subnormal valu
 row checks: their values are rounding noise, which the element-wise atol exists for.
 
 Lazy imports: torch, inside the functions: the CLI and the app load this module at start-up, and the judge
-imports it before it spawns its runner, so that both import torch at the same time (engine/pipeline/judge_eval.py).
+imports it before it spawns its runner, so that both import torch at the same time
+(engine/pipeline/judge/evaluation.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ _GPU_NODE = re.compile(r"nvidia\d+|dxg")
 
 
 def gpu_info() -> dict[str, Any]:
-    import torch  # lazy: the judge imports this module before it spawns its runner (engine/pipeline/judge_eval.py)
+    # lazy: the judge imports this module before it spawns its runner (engine/pipeline/judge/evaluation.py)
+    import torch
 
     info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": None}
     if not torch.cuda.is_available():

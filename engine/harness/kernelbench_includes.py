@@ -3,7 +3,7 @@
 A ModelNew builds its kernels itself, with torch.utils.cpp_extension.load_inline (or load), so kbench cannot pass
 flags to nvcc: `add_include_path` wraps both functions so that each call's `extra_include_paths` ends with the
 CUTLASS folder (engine.harness.vendor_libs.cutlass_include). Both imports of the candidate do it: the compile
-stage's (engine/harness/kernelbench_compile.py), which builds, and the runner's (engine/pipeline/runner.py),
+stage's (engine/harness/kernelbench_compile.py), which builds, and the runner's (engine/pipeline/runner/main.py),
 which reuses that build: torch's versioner hashes the include paths with the sources, so the two must ask for the
 same ones or the runner would build again (engine/harness/kernelbench_prebuilt.py).
 

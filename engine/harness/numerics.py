@@ -5,7 +5,7 @@ torch's library switches change what the same call computes: with cuDNN's TF32 o
 its `ModelNew`, missed atol = rtol = 1e-4 by up to 5e-4 against the judge's reference computed with TF32 off
 (H200, level 1 problem 57 and level 2 problems 2-4). So the judge applies `JUDGE` to itself before it computes
 anything, and sends the same settings to its runner, which applies them right after importing torch and before
-the candidate is imported (engine/pipeline/runner.py). Both sides then start equal; a candidate that changes a
+the candidate is imported (engine/pipeline/runner/main.py). Both sides then start equal; a candidate that changes a
 switch itself is judged on the outputs it returns, like any other choice it makes. The settings are recorded in
 the judge's result and the correctness verdict.
 

@@ -7,7 +7,7 @@ task (everything but its configs), the content of its reference files, the direc
 toolchain). Inside it, entries are filed by GPU: its name, uuid, driver, torch and CUDA versions
 (DeviceInfo.key()), and within a GPU by config name with a hash of the config's arguments, seed and init. The
 parent does not know which GPU the judge will get: the request carries the file's entries for every GPU
-(JudgeRequest.cached_baselines) and the judge takes only those of its own (engine/pipeline/judge_timing.py).
+(JudgeRequest.cached_baselines) and the judge takes only those of its own (engine/pipeline/judge/timing.py).
 
 The drift check. A cached config is never reused blind: the judge re-times its eager baseline quickly (20
 iterations) and reuses the entry only within BASELINE_DRIFT (10 %) of the cached figure. Where any config drifts,
@@ -39,9 +39,9 @@ from typing import Any
 
 from engine import jsonable
 from engine.errors import DataError
-from engine.pipeline.judge_result import CACHED, MEASURED, JudgeResult
-from engine.pipeline.judge_timing import BASELINE_DRIFT
-from engine.pipeline.types import JudgeRequest, SessionBaseline
+from engine.pipeline.protocol.result import CACHED, MEASURED, JudgeResult
+from engine.pipeline.judge.timing import BASELINE_DRIFT
+from engine.pipeline.protocol.types import JudgeRequest, SessionBaseline
 
 SCHEMA = 1               # the file's format and the judge's timing protocol: a change here starts a new cache
 FOLDER = "baselines"

@@ -20,8 +20,8 @@ import json
 import threading
 from typing import Any
 
-from engine.pipeline.judge_result import MEASURED, REUSED, JudgeResult
-from engine.pipeline.types import SessionBaseline
+from engine.pipeline.protocol.result import MEASURED, REUSED, JudgeResult
+from engine.pipeline.protocol.types import SessionBaseline
 
 RECHECK_EVERY = 10
 

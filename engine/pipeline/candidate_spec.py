@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.harness.build import kernelbench_extensions_dir
-from engine.pipeline.types import CandidateSpec
+from engine.pipeline.protocol.types import CandidateSpec
 
 if TYPE_CHECKING:
     from engine.candidates import Candidate

@@ -2,7 +2,7 @@
 
 A cold judge spends about 3 s starting (torch, the CUDA context, the jailed runner up to the timing helper's
 signed hello) and `kbench eval` spent about 3 s of its own before it asked for one (imports, the task, the build
-cache): in series. `start_early` starts a standby judge (engine/pipeline/judge.py --standby, the warm pool's
+cache): in series. `start_early` starts a standby judge (engine/pipeline/judge/main.py --standby, the warm pool's
 kind of spare) as soon as the command line is read, so the two overlap; evaluate() hands it the request when it
 is ready (`take`). It needs only what is on disk already: the toolchain an earlier run detected
 (engine/harness/toolchain_cache.py) and the timing helper that toolchain built. Where either is missing (the
@@ -29,8 +29,8 @@ from engine.harness.build_cache import _read_entry, entry_dir
 from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain_cache import cached_toolchain
 from engine.pipeline import timer as timers
-from engine.pipeline.judge_result import STANDBY_STATE, StandbyState
-from engine.pipeline.types import TimerSpec
+from engine.pipeline.protocol.result import STANDBY_STATE, StandbyState
+from engine.pipeline.protocol.types import TimerSpec
 from engine.procs import StandbyChild, process_age
 
 JUDGE = "engine.pipeline.judge"

@@ -1,5 +1,5 @@
 """What evaluate() takes and gives, on the parent side: EvalOptions, and the EvalReport of ConfigRows every
-caller reads (engine/pipeline/types.py holds what crosses to the judge and back).
+caller reads (engine/pipeline/protocol/types.py holds what crosses to the judge and back).
 
 `options_from_config` is the one rule from the config (its [eval] section, flags already merged into it by
 engine.config.load_config) to EvalOptions: `kbench eval`, `kbench evolve`, `kbench reevaluate` and the app all
@@ -52,7 +52,8 @@ class EvalOptions:
     # submits a candidate, and honours a person's override there (engine/evolve/checks.py): its evaluations
     # leave it out rather than scan again and have their verdict dropped.
     static_gate: bool = True
-    library_policy: str | None = None       # "pure" | "engineering"; None: the task's, else "pure" (engine.integrity.policy)
+    # "pure" | "engineering"; None: the task's, else "pure" (engine.integrity.policy)
+    library_policy: str | None = None
     # After timing, for candidates that pass: the `profile` stage (engine/profile), whose summary feeds the
     # mutate and repair prompts. `skipped` with the reason where ncu is missing or not permitted.
     profile: bool = True
@@ -75,7 +76,8 @@ class EvalOptions:
 
 
 def options_from_config(config: Config, **overrides: Any) -> EvalOptions:
-    """EvalOptions from the config's `[eval]` and `[timing]` sections; keyword overrides (what only one run decides: its configs,
+    """EvalOptions from the config's `[eval]` and `[timing]` sections; keyword overrides (what only one run decides:
+    its configs,
     its GPU, the disk cache of baselines) win where they are not None. Flags that stand for a config key are merged
     into `config` by load_config before this, so a flag and its key cannot be read two ways.
 
@@ -129,7 +131,8 @@ class EvalReport:
     jail: dict[str, Any] = field(default_factory=dict)   # the runner's jail (engine.jail.JailReport.to_json())
     # the numeric settings (TF32, matmul precision, deterministic modes) the judge and the runner started with
     numerics: dict[str, Any] = field(default_factory=dict)
-    # per config: its footprint and the judge's and runner's peak GPU memory (engine.pipeline.judge_result.ConfigMemory)
+    # per config: its footprint and the judge's and runner's peak GPU memory
+    # (engine.pipeline.protocol.result.ConfigMemory)
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
     traces: dict[str, str] = field(default_factory=dict)  # the judge's own failures (tracebacks), if any
     # Seconds by phase: build, judge (judge.judge_start, judge.task_setup, judge.reference, judge.check,

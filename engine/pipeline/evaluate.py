@@ -2,7 +2,7 @@
 
 This is the parent side (the CLI, the app, an executor's worker). It never imports the candidate: the build
 runs in jailed compiler processes, and everything that executes candidate code runs in the jailed runner
-that the judge (engine/pipeline/judge.py, a trusted child process) starts and reads. Verdict policy lives in
+that the judge (engine/pipeline/judge/main.py, a trusted child process) starts and reads. Verdict policy lives in
 engine/pipeline/verdicts.py; what the verdicts amount to (EvalReport.passed) is engine.verdict.judge's rule.
 EvalOptions and EvalReport are defined in engine/pipeline/eval_types.py and re-exported here.
 
@@ -40,9 +40,9 @@ from engine.pipeline.early_judge import EarlyJudge
 # Re-exported (callers import them from here): EvalOptions, ConfigRow, EvalReport and default_cache_root live
 # in eval_types, which verdicts and profiling import too; NO_GPU lives in engine.gpu_wait.
 from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport, default_cache_root  # noqa: F401
-from engine.pipeline.types import NO_GPU, JudgeRequest, TimerSpec  # noqa: F401 - NO_GPU re-exported
-from engine.pipeline.contention import contention_sensitive, shared_gpu_reason
-from engine.pipeline.judge_result import JudgeOutcome
+from engine.pipeline.protocol.types import NO_GPU, JudgeRequest, TimerSpec  # noqa: F401 - NO_GPU re-exported
+from engine.pipeline.judge.contention import contention_sensitive, shared_gpu_reason
+from engine.pipeline.protocol.result import JudgeOutcome
 from engine.pipeline.warm import POOL
 from engine.procs import run_child
 from engine.tasks.glue import materialise

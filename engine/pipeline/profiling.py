@@ -25,9 +25,9 @@ from engine.jail import command as jailed
 from engine.jail.profiles import profiled_spec
 from engine.pipeline.candidate_spec import candidate_spec
 from engine.pipeline.eval_types import default_cache_root
-from engine.pipeline.profile_types import ProfileRequest, ProfileResult, read_result
-from engine.pipeline.runner_process import make_run_dir, stage_candidate
-from engine.pipeline.types import CandidateSpec
+from engine.pipeline.protocol.profile_types import ProfileRequest, ProfileResult, read_result
+from engine.pipeline.judge.runner_process import make_run_dir, stage_candidate
+from engine.pipeline.protocol.types import CandidateSpec
 from engine.procs import stop_step
 from engine.profile.ncu import (build_ncu_command, ncu_install_dirs, ncu_unavailable_reason, parse_ncu_csv,
                                 permission_denied)
@@ -72,8 +72,8 @@ def _jailed_run(job: ProfileJob, opts: ProfileOptions, mode: str, timeout_s: flo
                                  result_path=str(result_path), candidate=load, launches=opts.launch_count)
         req.write_text(json.dumps(request.to_json()))
         os.chmod(req, 0o644)
-        child = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "engine.pipeline.profile_child",
-                 str(req)]
+        child = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m",
+                 "engine.pipeline.runner.profile_child", str(req)]
         spec = run.spec()
         log, report = run.root / "profile.log", run.root / "profile-report.json"   # kbench's, out of the jail
         if ncu is None:   # the supervisor jails the child, caps its output and kills its tree when it ends

@@ -1,6 +1,6 @@
 """Warm judges: one spare per GPU, started while the current evaluation works.
 
-A spare is a judge process (engine/pipeline/judge.py --standby) that has imported torch, created its CUDA
+A spare is a judge process (engine/pipeline/judge/main.py --standby) that has imported torch, created its CUDA
 context and started its jailed runner up to the timing helper's signed hello. The next evaluation on that
 GPU hands it its request instead of paying those seconds. Each spare serves exactly one request: every
 candidate still gets a fresh judge and a fresh runner, jailed before the candidate is even chosen.
@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any
 
-from engine.pipeline.judge_result import STANDBY_STATE, JudgeOutcome, StandbyState
-from engine.pipeline.types import TimerSpec
+from engine.pipeline.protocol.result import STANDBY_STATE, JudgeOutcome, StandbyState
+from engine.pipeline.protocol.types import TimerSpec
 from engine.procs import StandbyChild, run_child
 
 JUDGE = "engine.pipeline.judge"

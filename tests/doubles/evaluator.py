@@ -30,7 +30,7 @@ from engine.evolve.outcome import (
     needs_profile,
 )
 from engine.harness.build_result import BuildSummary
-from engine.pipeline.types import NO_GPU
+from engine.pipeline.protocol.types import NO_GPU
 from engine.tasks.model import Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace.note_entries import ConfigTiming

@@ -1,7 +1,7 @@
 """A test double of the compiled timing helper's call protocol, on CPU tensors, for the judge's analysis.
 
 It does what engine/pipeline/timer/binding.cpp does per call (refill the live inputs with fresh values from a
-variant, as engine/pipeline/fresh.py's `emulated` computes them bit for bit, call,
+variant, as engine/pipeline/judge/fresh.py's `emulated` computes them bit for bit, call,
 snapshot before "synchronising", alias and mutation probes with the inputs the reference mutates in place left out
 of the latter, copy the outputs out and then those inputs) and returns the
 `analysis.Job` the judge would have read from the signed records. Only tests use it; on a GPU the real helper
@@ -16,9 +16,10 @@ from typing import Any, Callable
 import torch
 
 from engine.harness.runtimes.base import as_outputs
-from engine.pipeline import analysis, wire
-from engine.pipeline.fresh import FreshReferences, choose, emulated
-from engine.pipeline.judge_configs import Prepared, plan_message, prepare
+from engine.pipeline.judge import analysis
+from engine.pipeline.protocol import wire
+from engine.pipeline.judge.fresh import FreshReferences, choose, emulated
+from engine.pipeline.judge.configs import Prepared, plan_message, prepare
 
 
 def _storages(ts: list[torch.Tensor]) -> list[tuple[int, int]]:
@@ -41,7 +42,7 @@ class Session:
     def __init__(self, runtime: Any, cfg: Any, fn: Callable[..., Any], trials: int = 2, fresh: bool = True):
         self.runtime = runtime
         self.prep: Prepared = prepare(runtime, cfg, trials, "cpu")
-        if fresh:   # each call's inputs as the helper makes them (engine/pipeline/fresh.py, emulated on the CPU)
+        if fresh:   # each call's inputs as the helper makes them (engine/pipeline/judge/fresh.py, emulated on the CPU)
             self.prep.fresh = choose(runtime, self.prep, self.tolerance, emulated)
         header, _ = plan_message(self.prep)
         self.refs = FreshReferences(runtime, self.prep, emulated)

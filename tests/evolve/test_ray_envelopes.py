@@ -32,7 +32,7 @@ from engine.evolve.ray_executor import RayExecutor  # noqa: E402
 from engine.evolve.ray_tasks import build_job, gpu_job, profile_job, worker_inputs  # noqa: E402
 from engine.harness.build_result import BuildSummary  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions  # noqa: E402
-from engine.pipeline.types import TimingParams  # noqa: E402
+from engine.pipeline.protocol.types import TimingParams  # noqa: E402
 from engine.tasks.portable import pack_task  # noqa: E402
 from engine.verdict import Stage, Status, Verdict  # noqa: E402
 from tests.doubles import evaluator as evaluator_doubles, faults  # noqa: E402

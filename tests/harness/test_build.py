@@ -239,15 +239,16 @@ def test_kernelbench_modelnew_compiles_into_its_extensions_dir(toolchain: Toolch
     assert f"-I{toolchain.cutlass_include}" in ninja  # the CUTLASS/CuTe headers, as on every build
     # The runner imports a copy in its scratch: torch must load the built library, not run ninja again (a copy's
     # build.ninja names other paths, so ninja would rebuild: 60-80 s inside the evaluation).
-    from engine.pipeline.runner_process import make_run_dir, stage_candidate
-    from engine.pipeline.types import CandidateSpec
+    from engine.pipeline.judge.runner_process import make_run_dir, stage_candidate
+    from engine.pipeline.protocol.types import CandidateSpec
     run = make_run_dir()
     stage_candidate(run, CandidateSpec("kernelbench", "kb_probe", py_path=str(KB_CANDIDATES / "scaled_swish_correct.py"),
                                        torch_extensions=str(kernelbench_extensions_dir(tmp_path, cand))))
     staged = run.scratch / "torch_ext"
     so = staged / built.name / f"{built.name}.so"
     before = so.stat().st_mtime_ns, (staged / built.name / ".ninja_log").read_text()
-    probe = ("import sys; from engine.pipeline.runner import load_candidate; from engine.pipeline.messages import Load; "
+    probe = ("import sys; from engine.pipeline.runner.main import load_candidate; "
+             "from engine.pipeline.protocol.messages import Load; "
              "m = load_candidate(Load('kb_probe', py_path=sys.argv[1])); print(m.ModelNew.__name__)")
     env = {**compiler_env(), "TORCH_EXTENSIONS_DIR": str(staged), "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": str(REPO)}

@@ -17,7 +17,7 @@ from engine.harness.cost_count import counted_cost
 from engine.harness.roofline import Peaks
 from engine.harness.runtimes import runtime_for
 from engine.pipeline import verdicts
-from engine.pipeline.judge_result import JudgeResult, TimingRow
+from engine.pipeline.protocol.result import JudgeResult, TimingRow
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.tasks.model import Cost
 from tests.kbench_procs import run

@@ -11,7 +11,7 @@ import torch
 
 from engine.harness.compare import compare_outputs
 from engine.pipeline.evaluate import EvalOptions, EvalReport
-from engine.pipeline.judge_result import JudgeOutcome
+from engine.pipeline.protocol.result import JudgeOutcome
 from engine.pipeline.verdicts import Roofline, fill_report
 from engine.procs import ChildOutcome, run_child, scrubbed_env
 from engine.harness.timing import hidden_work_suspected, summarise

@@ -47,7 +47,7 @@ def _compile_stage(root: Path, *names: str) -> list[str]:
 
 
 def _stage(built: Path, staged: Path) -> None:
-    """What the judge stages for the runner (engine.pipeline.runner_process.stage_candidate): the folder, and
+    """What the judge stages for the runner (engine.pipeline.judge.runner_process.stage_candidate): the folder, and
     the manifest kept beside it, put inside the copy."""
     shutil.copytree(built, staged)
     shutil.copyfile(manifest_path(built), staged / MANIFEST)
@@ -117,8 +117,8 @@ def test_links_planted_in_the_build_folder_reach_none_of_the_users_files(tmp_pat
     import os
 
     from engine.harness.build_diagnose import _source_line
-    from engine.pipeline.runner_process import make_run_dir, stage_candidate
-    from engine.pipeline.types import CandidateSpec
+    from engine.pipeline.judge.runner_process import make_run_dir, stage_candidate
+    from engine.pipeline.protocol.types import CandidateSpec
     secret = tmp_path / "home" / ".netrc"
     secret.parent.mkdir()
     secret.write_text("machine api.example password hunter2\n")

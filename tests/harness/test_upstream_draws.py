@@ -17,7 +17,7 @@ import torch
 
 from engine.harness.runtimes import runtime_for
 from engine.harness.runtimes.kernelbench import UPSTREAM_MODEL_SEED
-from engine.pipeline.judge_configs import prepare, upstream_trial_seeds
+from engine.pipeline.judge.configs import prepare, upstream_trial_seeds
 from engine.tasks.loader import load_task
 from tests.paths import FIXTURES
 

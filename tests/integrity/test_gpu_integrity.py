@@ -21,7 +21,7 @@ from engine.candidates import load_candidate
 from engine.config import env_float
 from engine.pipeline.evaluate import EvalOptions, evaluate
 from engine.integrity import findings
-from engine.pipeline import analysis as dynamic
+from engine.pipeline.judge import analysis as dynamic
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.verdict import Status
 from tests.builtin_tasks import baselines
@@ -166,7 +166,7 @@ def test_every_fault_is_isolated_and_the_next_evaluation_succeeds(name, cache_ro
 
 def test_a_kernel_out_of_gpu_memory_fails_on_a_gpu_of_its_own(cache_root, gpu_to_itself):
     """gpu_oom, on a GPU no other test holds: beside other tests' evaluations holding more of its memory than the
-    candidate it would be left unmeasured (engine.pipeline.judge_memory.runner_memory_excuse)."""
+    candidate it would be left unmeasured (engine.pipeline.judge.memory.runner_memory_excuse)."""
     _fault_is_isolated("gpu_oom", cache_root)
 
 

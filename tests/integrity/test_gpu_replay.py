@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from engine.candidates import Candidate
-from engine.pipeline import analysis
+from engine.pipeline.judge import analysis
 from engine.tasks.loader import load_task
 from engine.verdict import Status
 from tests.integrity.test_gpu_exploits import EXPLOITS, L2, _cand, _eval

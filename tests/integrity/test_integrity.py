@@ -217,7 +217,7 @@ def test_passed_requires_clean_integrity():
 
 
 def test_integrity_verdict_from_child_result():
-    from engine.pipeline.judge_result import JudgeResult
+    from engine.pipeline.protocol.result import JudgeResult
     assert integrity_verdict(JudgeResult()) is None
     v = integrity_verdict(JudgeResult.from_json({"integrity": {
         "a": {"ok": True}, "b": {"ok": False, "hack": "static-cache", "reason": "static-cache: two calls ..."}}}))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from engine.jail import JailSpec, landlock
-from engine.pipeline import wire
-from engine.pipeline.runner_process import RunnerGone, RunnerProcess, make_run_dir
+from engine.pipeline.protocol import wire
+from engine.pipeline.judge.runner_process import RunnerGone, RunnerProcess, make_run_dir
 from tests.signed_records import signed_record
 
 pytestmark = pytest.mark.skipif(landlock.abi_version() < 1, reason="this kernel has no Landlock")

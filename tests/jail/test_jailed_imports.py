@@ -18,7 +18,7 @@ def test_the_jailed_entry_points_read_a_task_without_third_party_packages():
         import sys
         for name in {OUT_OF_REACH!r}:
             sys.modules[name] = None          # an import of it raises ImportError, as in the jail
-        import engine.pipeline.runner, engine.pipeline.profile_child
+        import engine.pipeline.runner, engine.pipeline.runner.profile_child
         from engine.harness.runtimes import runtime_for
         from engine.tasks.loader import load_task
         from engine.tasks.model import Task

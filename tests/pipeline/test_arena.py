@@ -1,4 +1,4 @@
-"""The shared arena between judge and runner (engine/pipeline/arena.py), on the CPU: sealing, the slot's
+"""The shared arena between judge and runner (engine/pipeline/protocol/arena.py), on the CPU: sealing, the slot's
 placement of arguments, taking a payload and releasing the slot, and the record reader's rules for payloads
 that claim to be in the arena. The helper's side (binding.cpp) runs in the GPU tests."""
 
@@ -12,8 +12,8 @@ import socket
 import pytest
 import torch
 
-from engine.pipeline import wire
-from engine.pipeline.arena import CONTROL, DATA_OFFSET, Arena
+from engine.pipeline.protocol import wire
+from engine.pipeline.protocol.arena import CONTROL, DATA_OFFSET, Arena
 from tests.signed_records import signed_record
 
 

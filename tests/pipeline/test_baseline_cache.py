@@ -1,7 +1,7 @@
 """The disk cache of baselines (engine/pipeline/baseline_cache.py): what evaluate() hands the judge, what it keeps of
 the judge's measurements, when an entry is dropped, and how it survives a corrupt file or a folder it cannot write.
 The build and the judge are stand-ins (tests/pipeline/timing_fakes.py); the stand-in here reuses a cached entry the
-way the judge does (engine/pipeline/judge_timing.py: a re-timing of eager within 10 %), and which GPU's entry the
+way the judge does (engine/pipeline/judge/timing.py: a re-timing of eager within 10 %), and which GPU's entry the
 judge takes is tested on the judge's own code (TimingJudge._known). tests/cli/test_gpu_eval_cache.py runs it all
 on a GPU."""
 
@@ -18,9 +18,9 @@ from engine.candidates import load_candidate
 from engine.harness.timing import TimingStats
 from engine.pipeline import evaluate as ev
 from engine.pipeline.baseline_cache import FRESH, USE, BaselineCache, cache_key, config_hashes, describe
-from engine.pipeline.judge_result import CACHED, MEASURED, REUSED, DeviceInfo, JudgeOutcome, JudgeResult
-from engine.pipeline.judge_timing import BASELINE_DRIFT, TimingJudge
-from engine.pipeline.types import CandidateSpec, JudgeRequest, SessionBaseline, TimerSpec, TimingParams
+from engine.pipeline.protocol.result import CACHED, MEASURED, REUSED, DeviceInfo, JudgeOutcome, JudgeResult
+from engine.pipeline.judge.timing import BASELINE_DRIFT, TimingJudge
+from engine.pipeline.protocol.types import CandidateSpec, JudgeRequest, SessionBaseline, TimerSpec, TimingParams
 from engine.procs import ChildOutcome
 from engine.tasks.loader import load_task
 from tests.pipeline.timing_fakes import STATS, fake_judge, judge_answer
@@ -283,7 +283,7 @@ def test_the_judge_takes_the_entry_of_its_own_gpu_only(field):
 
 def test_the_runners_jail_can_neither_write_nor_read_the_cache(monkeypatch, tmp_path):
     from engine.jail.profiles import compiler_spec, runner_spec
-    from engine.pipeline.runner_process import make_run_dir
+    from engine.pipeline.judge.runner_process import make_run_dir
     from engine.pipeline.eval_types import default_cache_root
 
     monkeypatch.setenv("KBENCH_CACHE", str(tmp_path / "cache"))

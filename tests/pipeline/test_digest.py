@@ -1,7 +1,7 @@
 """The judge holds one config, and one call's outputs, at a time (issue: the reference passes its own judge; seen on an
 H200: the judge alone held 25-37 GiB on KernelBench level 1 problems 23, 24 and 36).
 
-- A check job's outputs are compared as each call's records come in, then freed (engine/pipeline/digest.py); the
+- A check job's outputs are compared as each call's records come in, then freed (engine/pipeline/judge/digest.py); the
   verdicts are the ones the whole job would have given.
 - A timing job's checked outputs wait in host memory until the job has ended, then come to the judge's GPU one call
   at a time, each checked against its signature, compared and freed before the next (a timing job checks four
@@ -20,12 +20,15 @@ import torch
 import torch.nn.functional as F
 
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import analysis, judge_eval, judge_timing_phase, wire
-from engine.pipeline.digest import digest_call
-from engine.pipeline.judge import ResultFile
-from engine.pipeline.judge_runner import Held, settle
-from engine.pipeline.judge_timer import collect
-from engine.pipeline.types import TimerSpec, TimingParams
+from engine.pipeline.judge import analysis
+from engine.pipeline.judge import evaluation as judge_eval
+from engine.pipeline.judge import timing_phase as judge_timing_phase
+from engine.pipeline.protocol import wire
+from engine.pipeline.judge.digest import digest_call
+from engine.pipeline.judge.main import ResultFile
+from engine.pipeline.judge.runner_link import Held, settle
+from engine.pipeline.judge.timer import collect
+from engine.pipeline.protocol.types import TimerSpec, TimingParams
 from engine.tasks.loader import load_task
 from tests.doubles.timing_helper import Session
 
@@ -123,7 +126,7 @@ def _digesting_judge(on_gpu: list[int], monkeypatch) -> judge_eval.Judge:
     def digester(refs, compose, tol, chained=False):
         def digest(call):
             assert call.outputs is not None and float(call.outputs[0][0]) == call.index
-            on_gpu.remove(call.index)   # compared, then freed (engine/pipeline/digest.py)
+            on_gpu.remove(call.index)   # compared, then freed (engine/pipeline/judge/digest.py)
             call.digest, call.outputs = "compared", None
         return digest
     judge._digester, judge._references = digester, lambda runtime, prep: None

@@ -17,8 +17,8 @@ import pytest
 from engine.cli import eval_start
 from engine.pipeline import early_judge as ej
 from engine.pipeline import evaluate as ev
-from engine.pipeline.judge_result import STANDBY_STATE
-from engine.pipeline.types import TimerSpec
+from engine.pipeline.protocol.result import STANDBY_STATE
+from engine.pipeline.protocol.types import TimerSpec
 from engine.procs import ChildOutcome, process_age
 from tests.paths import REPO
 from tests.pipeline.timing_fakes import judge_answer

@@ -1,8 +1,8 @@
-"""Fresh inputs for every call (engine/pipeline/fresh.py): the factors keep what a problem's get_inputs promises,
+"""Fresh inputs for every call (engine/pipeline/judge/fresh.py): the factors keep what a problem's get_inputs promises,
 each config gets the weakest spread under which two calls' references differ beyond the tolerance, the judge
 rebuilds a checked call's inputs from its seed, and a content-keyed cache never hits while a cache keyed on what the
-factors leave alone fails its checked calls. The stand-in helper (tests/doubles/timing_helper.py) draws the factors as the
-compiled helper does (bit for bit: tests/pipeline/test_timer_build.py); the GPU catalog is
+factors leave alone fails its checked calls. The stand-in helper (tests/doubles/timing_helper.py) draws the factors as
+the compiled helper does (bit for bit: tests/pipeline/test_timer_build.py); the GPU catalog is
 tests/integrity/test_gpu_exploits.py."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import analysis
-from engine.pipeline.fresh import KEEP, SCALE, SIGN, SYMMETRIC, choose, emulated, modes_for
-from engine.pipeline.judge_configs import plan_message, prepare
+from engine.pipeline.judge import analysis
+from engine.pipeline.judge.fresh import KEEP, SCALE, SIGN, SYMMETRIC, choose, emulated, modes_for
+from engine.pipeline.judge.configs import plan_message, prepare
 from engine.tasks.loader import load_task
 from tests.doubles.timing_helper import Session
 from tests.paths import FIXTURES
@@ -127,8 +127,8 @@ def test_separated_compares_chunk_by_chunk_with_the_whole_outputs_verdict(monkey
     """`separated` compares CHUNK elements at a time (isclose's temporaries on a 4 GiB output took the judge to
     seven times its footprint): chunked, it counts the very elements a whole comparison counts, across chunk
     edges, against a reference of another dtype or on another device."""
-    from engine.pipeline import fresh as fresh_mod
-    from engine.pipeline.analysis import Tolerance
+    from engine.pipeline.judge import fresh as fresh_mod
+    from engine.pipeline.judge.analysis import Tolerance
     tol = Tolerance(1e-3, 1e-3, 0.01)
     g = torch.Generator().manual_seed(5)
     y = torch.randn(37, 53, generator=g)

@@ -15,7 +15,7 @@ import pytest
 
 from engine.candidates import Candidate
 from engine.pipeline.evaluate import EvalOptions, evaluate
-from engine.pipeline.judge_eval import KEEP_MAX_BYTES
+from engine.pipeline.judge.evaluation import KEEP_MAX_BYTES
 from engine.tasks.loader import load_task
 from tests.paths import FIXTURES
 
@@ -51,10 +51,10 @@ def test_the_judge_and_the_runner_of_a_1_gib_softmax_hold_a_small_multiple_of_it
 
 
 def test_a_parked_tensor_is_one_page_locked_copy_with_its_layout():
-    """engine/pipeline/parking.py: a GPU tensor parked in host memory lands page-locked (a copy back runs at full
+    """engine/pipeline/judge/parking.py: a GPU tensor parked in host memory lands page-locked (a copy back runs at full
     speed) with its values, shape, strides and grad flag; one tensor reached twice is parked once."""
     import torch
-    from engine.pipeline.parking import moved
+    from engine.pipeline.judge.parking import moved
     x = torch.randn(64, 96, device="cuda").t()           # a transposed view: strides (1, 96)
     w = torch.randn(8, device="cuda", requires_grad=True)
     memo: dict = {}
@@ -72,7 +72,7 @@ def test_a_config_within_the_judges_share_stays_on_the_gpu_and_a_larger_one_is_p
     no copy each way); one that does not is parked in host memory, every variant of it."""
     import torch
     from engine.harness.runtimes import runtime_for
-    from engine.pipeline.judge_configs import footprint, held_bytes, prepare
+    from engine.pipeline.judge.configs import footprint, held_bytes, prepare
     task = load_task("llama_rmsnorm")
     cfg = next(c for c in task.configs if c.name == "bench")
     kept = prepare(runtime_for(task, "forward"), cfg, 2, torch.device("cuda"), park_above=1 << 40)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import analysis
+from engine.pipeline.judge import analysis
 from engine.tasks.loader import load_task
 from tests.doubles.timing_helper import Session
 from tests.paths import FIXTURES
@@ -187,8 +187,8 @@ def test_a_forged_stream_fails_correctness_and_integrity(layernorm):
 
 def test_plans_for_every_format_round_trip_through_the_runner_message():
     """The judge's arguments for robust-kbench and KernelBench tasks decode to the same tensors."""
-    from engine.pipeline import wire
-    from engine.pipeline.judge_configs import plan_message, prepare
+    from engine.pipeline.protocol import wire
+    from engine.pipeline.judge.configs import plan_message, prepare
     root = FIXTURES
     for ref, direction in ((root / "robust_kbench" / "linear", "forward"),
                            (root / "robust_kbench" / "linear", "backward"),

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from engine.pipeline.eval_types import EvalOptions, EvalReport
-from engine.pipeline.judge_result import JudgeOutcome
+from engine.pipeline.protocol.result import JudgeOutcome
 from engine.pipeline.verdicts import fill_report
 from engine.procs import ChildOutcome
 from engine.verdict import Stage, Status

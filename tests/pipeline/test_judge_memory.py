@@ -1,5 +1,5 @@
-"""Whose lack it is when the judge cannot hold what a config needs (engine/pipeline/judge_memory.py), and what a
-config needs (engine/pipeline/judge_configs.py: footprint).
+"""Whose lack it is when the judge cannot hold what a config needs (engine/pipeline/judge/memory.py), and what a
+config needs (engine/pipeline/judge/configs.py: footprint).
 
 Seen on an H200 with eight evaluations at once: KernelBench's `89_cumsum` and level 2 problem 5, offered their own
 Model as ModelNew, were failed because "the candidate's outputs exhausted the judge's GPU memory at output 0 of
@@ -15,15 +15,15 @@ import pytest
 import torch
 
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import judge as judge_main
-from engine.pipeline import wire
-from engine.pipeline.judge import ResultFile
-from engine.pipeline.judge_configs import footprint, held_bytes, plan_message, prepare, reference_outputs, storages
-from engine.pipeline.judge_eval import Judge
-from engine.pipeline.judge_memory import CANDIDATE_SLACK, MemoryBlame, config_share, judge_memory_outcome
-from engine.pipeline.judge_result import JudgeResult
-from engine.pipeline.judge_runner import OutputsTooLarge, RunnerLink
-from engine.pipeline.types import TimerSpec
+from engine.pipeline.judge import main as judge_main
+from engine.pipeline.protocol import wire
+from engine.pipeline.judge.main import ResultFile
+from engine.pipeline.judge.configs import footprint, held_bytes, plan_message, prepare, reference_outputs, storages
+from engine.pipeline.judge.evaluation import Judge
+from engine.pipeline.judge.memory import CANDIDATE_SLACK, MemoryBlame, config_share, judge_memory_outcome
+from engine.pipeline.protocol.result import JudgeResult
+from engine.pipeline.judge.runner_link import OutputsTooLarge, RunnerLink
+from engine.pipeline.protocol.types import TimerSpec
 from engine.tasks.loader import load_task
 from tests.paths import FIXTURES
 
@@ -149,10 +149,10 @@ def test_every_format_holds_at_most_its_variants_footprints_and_weights(task_nam
 
 
 def test_a_parked_variant_comes_back_one_at_a_time_and_goes_again(monkeypatch):
-    """engine/pipeline/parking.py with the `meta` device standing in for the GPU: a parked variant's inputs, call
+    """engine/pipeline/judge/parking.py with the `meta` device standing in for the GPU: a parked variant's inputs, call
     arguments and reference come back for the moment (one copy of a tensor shared by the state and the plan), the
     runtime is set to it meanwhile and holds the parked state afterwards, and the runner's message is the same."""
-    from engine.pipeline import parking
+    from engine.pipeline.judge import parking
     monkeypatch.setattr(parking, "GPU", "meta")
     task = load_task(FIXTURES / "kernelbench" / "matmul_relu.py")
     rt = runtime_for(task, "forward")

@@ -1,5 +1,5 @@
-"""The typed control messages (engine/pipeline/messages.py): their wire shapes, the strict parse of what the runner
-sends, and the judge's end taking a forged or garbled reply as it takes any reply it did not expect."""
+"""The typed control messages (engine/pipeline/protocol/messages.py): their wire shapes, the strict parse of what the
+runner sends, and the judge's end taking a forged or garbled reply as it takes any reply it did not expect."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from engine.jail import landlock
-from engine.pipeline import messages as msg
-from engine.pipeline import wire
-from engine.pipeline.judge_runner import RunnerLink
-from engine.pipeline.runner_process import RunnerProcess
-from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec, TimingParams
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol import wire
+from engine.pipeline.judge.runner_link import RunnerLink
+from engine.pipeline.judge.runner_process import RunnerProcess
+from engine.pipeline.protocol.types import NO_GPU, CandidateSpec, TimerSpec, TimingParams
 from tests.kbench_procs import runner_without_gpu
 from tests.paths import REPO
 
@@ -239,7 +239,7 @@ def test_the_messages_and_the_runner_import_no_third_party_package_before_the_ja
         import sys
         for name in ("torch", "numpy", "pydantic", "pydantic_core"):
             sys.modules[name] = None          # an import of it raises ImportError
-        import engine.pipeline.messages, engine.pipeline.runner
+        import engine.pipeline.protocol.messages, engine.pipeline.runner
         print("ok")
     """)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -254,7 +254,7 @@ def test_a_message_without_tensors_is_sent_before_torch_is_loaded():
     jail report while the runner does, and the standby judge comes up one torch import later (1.2 s on the CPU box,
     judge.standby_up 2.97 s -> 1.79 s). Run in a fresh interpreter, which has not loaded torch."""
     code = ("import socket, sys\n"
-            "from engine.pipeline.wire import Channel\n"
+            "from engine.pipeline.protocol.wire import Channel\n"
             "a, b = socket.socketpair()\n"
             "Channel(a).send({'kind': 'setup', 'n': 1})\n"
             "header, blobs = Channel(b).recv()\n"

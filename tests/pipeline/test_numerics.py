@@ -15,8 +15,8 @@ import torch
 from engine.harness import numerics
 from engine.harness.numerics import JUDGE, Numerics
 from engine.jail import landlock
-from engine.pipeline import judge_runner
-from engine.pipeline.types import CandidateSpec
+from engine.pipeline.judge import runner_link as judge_runner
+from engine.pipeline.protocol.types import CandidateSpec
 from tests.kbench_procs import run, runner_without_gpu
 from tests.paths import FIXTURES
 

@@ -2,7 +2,8 @@
 (F.batch_norm in training mode) updates running_mean and running_var, inputs 3 and 4 of the call. The judge finds
 which arguments its reference mutates (judge_configs.mutations), the candidate may change exactly those and must
 leave in them what the reference leaves (digest.mutated_inputs); any other argument it changes fails it as before.
-Through the helper's test double (tests/doubles/timing_helper.py) on the CPU; tests/pipeline/test_gpu_reference_mutation.py
+Through the helper's test double (tests/doubles/timing_helper.py) on the CPU;
+tests/pipeline/test_gpu_reference_mutation.py
 runs the same through the real helper and runner."""
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import analysis, wire
-from engine.pipeline import messages as msg
+from engine.pipeline.judge import analysis
+from engine.pipeline.protocol import wire
+from engine.pipeline.protocol import messages as msg
 from engine.pipeline.evaluate import EvalOptions, EvalReport
-from engine.pipeline.judge_configs import plan_message, prepare, reference_outputs
-from engine.pipeline.judge_result import JudgeOutcome
-from engine.pipeline.judge_timer import collect
+from engine.pipeline.judge.configs import plan_message, prepare, reference_outputs
+from engine.pipeline.protocol.result import JudgeOutcome
+from engine.pipeline.judge.timer import collect
 from engine.pipeline.verdicts import fill_report
 from engine.procs import ChildOutcome
 from engine.tasks.loader import load_task

@@ -14,9 +14,9 @@ import pytest
 
 from engine.candidates import load_candidate
 from engine.pipeline import evaluate as ev
-from engine.pipeline.analysis import CLOCK, SIDE_WORK
-from engine.pipeline.judge_result import JudgeOutcome, JudgeResult, Progress
-from engine.pipeline.types import CorrectnessResult, IntegrityResult
+from engine.pipeline.judge.analysis import CLOCK, SIDE_WORK
+from engine.pipeline.protocol.result import JudgeOutcome, JudgeResult, Progress
+from engine.pipeline.protocol.types import CorrectnessResult, IntegrityResult
 from engine.procs import ChildOutcome
 from engine.tasks.loader import load_task
 from engine.verdict import Status
@@ -132,7 +132,7 @@ def test_the_judges_own_memory_running_out_is_judged_again_then_left_unmeasured(
 
 
 def test_only_the_judges_own_allocation_failures_count_as_out_of_memory():
-    from engine.pipeline.judge_memory import judge_out_of_memory, out_of_memory
+    from engine.pipeline.judge.memory import judge_out_of_memory, out_of_memory
 
     class OutOfMemoryError(RuntimeError):
         pass
@@ -145,7 +145,7 @@ def test_only_the_judges_own_allocation_failures_count_as_out_of_memory():
 
 
 def test_out_of_memory_is_excused_only_when_other_users_hold_the_gpu():
-    from engine.pipeline.judge_memory import blame_from
+    from engine.pipeline.judge.memory import blame_from
     mib = 1 << 20
     judge, runner, fork, spare = 100, 200, 201, 150
     contended = blame_from({judge: 2000 * mib, runner: 1000 * mib, 300: 70000 * mib}, judge, {runner}, set())
@@ -204,7 +204,7 @@ def test_other_work_seen_only_once_or_a_hack_beside_it_excuses_nothing(judged):
 
 
 def test_only_other_processes_running_work_count_as_sharing_the_gpu():
-    from engine.pipeline.contention import busy_from
+    from engine.pipeline.judge.contention import busy_from
     judge, runner, fork, spare, other, idle = 100, 200, 201, 150, 300, 301
     use = {judge: 60, runner: 99, fork: 99, spare: 40, other: 97, idle: 0}
     now = {judge: 1, runner: 1, fork: 1, spare: 1, other: 1, idle: 1}
@@ -230,7 +230,7 @@ def test_the_judge_keeps_every_process_of_the_candidates_side_it_saw_while_timin
     import subprocess
     import sys
 
-    from engine.pipeline.judge_eval import Judge
+    from engine.pipeline.judge.evaluation import Judge
     judge = SimpleNamespace(candidate_seen=set())
     runner = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                                "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
@@ -253,7 +253,7 @@ def test_the_judges_own_out_of_memory_while_comparing_is_never_a_correctness_ver
     the comparison is still kbench's own, named as such, with its trace kept."""
     import torch
 
-    from engine.pipeline.judge_eval import compared
+    from engine.pipeline.judge.evaluation import compared
 
     def oom():
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 26.00 MiB.")
@@ -277,7 +277,7 @@ def test_the_runners_out_of_memory_opens_the_question_and_nvml_answers_it():
     """A config the runner could not take or run for want of GPU memory: the runner's words (which candidate
     code can forge) are only asked about when nothing failed before, and only the judge's own NVML reading
     excuses the failure."""
-    from engine.pipeline.judge_memory import MemoryBlame, runner_memory_excuse
+    from engine.pipeline.judge.memory import MemoryBlame, runner_memory_excuse
     asked = []
 
     def blame(contended: bool | None):
@@ -300,8 +300,8 @@ def test_only_a_raised_call_with_nothing_else_against_it_can_be_excused_for_memo
     """A forged record stream, an integrity failure found on the same config, or an output the harness could
     not copy stands against the candidate whatever its error says; only the call's own raise may go on to the
     memory blame."""
-    from engine.pipeline.analysis import Job
-    from engine.pipeline.judge_eval import excusable_call_error
+    from engine.pipeline.judge.analysis import Job
+    from engine.pipeline.judge.evaluation import excusable_call_error
     assert excusable_call_error(Job(error=RUNNER_OOM, error_where="call"), True) == RUNNER_OOM
     assert excusable_call_error(Job(error=RUNNER_OOM, error_where="call", forged="a record out of order"), True) == ""
     assert excusable_call_error(Job(error=RUNNER_OOM, error_where="call"), False) == ""      # e.g. persistent output
@@ -313,10 +313,10 @@ def test_only_a_raised_call_with_nothing_else_against_it_can_be_excused_for_memo
 def _judge_with(monkeypatch, tmp_path, req: SimpleNamespace, runner: SimpleNamespace, contended: bool):
     """A Judge (the real class) with `req`, a result file under tmp_path, the fake `runner`, and NVML's memory
     blame saying whether the GPU's other users hold more of it than the candidate's side."""
-    from engine.pipeline import judge_eval
-    from engine.pipeline.judge import ResultFile
-    from engine.pipeline.judge_memory import MemoryBlame
-    from engine.pipeline.types import TimerSpec
+    from engine.pipeline.judge import evaluation as judge_eval
+    from engine.pipeline.judge.main import ResultFile
+    from engine.pipeline.judge.memory import MemoryBlame
+    from engine.pipeline.protocol.types import TimerSpec
     monkeypatch.setattr(judge_eval, "memory_blame", lambda: MemoryBlame(contended, " (figures)"))
     judge = judge_eval.Judge(TimerSpec("t.so", "t"))
     judge.req, judge.out, judge.runner = req, ResultFile(tmp_path / "result.json"), runner
@@ -329,9 +329,10 @@ def timing_phase(monkeypatch, tmp_path):
     """Judge._time with its runner and the baselines' timer replaced: returns run(job, contended) -> (result,
     what was timed, whether the runner was closed). The real wiring of the phase, on CPU; the GPU suite runs
     it with a real runner (tests/integrity/test_gpu_exploits.py)."""
-    from engine.pipeline import judge_eval, judge_timing_phase
-    from engine.pipeline.judge_result import TimingRow
-    from engine.pipeline.types import TimingParams
+    from engine.pipeline.judge import evaluation as judge_eval
+    from engine.pipeline.judge import timing_phase as judge_timing_phase
+    from engine.pipeline.protocol.result import TimingRow
+    from engine.pipeline.protocol.types import TimingParams
 
     def run(job, contended):
         timed, closed = [], []
@@ -363,7 +364,7 @@ def test_an_out_of_memory_while_timed_is_excused_only_for_a_clean_stream_on_a_gp
     """The timing phase's wiring of the runner memory rule: a call that raised for want of memory while other
     processes held more of the GPU leaves the candidate unmeasured with no timing kept; the same raise beside a
     forged record stream, or on a GPU the candidate's side holds, is the candidate's failure."""
-    from engine.pipeline.analysis import Job
+    from engine.pipeline.judge.analysis import Job
     data, timed, closed = timing_phase(Job(error=RUNNER_OOM, error_where="call"), contended=True)
     assert "while the candidate was timed on config bench" in data.unmeasured and "(figures)" in data.unmeasured
     assert timed == [] and data.timing == {} and not data.error and not closed   # judge.py closes the runner
@@ -380,9 +381,11 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
     own output buffer across calls (an integrity failure found on that config) fails it."""
     import torch
 
-    from engine.pipeline import analysis, judge_eval
-    from engine.pipeline import messages as msg
-    from engine.pipeline.analysis import Job
+    from engine.pipeline.judge import analysis
+
+    from engine.pipeline.judge import evaluation as judge_eval
+    from engine.pipeline.protocol import messages as msg
+    from engine.pipeline.judge.analysis import Job
     task = load_task("gelu_bias")
     monkeypatch.setattr(judge_eval, "prepare",
                         lambda *a, **kw: SimpleNamespace(variants=[SimpleNamespace(ref=0, seed=1)], flops=0.0, mutated=()))

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from engine.harness import poison
-from engine.pipeline import helper_call
-from engine.pipeline import messages as msg
-from engine.pipeline.runner import Runner, _Configured
+from engine.pipeline.protocol import helper_call
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.runner.main import Runner, _Configured
 from engine.timing_params import TimingParams
 
 GIB = 1 << 30

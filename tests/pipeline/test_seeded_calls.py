@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import messages as msg
-from engine.pipeline.judge_configs import plan_message, prepare, seeded
-from engine.pipeline.runner import seeded_calls
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.judge.configs import plan_message, prepare, seeded
+from engine.pipeline.runner.main import seeded_calls
 from engine.tasks.loader import load_task
 from tests.paths import FIXTURES
 

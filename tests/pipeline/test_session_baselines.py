@@ -10,8 +10,8 @@ import pytest
 
 from engine.harness.timing import TimingStats
 from engine.pipeline.baselines import SessionBaselines, key_for
-from engine.pipeline.judge_result import JudgeResult
-from engine.pipeline.types import CandidateSpec, JudgeRequest, SessionBaseline, TimerSpec
+from engine.pipeline.protocol.result import JudgeResult
+from engine.pipeline.protocol.types import CandidateSpec, JudgeRequest, SessionBaseline, TimerSpec
 
 DEV = {"gpu": "H100", "driver": "580", "torch": "2.11", "cuda": "13.0"}
 
@@ -101,7 +101,7 @@ def test_a_request_carries_the_session_baselines_to_the_judge():
 
 
 def test_a_result_file_the_parent_cannot_read_is_kbenchs_failure_not_an_exception():
-    from engine.pipeline.judge_result import JudgeOutcome
+    from engine.pipeline.protocol.result import JudgeOutcome
     from engine.procs import ChildOutcome
     bad = {"finished": True, "timing": {"bench": {"candidate": {"median_ms": "fast"}}}}
     out = JudgeOutcome.of(ChildOutcome(bad, 0, False, 1.0, ""))
@@ -110,7 +110,7 @@ def test_a_result_file_the_parent_cannot_read_is_kbenchs_failure_not_an_exceptio
 
 
 def test_a_spares_standby_state_reads_typed_and_a_garbled_one_is_not_up():
-    from engine.pipeline.judge_result import StandbyState
+    from engine.pipeline.protocol.result import StandbyState
     assert StandbyState.read(None) is None                       # nothing written yet: still warming up
     assert StandbyState.read({"ok": True, "why": None}) == StandbyState(True)
     down = StandbyState.read({"ok": False, "why": "FileNotFoundError: timer.so"})

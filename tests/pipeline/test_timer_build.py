@@ -17,12 +17,12 @@ def test_the_timing_helper_builds(toolchain, native_cache_root):
 @pytest.mark.slow
 def test_the_helpers_fresh_inputs_are_the_judges_emulation_bit_for_bit(toolchain, native_cache_root):
     """The helper's fresh_args (its host path: the same factor code as the device kernel, kernel.cu) against
-    engine/pipeline/fresh.py's numpy emulation, which the CPU tests' stand-in helper uses: every mode, every
+    engine/pipeline/judge/fresh.py's numpy emulation, which the CPU tests' stand-in helper uses: every mode, every
     floating-point dtype, a transposed tensor, and an integer tensor left as it is."""
     import torch
 
     from engine.harness.build import load_extension
-    from engine.pipeline.fresh import SCALE, SIGN, SYMMETRIC, emulated
+    from engine.pipeline.judge.fresh import SCALE, SIGN, SYMMETRIC, emulated
 
     res = build_timer(native_cache_root, toolchain)
     mod = load_extension(res.so_path, res.module_name)
@@ -49,13 +49,14 @@ def test_the_helpers_fresh_inputs_are_the_judges_emulation_bit_for_bit(toolchain
 @pytest.mark.slow
 def test_the_built_helpers_run_takes_by_name_exactly_what_helper_call_gives(toolchain, native_cache_root):
     """The compiled module's own signature of `run` (pybind11's docstring), not binding.cpp's text: the one call
-    (engine/pipeline/helper_call.py) names every argument it declares, the timing loop's as TimingParams' fields."""
+    (engine/pipeline/protocol/helper_call.py) names every argument it declares, the timing loop's as
+    TimingParams' fields."""
     import re
 
     from engine.config import TimingParams
     from engine.harness.build import load_extension
-    from engine.pipeline import messages as msg
-    from engine.pipeline.helper_call import helper_arguments
+    from engine.pipeline.protocol import messages as msg
+    from engine.pipeline.protocol.helper_call import helper_arguments
 
     res = build_timer(native_cache_root, toolchain)
     mod = load_extension(res.so_path, res.module_name)

@@ -1,7 +1,8 @@
 """The timing loop's parameters, typed from end to end: the config's `[timing]` section (TimingParams) and the flags
 over it reach the judge's request as they are, cross to the runner as the `timing` of one `job` message (which the
 runner decodes to exactly what the judge sent, or refuses), and reach the compiled helper's `run` from one call
-(engine/pipeline/helper_call.py) that names every argument as binding.cpp names it: read here from binding.cpp."""
+(engine/pipeline/protocol/helper_call.py) that names every argument as binding.cpp names it: read here
+from binding.cpp."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ import pytest
 
 from engine.config import Config, TimingParams, load_config
 from engine.errors import ConfigError
-from engine.pipeline import messages as msg
+from engine.pipeline.protocol import messages as msg
 from engine.pipeline import timer as timers
 from engine.pipeline.eval_types import options_from_config
-from engine.pipeline.helper_call import helper_arguments, run_helper
-from engine.pipeline.types import JudgeRequest
+from engine.pipeline.protocol.helper_call import helper_arguments, run_helper
+from engine.pipeline.protocol.types import JudgeRequest
 from tests.conftest import cli
 from tests.paths import REPO
 
@@ -70,9 +71,9 @@ def test_only_helper_call_calls_the_helpers_run():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run" and \
                     ast.unparse(node.func.value) in ("self.timer", "self.mod", "helper", "mod", "timer"):
                 callers.append(str(path.relative_to(REPO)))
-    assert callers == ["engine/pipeline/helper_call.py"]
-    assert "run_helper(" in inspect.getsource(__import__("engine.pipeline.runner", fromlist=["x"]).Runner.job)
-    assert "run_helper(" in inspect.getsource(__import__("engine.pipeline.judge_timer", fromlist=["x"]).LocalTimer.time)
+    assert callers == ["engine/pipeline/protocol/helper_call.py"]
+    assert "run_helper(" in inspect.getsource(__import__("engine.pipeline.runner.main", fromlist=["x"]).Runner.job)
+    assert "run_helper(" in inspect.getsource(__import__("engine.pipeline.judge.timer", fromlist=["x"]).LocalTimer.time)
 
 
 def test_the_runner_decodes_exactly_the_timing_the_judge_sent():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import load_candidate
-from engine.pipeline.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec
+from engine.pipeline.protocol.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec
 from engine.pipeline import warm
 from engine.pipeline.warm import JudgePool
 from engine.procs import descendants, process_tree

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.pipeline import evaluate as ev
-from engine.pipeline.judge_result import JudgeOutcome
+from engine.pipeline.protocol.result import JudgeOutcome
 from engine.procs import ChildOutcome
 
 STATS = {"median_ms": 0.1, "iqr_ms": 0.001, "mean_ms": 0.1, "min_ms": 0.099, "n": 200, "all_streams_ms": 0.1}

@@ -1,5 +1,5 @@
-"""The profile child's request and result (engine/pipeline/profile_types.py): the child runs the candidate's code,
-so the parent reads the result file strictly and a forged or garbled one is a failure with the reason, never an
+"""The profile child's request and result (engine/pipeline/protocol/profile_types.py): the child runs the candidate's
+code, so the parent reads the result file strictly and a forged or garbled one is a failure with the reason, never an
 exception."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.pipeline.profile_types import (MAX_RESULT_BYTES, OpRow, ProfileRequest, ProfileResult,
+from engine.pipeline.protocol.profile_types import (MAX_RESULT_BYTES, OpRow, ProfileRequest, ProfileResult,
                                            read_result)
 from engine.pipeline.profiling import judge_torch_result
 from tests.paths import REPO
@@ -78,7 +78,7 @@ def test_the_child_writes_what_the_parent_reads(tmp_path: Path) -> None:
     req = tmp_path / "request.json"
     req.write_text(json.dumps(ProfileRequest(task={}, direction="forward", config="small", mode="torch",
                                              result_path=str(out)).to_json()))
-    proc = subprocess.run([sys.executable, "-m", "engine.pipeline.profile_child", str(req)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "engine.pipeline.runner.profile_child", str(req)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result, problem = read_result(out)

@@ -34,7 +34,7 @@ def load(name: str):
 
 
 def test_command_line_has_sections_filter_and_launch_count():
-    cmd = build_ncu_command(["python", "-m", "engine.pipeline.profile_child", "req.json"], launch_count=2)
+    cmd = build_ncu_command(["python", "-m", "engine.pipeline.runner.profile_child", "req.json"], launch_count=2)
     assert cmd[:4] == ["ncu", "--csv", "--page", "details"]
     for s in ("Occupancy", "WarpStateStats", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "SpeedOfLight",
               "LaunchStats"):
@@ -44,7 +44,7 @@ def test_command_line_has_sections_filter_and_launch_count():
     assert regex.startswith("regex:") and "flush" in regex
     assert "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio" in cmd[cmd.index("--metrics") + 1]
     assert cmd[cmd.index("--nvtx-include") + 1] == "kbench_candidate/"
-    assert cmd[-4:] == ["python", "-m", "engine.pipeline.profile_child", "req.json"]
+    assert cmd[-4:] == ["python", "-m", "engine.pipeline.runner.profile_child", "req.json"]
 
 
 def test_kernel_filter_excludes_flush_and_torch_kernels():

@@ -82,14 +82,15 @@ def test_the_jail_and_the_runners_start_use_only_the_standard_library():
     """The runner jails itself before it imports torch or anything else; what it imports first must be
     standard library or kbench's own jail, wire, arena, message, timing-parameter and CUDA-toolkit code (itself held
     to the same rule)."""
-    allowed_engine = {"engine", "engine.jail", "engine.pipeline.wire", "engine.pipeline.arena",
-                      "engine.pipeline.messages", "engine.cuda_home", "engine.timing_params"}
+    allowed_engine = {"engine", "engine.jail", "engine.pipeline.protocol.wire", "engine.pipeline.protocol.arena",
+                      "engine.pipeline.protocol.messages", "engine.pipeline.runner.main", "engine.cuda_home",
+                      "engine.timing_params"}
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    for path in [*_engine_modules("jail"), REPO / "engine" / "pipeline" / "runner.py",
-                 REPO / "engine" / "pipeline" / "wire.py", REPO / "engine" / "pipeline" / "arena.py",
-                 REPO / "engine" / "pipeline" / "messages.py", REPO / "engine" / "cuda_home.py",
-                 REPO / "engine" / "timing_params.py",
-                 REPO / "engine" / "pipeline" / "__init__.py"]:
+    pipeline = REPO / "engine" / "pipeline"
+    runner = (pipeline / "runner" / f for f in ("__init__.py", "__main__.py", "main.py"))
+    for path in [*_engine_modules("jail"), *runner,
+                 *(pipeline / "protocol" / f for f in ("__init__.py", "wire.py", "arena.py", "messages.py")),
+                 REPO / "engine" / "cuda_home.py", REPO / "engine" / "timing_params.py", pipeline / "__init__.py"]:
         for mod in _top_level_imports(path):
             ok = mod.split(".")[0] in stdlib or mod in allowed_engine or mod.startswith("engine.jail")
             assert ok, f"{path.relative_to(REPO)} imports {mod} at module level"

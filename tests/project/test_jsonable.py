@@ -1,7 +1,8 @@
 """engine.jsonable: dataclasses to JSON-able data and back through pydantic, for the types whose JSON mirrors their
 fields. What is written stays byte-for-byte what the hand-written to_json methods wrote (GOLDEN holds their output
 for one instance of each, taken before the change; fields added since are appended where they were added:
-SessionBaseline.measured_at, BaselineOrigin.measured_at, JudgeRequest.cached_baselines and .numerics), and what is read back is
+SessionBaseline.measured_at, BaselineOrigin.measured_at, JudgeRequest.cached_baselines and .numerics), and what is read
+back is
 the same instance."""
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from engine.evolve.outcome import EvalOutcome
 from engine.llm.accounting import CallRecord, Usage
 from engine.harness.timing import TimingStats
 from engine.jail import JailReport
-from engine.pipeline.judge_result import (BaselineOrigin, DeviceInfo, JudgeResult, NullLoop, Progress, Recheck,
+from engine.pipeline.protocol.result import (BaselineOrigin, DeviceInfo, JudgeResult, NullLoop, Progress, Recheck,
                                           TimingRow)
-from engine.pipeline.types import (CandidateSpec, CorrectnessResult, IntegrityResult, JudgeRequest, SessionBaseline,
-                                   TimerSpec, TimingParams)
+from engine.pipeline.protocol.types import (CandidateSpec, CorrectnessResult, IntegrityResult, JudgeRequest,
+                                            SessionBaseline, TimerSpec, TimingParams)
 from engine.profile.summarise import KernelProfile, ProfileSummary
 from engine.tasks.model import Cost, DirectionSpec, Task, TaskConfig, Tolerance
 from engine.verdict import Status, Verdict

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import wire
+from engine.pipeline.protocol import wire
 from engine.tasks.loader import builtin_task_names, load_task
 from tests.paths import FIXTURES
 

@@ -7,7 +7,7 @@ layer, `(ctx.saved_tensors, grad_output)` for a max-pool). The evaluator sets th
 `backward` for the call and restores it afterwards.
 
 Lazy imports: torch, inside the functions: the judge imports the runtimes before it spawns its runner, so that
-both processes import torch at the same time (engine/pipeline/judge_eval.py).
+both processes import torch at the same time (engine/pipeline/judge/evaluation.py).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def capture_calls(cls: Any, run: Callable[[], Any]) -> list[tuple]:
 
 
 def tensor_leaves(value: Any) -> list[Any]:
-    """The tensors of a nested argument tree, depth first (the wire's order: engine/pipeline/wire.py)."""
+    """The tensors of a nested argument tree, depth first (the wire's order: engine/pipeline/protocol/wire.py)."""
     import torch
     if isinstance(value, torch.Tensor):
         return [value]

@@ -7,7 +7,7 @@ compared with the reference (`compose`). `candidate()` and `candidate_callable()
 this process: only tests and tools that run trusted code use them.
 
 Lazy imports: torch, inside the methods: the judge imports the runtimes before it spawns its runner, so that both
-processes import torch at the same time (engine/pipeline/judge_eval.py).
+processes import torch at the same time (engine/pipeline/judge/evaluation.py).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class TaskRuntime(ABC):
         compared with `reference(inputs)`. Identity unless the task wraps the candidate's result."""
         return tuple(outputs)
 
-    # -- fresh inputs (engine/pipeline/fresh.py) ----------------------------------------------------------------
+    # -- fresh inputs (engine/pipeline/judge/fresh.py) ----------------------------------------------------------------
     def freshable(self, tensors: list[Any]) -> list[bool]:
         """Which of a call's argument tensors (in the wire's order) may be given fresh values: every
         floating-point one, unless a format's arguments are derived from one another."""
@@ -176,7 +176,7 @@ class TaskRuntime(ABC):
         values), under the current setup."""
 
     # Whether `compose` reads its inputs (a task's Model that wraps fn's result): where it does not, the judge
-    # composes without fetching the variant's inputs back to the GPU (engine/pipeline/parking.py).
+    # composes without fetching the variant's inputs back to the GPU (engine/pipeline/judge/parking.py).
     composes_with_inputs = True
 
     # Variants of a config share the reference model (KernelBench: the weights come from the config's seed

@@ -14,7 +14,7 @@ draw on the same device.
 A config's `input_kwargs` are module constants (kbench's odd-size variant) set while `get_inputs` runs.
 
 Lazy imports: torch, inside the methods: the judge imports the runtimes before it spawns its runner, so that both
-processes import torch at the same time (engine/pipeline/judge_eval.py).
+processes import torch at the same time (engine/pipeline/judge/evaluation.py).
 """
 
 from __future__ import annotations

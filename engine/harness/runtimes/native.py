@@ -1,7 +1,7 @@
 """Runtime for native tasks: reference.py's forward_fn / Model / get_inputs (docs/formats.md).
 
 Lazy imports: torch, inside the methods: the judge imports the runtimes before it spawns its runner, so that both
-processes import torch at the same time (engine/pipeline/judge_eval.py)."""
+processes import torch at the same time (engine/pipeline/judge/evaluation.py)."""
 
 from __future__ import annotations
 

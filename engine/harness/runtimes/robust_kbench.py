@@ -10,7 +10,7 @@ For an evaluator that keeps candidate code in another process, `kernel_calls` gi
 candidate's entry point receives and `outputs_from_kernel` turns what it returned into the result to compare.
 
 Lazy imports: torch, inside the methods: the judge imports the runtimes before it spawns its runner, so that both
-processes import torch at the same time (engine/pipeline/judge_eval.py).
+processes import torch at the same time (engine/pipeline/judge/evaluation.py).
 """
 
 from __future__ import annotations

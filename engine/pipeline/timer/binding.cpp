@@ -14,7 +14,7 @@
 // an input, or with the previous call's still-alive output), optional input-mutation and async-completeness
 // probes (a keyed fingerprint of each output on the current stream before the sync, compared after it), and for
 // checked calls the output itself: a signed header with a keyed fingerprint of its bytes, then the bytes (in the
-// shared arena's slot when the judge gave one: engine/pipeline/arena.py). In a timing job the checked calls are
+// shared arena's slot when the judge gave one: engine/pipeline/protocol/arena.py). In a timing job the checked calls are
 // a few iterations drawn at random after the iteration count is known: the candidate cannot tell a checked call
 // from any other. The inputs the judge names as mutable (those its reference mutates in place: a BatchNorm's
 // running statistics) are left out of the mutation probe, watched by the async-completeness probe like outputs,
@@ -133,7 +133,7 @@ int g_record_fd = -1;
 uint64_t g_seq = 0;
 at::Tensor g_flush;
 
-// The shared arena (engine/pipeline/arena.py): a control page whose first word the judge bumps for every slot
+// The shared arena (engine/pipeline/protocol/arena.py): a control page whose first word the judge bumps for every slot
 // payload it has taken, then one slot. Absent (nullptr) when the judge gave none. Its layout (where the slot
 // starts, the page-locking step) comes from arena.py through init(), the one place it is defined.
 size_t g_arena_data = 0;       // offset of the slot in the memfd
@@ -763,7 +763,7 @@ uint64_t py_fingerprint(at::Tensor t, uint64_t seed) {
 
 }  // namespace
 
-// `run` is called from one place, engine/pipeline/helper_call.py, with every argument by name; the timing loop's
+// `run` is called from one place, engine/pipeline/protocol/helper_call.py, with every argument by name; the timing loop's
 // (warmup .. checks) are named as the fields of TimingParams (engine/config_sections.py), and
 // tests/pipeline/test_timing_params.py reads the py::arg names below to hold both sides to the same list.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -6,11 +6,11 @@ A reference may update an argument in place (robust-kbench's batchnorm: F.batch_
 running_mean and running_var). The judge finds out itself: it runs the reference once more on copies of exactly the
 arguments the candidate is given and compares them before and after (`mutations`). The candidate may, and must,
 change those arguments too: the helper leaves them out of its mutation probe and sends their values after each
-checked call, which are compared with the reference's (engine/pipeline/digest.py). Any other argument it changes
+checked call, which are compared with the reference's (engine/pipeline/judge/digest.py). Any other argument it changes
 is a failure as ever.
 
 Lazy imports: torch, inside the functions. The judge spawns its runner before it loads torch, so both
-import it at once (engine/pipeline/judge.py).
+import it at once (engine/pipeline/judge/main.py).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.harness.cost_count import call_flops
-from engine.pipeline import messages as msg
-from engine.pipeline import wire
-from engine.pipeline.parking import loaded, park
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol import wire
+from engine.pipeline.judge.parking import loaded, park
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import CallPlan, TaskRuntime
-    from engine.pipeline.fresh import Fresh
+    from engine.pipeline.judge.fresh import Fresh
     from engine.tasks.model import TaskConfig
 
 
@@ -39,7 +39,7 @@ class Variant:
     state: dict[str, Any]
     plan: CallPlan
     ref: tuple
-    parked: bool = False   # its tensors in host memory (engine/pipeline/parking.py)
+    parked: bool = False   # its tensors in host memory (engine/pipeline/judge/parking.py)
     after: tuple = ()      # the arguments the reference changes in place (Prepared.mutated), as its call leaves them
 
 
@@ -48,7 +48,7 @@ class Prepared:
     name: str
     variants: list[Variant]
     tensors: list[Any] = field(default_factory=list)   # the judge's copy of every variant's argument tensors
-    fresh: Fresh | None = None   # how each call's inputs are made fresh (engine/pipeline/fresh.py), once chosen
+    fresh: Fresh | None = None   # how each call's inputs are made fresh (engine/pipeline/judge/fresh.py), once chosen
     flops: float = 0.0           # variant 0's reference, counted by torch's FlopCounterMode
     mutated: tuple[int, ...] = ()   # the argument tensors (wire order) the reference changes in place (`mutations`)
 
@@ -62,7 +62,7 @@ def prepare(runtime: TaskRuntime, cfg: TaskConfig, trials: int, device: Any,
     (a reference may work in place on its input), and its outputs are kept as they come unless they share storage
     with what the variant keeps (an input returned as is, a weight). On a GPU, where the config's variants would
     hold more than `park_above` bytes of it (variant 0's times their number), each variant is parked in host memory
-    once prepared (engine/pipeline/parking.py) and the next one is drawn beside the models alone; a config that
+    once prepared (engine/pipeline/judge/parking.py) and the next one is drawn beside the models alone; a config that
     fits stays on the GPU, where the check reads it without a copy each way (parking llama_rmsnorm's 9 GiB of
     variants cost most of a `kbench eval`). `seeds`: the variants' seeds where the request fixes them (the upstream
     mode's, `upstream_trial_seeds`), else kbench's."""

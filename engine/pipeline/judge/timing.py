@@ -10,17 +10,17 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable
 
-from engine.pipeline import analysis
-from engine.pipeline.digest import Hasher, host_hash
-from engine.pipeline.judge_configs import Prepared, composer, seeded
-from engine.pipeline.judge_result import CACHED, MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
+from engine.pipeline.judge import analysis
+from engine.pipeline.judge.digest import Hasher, host_hash
+from engine.pipeline.judge.configs import Prepared, composer, seeded
+from engine.pipeline.protocol.result import CACHED, MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
-    from engine.pipeline.fresh import Fresh
-    from engine.pipeline.judge_timer import LocalTimer
-    from engine.pipeline.judge_result import JudgeResult
-    from engine.pipeline.types import JudgeRequest, SessionBaseline, TimingParams
+    from engine.pipeline.judge.fresh import Fresh
+    from engine.pipeline.judge.timer import LocalTimer
+    from engine.pipeline.protocol.result import JudgeResult
+    from engine.pipeline.protocol.types import JudgeRequest, SessionBaseline, TimingParams
 
 BASELINE_DRIFT = 0.10    # a session's or the cache's baseline is re-measured when a quick re-timing moved more
 RECHECK_ITERS = 20       # the quick re-timing's iterations
@@ -39,7 +39,7 @@ class TimingJudge:
         """The verdict on a timing job of the candidate's (its runner already stopped; its checked iterations
         digested, else digested here against `prep`'s references), with the null loop and the baselines timed now
         by the judge alone, or the session's baselines where a re-timing agrees (`mutated`: the arguments the
-        reference changes in place, judge_configs.Prepared.mutated of the config the candidate was timed on)."""
+        reference changes in place, configs.Prepared.mutated of the config the candidate was timed on)."""
         import torch  # lazy: the judge loads torch only after its runner is spawned (judge.py)
         p = self.req.timing_params
         known = self._session_baselines(runtime, prep)

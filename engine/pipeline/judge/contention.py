@@ -3,7 +3,7 @@
 The judge compares the runner's event times with its own clock and the device's; another process running work
 on the same GPU (or a host starving its CPUs) can make an honest kernel fail those checks as a forger would.
 `evaluate()` therefore measures a contention-sensitive failure twice (a forger fails every time). Where it fails
-twice and NVML saw processes *other* than the candidate's side and kbench's own (engine.pipeline.judge_memory's
+twice and NVML saw processes *other* than the candidate's side and kbench's own (engine.pipeline.judge.memory's
 sides) running on the GPU while it was timed, both times, the candidate is left unmeasured, not called a forger
 or suspected of hidden work: that is not a verdict on the kernel, no speedup is kept, and an evolution evaluates
 it again later. Work of the candidate's own does not count: the judge notes every process of the runner's
@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engine.harness.nvml import memory_by_process, sm_use_by_process
-from engine.pipeline.analysis import CLOCK
-from engine.pipeline.judge_memory import gpu_sides
+from engine.pipeline.judge.analysis import CLOCK
+from engine.pipeline.judge.memory import gpu_sides
 
 if TYPE_CHECKING:
-    from engine.pipeline.judge_result import JudgeResult
+    from engine.pipeline.protocol.result import JudgeResult
 
 BUSY_SM_PERCENT = 5   # a process NVML sampled at or above this SM utilisation ran work on the GPU
 

@@ -5,9 +5,9 @@ request (torch, the CUDA context, its jailed runner up to the helper's signed he
 path from stdin and goes on as above (engine/pipeline/warm.py keeps one such spare per GPU).
 
 This module is the process's entry point: it reads the request, starts the judge cold or as a spare, and
-turns whatever ends the evaluation into the result file. The evaluation itself is engine/pipeline/judge_eval.py,
-the runner's control judge_runner.py, the helper's records judge_timer.py, a config's inputs and references
-judge_configs.py, the timing verdict and the baselines judge_timing.py.
+turns whatever ends the evaluation into the result file. The evaluation itself is engine/pipeline/judge/evaluation.py,
+the runner's control runner_link.py, the helper's records timer.py, a config's inputs and references
+configs.py, the timing verdict and the baselines timing.py.
 
 It builds each config's inputs from seeds with the task's own code, computes the references, starts one
 jailed runner for the candidate, sends it the arguments, and decides from the timing helper's signed records
@@ -18,7 +18,7 @@ killed at its deadline still says which config was running.
 
 Transport (docs/formats.md, "Evaluation"): the judge ships the candidate's exact arguments (the `fn` arguments
 the task's Model passes, the backward's arguments, or a KernelBench model's inputs and weights) and the helper
-ships checked outputs back through a sealed shared-memory slot (engine/pipeline/arena.py), or as bytes over
+ships checked outputs back through a sealed shared-memory slot (engine/pipeline/protocol/arena.py), or as bytes over
 the socket and the record pipe when they do not fit. Nothing in the slot is trusted: outputs are copied out,
 then checked against the fingerprint the helper signed.
 """
@@ -35,13 +35,13 @@ from pathlib import Path
 from engine import jsonable
 from engine.jail.privileges import die_with_parent, exit_without_teardown
 from engine.procs import process_age
-from engine.pipeline.contention import contention_sensitive, others_busy_since
-from engine.pipeline.judge_eval import Judge
-from engine.pipeline.judge_memory import judge_memory_outcome, judge_out_of_memory, memory_blame, out_of_memory
-from engine.pipeline.judge_runner import OutputsTooLarge
-from engine.pipeline.runner_process import RunnerGone
-from engine.pipeline.judge_result import STANDBY_STATE, JudgeResult, Progress, StandbyState
-from engine.pipeline.types import NO_GPU, CorrectnessResult, JudgeRequest, TimerSpec
+from engine.pipeline.judge.contention import contention_sensitive, others_busy_since
+from engine.pipeline.judge.evaluation import Judge
+from engine.pipeline.judge.memory import judge_memory_outcome, judge_out_of_memory, memory_blame, out_of_memory
+from engine.pipeline.judge.runner_link import OutputsTooLarge
+from engine.pipeline.judge.runner_process import RunnerGone
+from engine.pipeline.protocol.result import STANDBY_STATE, JudgeResult, Progress, StandbyState
+from engine.pipeline.protocol.types import NO_GPU, CorrectnessResult, JudgeRequest, TimerSpec
 
 class ResultFile:
     """The request's result file, rewritten whole (atomically) at every step: a judge killed at its deadline
@@ -161,7 +161,3 @@ def _warm(judge: Judge, spare: bool = False) -> BaseException | None:
     except BaseException as exc:  # noqa: BLE001 - reported in the result of the request that follows
         return exc
 
-
-if __name__ == "__main__":
-    # the result file is final and the runner gone; the caller waits for this process's exit
-    exit_without_teardown(main(sys.argv[1:]))

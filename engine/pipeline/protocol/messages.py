@@ -1,7 +1,7 @@
 """The control messages between the judge and its runner, typed (issue #22: types at the doors).
 
-Every message on the control channel (framed by engine/pipeline/wire.py's Channel) is one frozen dataclass here,
-checked when it is made; `to_wire()` is its JSON header, `{"type": KIND, <fields>}`, the shape the channel has
+Every message on the control channel (framed by engine/pipeline/protocol/wire.py's Channel) is one frozen dataclass
+here, checked when it is made; `to_wire()` is its JSON header, `{"type": KIND, <fields>}`, the shape the channel has
 always carried (an optional field that is None, or `fatal` while False, is left off). Requests go judge -> runner,
 replies runner -> judge.
 
@@ -157,7 +157,7 @@ class Load(_Message):
 
 @dataclass(frozen=True)
 class Config(_Message):
-    """A config's arguments (judge_configs.plan_message); its tensors travel after it or in the arena."""
+    """A config's arguments (configs.plan_message); its tensors travel after it or in the arena."""
     KIND: ClassVar[str] = "config"
     cid: str
     kind: str                        # "fn" or "modelnew" (CallPlan.kind)
@@ -168,11 +168,11 @@ class Config(_Message):
     model: dict[str, Any] | None = None   # ModelNew: {"seed", "init", "state", "dtype"}
     # per variant, the seed torch's generators get before every call (a reference that draws random numbers)
     call_seeds: tuple[int, ...] | None = None
-    # per tensor of a variant: how each call's fresh values are drawn (engine/pipeline/fresh.py; 0: a plain copy)
+    # per tensor of a variant: how each call's fresh values are drawn (engine/pipeline/judge/fresh.py; 0: a plain copy)
     fresh_modes: tuple[int, ...] | None = None
     fresh_alphas: tuple[float, ...] | None = None
     # the tensors of a variant the reference mutates in place: the helper leaves them out of its mutation probe
-    # and sends them back after each checked call's outputs (engine/pipeline/judge_configs.py `mutations`)
+    # and sends them back after each checked call's outputs (engine/pipeline/judge/configs.py `mutations`)
     mutable_inputs: tuple[int, ...] = field(default=(), metadata=_OMIT)
     # the tensors' metas, which wire.Channel.send adds to the header: filled on the runner's side only
     tensors: tuple[dict[str, Any], ...] = field(default=(), metadata=_OMIT)
@@ -196,7 +196,7 @@ class Config(_Message):
 
 @dataclass(frozen=True)
 class Job(_Message):
-    """Run a configured config through the timing helper (engine/pipeline/helper_call.py); its results come as
+    """Run a configured config through the timing helper (engine/pipeline/protocol/helper_call.py); its results come as
     signed records."""
     KIND: ClassVar[str] = "job"
     job: int

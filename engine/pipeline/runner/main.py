@@ -6,9 +6,9 @@ timing helper, and nothing else. It jails itself first (engine.jail: Landlock, n
 no privileges, dies with the judge), while it is still a single thread and before torch or the candidate is
 imported; then it imports torch, takes the judge's numeric settings (engine/harness/numerics.py), loads the
 helper from its read-only folder and hands it the descriptors (the helper reads the signing key and closes it,
-and maps the arena, engine/pipeline/arena.py). Only then does candidate code run. What the runner says on the control channel is never taken as a result: results are the
-helper's signed records, and the judge checks them against references it computed itself. Its messages are
-the typed ones of engine/pipeline/messages.py.
+and maps the arena, engine/pipeline/protocol/arena.py). Only then does candidate code run. What the runner says on
+the control channel is never taken as a result: results are the helper's signed records, and the judge checks them
+against references it computed itself. Its messages are the typed ones of engine/pipeline/protocol/messages.py.
 
 Lazy imports: torch and the harness (build, numerics, runtimes, poison, kernelbench_prebuilt, kernelbench_includes,
 triton_load) are imported inside the functions that need them: they may load only once the runner has jailed itself,
@@ -28,10 +28,11 @@ from typing import Any, Callable
 
 from engine import jail
 from engine.jail import privileges
-import engine.pipeline.messages as msg
-from engine.pipeline.arena import DATA_OFFSET as ARENA_DATA_OFFSET, PIN_UP_FRONT as ARENA_PIN_UP_FRONT, \
+import engine.pipeline.protocol.messages as msg
+from engine.pipeline.protocol.arena import DATA_OFFSET as ARENA_DATA_OFFSET, PIN_UP_FRONT as ARENA_PIN_UP_FRONT, \
     REGISTER_STEP as ARENA_REGISTER_STEP
-from engine.pipeline.wire import Channel, ChannelClosed, decode_args, device_tensor, restride, tensor_from_bytes
+from engine.pipeline.protocol.wire import (Channel, ChannelClosed, decode_args, device_tensor, restride,
+                                          tensor_from_bytes)
 
 
 @dataclass
@@ -187,13 +188,14 @@ class Runner:
         import torch
 
         from engine.harness.poison import poison_free_cache
-        from engine.pipeline.helper_call import run_helper
+        from engine.pipeline.protocol.helper_call import run_helper
         if self.timer is None:
             return msg.Error(message="no GPU: nothing can be timed here")
         cfg = self.configs[m.cid]
         # The figure the judge weighs against this config's footprint is this config's own: its setup, its held
         # tensors and its calls. The configs kept prepared for their timing beside it (within the judge's
-        # KEEP_FOR_TIMING share of the GPU and KEEP_MAX_BYTES, whatever the problem) are reported apart (`kept_bytes`); the
+        # KEEP_FOR_TIMING share of the GPU and KEEP_MAX_BYTES, whatever the problem) are reported apart (`kept_bytes`);
+        # the
         # poisoning takes every free block the allocator keeps for a moment, memory this process holds already
         # (its reserved figure does not move), and is left out.
         kept = sum(c.held for cid, c in self.configs.items() if cid != m.cid)
@@ -221,7 +223,7 @@ def seeded_calls(call: Callable[[], Any], seeds: tuple[int, ...], current_varian
                  ) -> Callable[[], Any]:
     """`call` with torch's generators seeded before each call, with the seed of the variant the helper refilled
     the inputs from: the judge computed that variant's reference right after the same seeding (a reference that
-    draws random numbers: judge_configs.prepare)."""
+    draws random numbers: configs.prepare)."""
     import torch
 
     def seeded_call() -> Any:
@@ -231,7 +233,7 @@ def seeded_calls(call: Callable[[], Any], seeds: tuple[int, ...], current_varian
 
 
 def load_candidate(load: msg.Load) -> Any:
-    """Import the candidate named by a `load` message (engine.pipeline.runner_process.stage_load)."""
+    """Import the candidate named by a `load` message (engine.pipeline.judge.runner_process.stage_load)."""
     from engine.harness.build import load_extension
     from engine.harness.runtimes.base import import_file
     if load.triton:
@@ -270,7 +272,3 @@ def main(argv: list[str]) -> int:
         return 1
     return 0
 
-
-if __name__ == "__main__":
-    # the judge waits for this process to be gone before it times the baselines
-    privileges.exit_without_teardown(main(sys.argv[1:]))

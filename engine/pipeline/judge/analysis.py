@@ -11,8 +11,8 @@ Integrity findings fire only on behaviour no correct, stream-ordered, stateless 
 - input aliasing: an output sharing storage with an input (the result written into the caller's tensor);
 - input mutation (a correctness failure): an argument changed by the call that the reference leaves as it is; an
   argument the reference itself mutates in place (a training-mode BatchNorm's running statistics) must be changed
-  as the reference changes it (engine/pipeline/digest.py), and the helper is told which (`mutable`, signed in every
-  ITER record: a list other than the judge's is forgery);
+  as the reference changes it (engine/pipeline/judge/digest.py), and the helper is told which (`mutable`, signed in
+  every ITER record: a list other than the judge's is forgery);
 - persistent output: an output sharing storage with the previous call's output, which was still alive;
 - stale result: the inputs' storage is refilled with another variant before every call, so a result that
   follows an earlier variant's contents (its reference) names a cache keyed by address or call count;
@@ -32,8 +32,8 @@ from typing import Any
 
 from engine.harness.compare import Comparison, compare_outputs
 from engine.harness.timing import TimingStats, hidden_work_suspected, summarise
-from engine.pipeline.digest import Digest, Hasher, digest_call, host_hash, references
-from engine.pipeline.types import CorrectnessResult, IntegrityResult
+from engine.pipeline.judge.digest import Digest, Hasher, digest_call, host_hash, references
+from engine.pipeline.protocol.types import CorrectnessResult, IntegrityResult
 
 SIDE_WORK = "side-stream-or-host-thread"
 INPUT_ALIAS = "input-mutation"
@@ -67,8 +67,9 @@ class Call:
     received: float = 0.0             # the judge's clock when the record arrived
     t_ns: int = 0                     # the helper's own clock when it wrote the record (trusted in the judge only)
     n_outputs: int = 0                # outputs the ITER record announced
-    seed: int = 0                     # the seed of this call's fresh inputs (engine/pipeline/fresh.py)
-    digest: Digest | None = None      # what the judge kept of a checked call once compared (engine/pipeline/digest.py)
+    seed: int = 0                     # the seed of this call's fresh inputs (engine/pipeline/judge/fresh.py)
+    # what the judge kept of a checked call once compared (engine/pipeline/judge/digest.py)
+    digest: Digest | None = None
     deferred: BaseException | None = None   # the digest failed as the records came: raised where it is judged
     mutable: tuple[int, ...] = ()     # the arguments the helper was told the call may change (the ITER record's)
     inputs_after: list[Any] | None = None   # a checked call's `mutable` arguments as it left them, until digested

@@ -1,5 +1,6 @@
-"""Profile child: `python -m engine.pipeline.profile_child REQUEST.json`, run jailed like a runner (engine/jail/exec.py
-puts it in the jail before Python starts; under ncu for the ncu part). Modes: `ncu` runs the candidate on one config a few times and exits (ncu collects);
+"""Profile child: `python -m engine.pipeline.runner.profile_child REQUEST.json`, run jailed like a runner
+(engine/jail/exec.py puts it in the jail before Python starts; under ncu for the ncu part). Modes: `ncu` runs the
+candidate on one config a few times and exits (ncu collects);
 `torch` records the top device-time ops of the candidate and of the eager reference with torch.profiler."""
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from engine.harness.numerics import JUDGE, apply
 from engine.harness.runtimes import runtime_for
-from engine.pipeline import messages as msg
-from engine.pipeline.profile_types import OpRow, ProfileRequest, ProfileResult
-from engine.pipeline.runner import load_candidate
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol.profile_types import OpRow, ProfileRequest, ProfileResult
+from engine.pipeline.runner.main import load_candidate
 from engine.profile.ncu import NVTX_RANGE
 from engine.tasks.model import Task
 

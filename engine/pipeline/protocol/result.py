@@ -18,7 +18,7 @@ from engine.errors import DataError
 from engine.harness.numerics import Numerics
 from engine.harness.timing import TimingStats
 from engine.jail import JailReport
-from engine.pipeline.types import CorrectnessResult, IntegrityResult, SessionBaseline
+from engine.pipeline.protocol.types import CorrectnessResult, IntegrityResult, SessionBaseline
 from engine.tasks.model import Cost
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class TimingRow:
 
 @dataclass
 class ConfigMemory:
-    """A config's GPU memory against its footprint (engine/pipeline/judge_configs.py: one variant's arguments,
+    """A config's GPU memory against its footprint (engine/pipeline/judge/configs.py: one variant's arguments,
     weights and reference outputs): the judge's own peaks while it held the config, and the runner's word on its
     peak allocation (a figure for reports, never evidence in a verdict)."""
     footprint: int
@@ -157,13 +157,14 @@ class JudgeResult:
     # set when the judge itself could not go on (its own GPU memory ran out on a shared or small GPU): what it
     # did not finish is not a verdict on the kernel, and an evolution evaluates the candidate again
     unmeasured: str | None = None
-    # set when a clock check failed while NVML saw other processes run work on this GPU (engine.pipeline.contention)
+    # set when a clock check failed while NVML saw other processes run work on this GPU
+    # (engine.pipeline.judge.contention)
     gpu_shared: str | None = None
     memory: dict[str, ConfigMemory] = field(default_factory=dict)   # per config, as the judge measured it
-    # per config: how its calls got fresh inputs (engine/pipeline/fresh.py Fresh.summary)
+    # per config: how its calls got fresh inputs (engine/pipeline/judge/fresh.py Fresh.summary)
     fresh: dict[str, dict[str, Any]] = field(default_factory=dict)
     # per config where there are any: the argument tensors (wire order) the reference mutates in place, which the
-    # candidate must leave as the reference does (engine/pipeline/judge_configs.py `mutations`)
+    # candidate must leave as the reference does (engine/pipeline/judge/configs.py `mutations`)
     mutated: dict[str, list[int]] = field(default_factory=dict)
     # per config: the reference's counted cost (FLOPs by FlopCounterMode, bytes of one variant's arguments, weights
     # and outputs), the physical floor's cost model where the task has none (engine/harness/cost_count.py)

@@ -1,13 +1,14 @@
 """The one call of kbench's timing helper's `run` (engine/pipeline/timer/binding.cpp): the runner's, for the
-candidate's jobs (engine/pipeline/runner.py), and the judge's own instance's, for the null loop and the baselines
-(engine/pipeline/judge_timer.py LocalTimer), both through `run_helper`.
+candidate's jobs (engine/pipeline/runner/main.py), and the judge's own instance's, for the null loop and the baselines
+(engine/pipeline/judge/timer.py LocalTimer), both through `run_helper`.
 
 Every argument goes by its name, and the timing loop's parameters by their field names in TimingParams (the
 config's [timing] section), which are the names binding.cpp gives them: a parameter added, dropped, renamed or
 reordered on one side cannot shift the others into the wrong slots, and tests/pipeline/test_timing_params.py reads
 binding.cpp to check that the names `helper_arguments` gives are exactly the ones `run` takes.
 
-Standard library only (with engine.pipeline.messages and engine.timing_params): the runner imports it, once jailed."""
+Standard library only (with engine.pipeline.protocol.messages and engine.timing_params): the runner imports it,
+once jailed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import fields
 from typing import Any, Callable, Sequence
 
 from engine.timing_params import TimingParams
-from engine.pipeline import messages as msg
+from engine.pipeline.protocol import messages as msg
 
 # A check job's loop parameters: each call flushed as a timed one is; the counts and the budget are the timing
 # mode's, unused by a check (its calls are the schedule's)

@@ -2,7 +2,7 @@
 judge's own instance of the helper (`LocalTimer`), which times the null loop and the baselines and checks
 output fingerprints.
 
-`collect` reads the records of the candidate's helper (through the runner, engine/pipeline/judge_runner.py)
+`collect` reads the records of the candidate's helper (through the runner, engine/pipeline/judge/runner_link.py)
 and of the judge's own alike; a forged stream ends the job with `forged` set, never with an exception.
 """
 
@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.harness.build import load_extension
-from engine.pipeline import analysis, wire
-from engine.pipeline import messages as msg
-from engine.pipeline.helper_call import run_helper
+from engine.pipeline.judge import analysis
+from engine.pipeline.protocol import wire
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol.helper_call import run_helper
 
 if TYPE_CHECKING:
-    from engine.pipeline.types import TimingParams
+    from engine.pipeline.protocol.types import TimingParams
 
 
 class LocalTimer:
@@ -53,12 +54,12 @@ class LocalTimer:
 
     def rebuild(self, tensors: list[Any], seed: int, modes: tuple[int, ...], alphas: tuple[float, ...]) -> list[Any]:
         """A call's fresh inputs rebuilt from its variant's tensors and seed with the helper's own kernel, bit for
-        bit what the candidate's helper gave it (engine/pipeline/fresh.py)."""
+        bit what the candidate's helper gave it (engine/pipeline/judge/fresh.py)."""
         return list(self.mod.fresh_args(tensors, seed, list(modes), list(alphas)))
 
     def hasher(self) -> Callable[[Any], int]:
         """A hash of a tensor's bytes on its own device (the fingerprint kernel under a seed drawn now): how the
-        judge tells outputs apart once they are freed (engine/pipeline/digest.py)."""
+        judge tells outputs apart once they are freed (engine/pipeline/judge/digest.py)."""
         seed = int.from_bytes(os.urandom(8), "little")
         return lambda t: self.fingerprint(t.contiguous(), seed)
 

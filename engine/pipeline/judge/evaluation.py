@@ -18,31 +18,32 @@ from engine import procs
 from engine.harness import numerics
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
-from engine.pipeline.arena import PIN_UP_FRONT
-from engine.pipeline import analysis, wire
-from engine.pipeline.analysis import tolerance
-from engine.pipeline import messages as msg
-from engine.pipeline.digest import Hasher, digest_call, host_hash
-from engine.pipeline.judge_configs import (Prepared, composer, footprint, plan_message, prepare, reference_outputs,
+from engine.pipeline.protocol.arena import PIN_UP_FRONT
+from engine.pipeline.judge import analysis
+from engine.pipeline.protocol import wire
+from engine.pipeline.judge.analysis import tolerance
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.judge.digest import Hasher, digest_call, host_hash
+from engine.pipeline.judge.configs import (Prepared, composer, footprint, plan_message, prepare, reference_outputs,
                                            upstream_trial_seeds)
-from engine.pipeline.judge_memory import CANDIDATE_SLACK, config_share, memory_blame, runner_memory_excuse
-from engine.pipeline.judge_result import ConfigMemory, DeviceInfo, Stop
-from engine.pipeline.judge_runner import RunnerLink
-from engine.pipeline.judge_timer import LocalTimer
-from engine.pipeline.judge_timing_phase import TimingPhase
-from engine.pipeline.fresh import Fresh, FreshReferences, choose
-from engine.pipeline.parking import moved
-from engine.pipeline.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
+from engine.pipeline.judge.memory import CANDIDATE_SLACK, config_share, memory_blame, runner_memory_excuse
+from engine.pipeline.protocol.result import ConfigMemory, DeviceInfo, Stop
+from engine.pipeline.judge.runner_link import RunnerLink
+from engine.pipeline.judge.timer import LocalTimer
+from engine.pipeline.judge.timing_phase import TimingPhase
+from engine.pipeline.judge.fresh import Fresh, FreshReferences, choose
+from engine.pipeline.judge.parking import moved
+from engine.pipeline.protocol.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
 from engine.tasks.model import Cost, Task, TaskConfig
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
-    from engine.pipeline.judge import ResultFile
+    from engine.pipeline.judge.main import ResultFile
 
 SETTLE_MS = 20.0        # the pause before the async-completeness comparison of a checked call
 STANDBY_START_S = 180.0  # how long a standby judge's runner may take to come up before any request
 # Configs to time stay prepared on both sides from their check to their timing while their shares
-# (judge_memory.config_share) add up to at most this fraction of the GPU's memory; larger ones are freed after
+# (memory.config_share) add up to at most this fraction of the GPU's memory; larger ones are freed after
 # their check and prepared again for their timing, so one problem's judge and runner hold one large config at a
 # time (KernelBench level 1 problem 23 held three 12 GiB configs on each side before). Nor more than
 # KEEP_MAX_BYTES whatever the GPU: keeping saves a preparation that matters for small configs (milliseconds of
@@ -255,7 +256,7 @@ class Judge(TimingPhase):
             prep = prepare(runtime, cfg, self.req.trials, torch.device("cuda"), self.seeds, park_above=max(room, 0))
             prep.fresh = self._fresh(runtime, prep)
             self.out.data.fresh[cfg.name] = prep.fresh.summary()
-            if prep.mutated:   # the candidate must change these as the reference does (engine/pipeline/digest.py)
+            if prep.mutated:   # the candidate must change these as the reference does (engine/pipeline/judge/digest.py)
                 self.out.data.mutated[cfg.name] = list(prep.mutated)
             # what the reference left cached (cuDNN's workspaces can take most of the GPU) goes back before the
             # candidate runs beside this process: only its inputs and reference outputs stay held
@@ -280,7 +281,7 @@ class Judge(TimingPhase):
         return None, reply
 
     def _fresh(self, runtime: TaskRuntime, prep: Prepared) -> Fresh:
-        """How the config's calls get fresh inputs (engine/pipeline/fresh.py). A reference that fails on fresh
+        """How the config's calls get fresh inputs (engine/pipeline/judge/fresh.py). A reference that fails on fresh
         values (a factorisation that needs what scaling breaks) leaves the calls rotating among the variants."""
         import torch
         assert self.local is not None
@@ -293,14 +294,14 @@ class Judge(TimingPhase):
                              "the calls rotate among the variants")
 
     def _references(self, runtime: TaskRuntime, prep: Prepared) -> FreshReferences:
-        """Each checked call's reference, for exactly the inputs it was given (engine/pipeline/fresh.py)."""
+        """Each checked call's reference, for exactly the inputs it was given (engine/pipeline/judge/fresh.py)."""
         assert self.local is not None
         return FreshReferences(runtime, prep, self.local.rebuild)
 
     def _digester(self, refs: FreshReferences, compose: Callable[[int, list[Any]], tuple], tol: analysis.Tolerance,
                   chained: bool = False) -> Callable[[analysis.Call], None]:
         """What a job does with each checked call once its outputs are in: compare them with the reference for its
-        inputs and free them (engine/pipeline/digest.py); `chained`: every call is checked (a check job), so a
+        inputs and free them (engine/pipeline/judge/digest.py); `chained`: every call is checked (a check job), so a
         wrong output is also held against the previous call's reference, kept in host memory meanwhile. A failure
         is kept on the call and raised where the call is judged."""
         previous: list[tuple] = []
@@ -393,7 +394,7 @@ def compared(name: str, check: Callable[[], tuple[CorrectnessResult, IntegrityRe
              traces: dict[str, str]) -> tuple[CorrectnessResult, IntegrityResult]:
     """A config's comparison. Where it fails it is kbench's own failure, named as such with its trace kept, not
     a verdict on the kernel; but the judge's own GPU memory running out (seen with five evaluations on one H100)
-    propagates: judge.py decides whose fault that is (engine/pipeline/judge_memory.py)."""
+    propagates: judge.py decides whose fault that is (engine/pipeline/judge/memory.py)."""
     import torch
     try:
         return check()

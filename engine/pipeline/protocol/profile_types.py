@@ -1,5 +1,5 @@
 """The profile child's request and result, typed (engine/pipeline/profiling.py writes the one and reads the other,
-engine/pipeline/profile_child.py the reverse).
+engine/pipeline/runner/profile_child.py the reverse).
 
 The child runs jailed, where pydantic is out of reach: it reads its request and writes its result with plain
 dataclasses and json. The parent reads the result strictly (engine.jsonable): the child ran the candidate's code,

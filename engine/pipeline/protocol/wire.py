@@ -3,19 +3,19 @@
 Two channels, both inherited descriptors:
 - control (a socketpair, both ways): framed messages, a JSON header followed by raw tensor bytes. The judge
   sends the candidate's arguments and jobs; the runner answers with status lines. The headers are the typed
-  messages of engine/pipeline/messages.py. Nothing the runner says on it is evidence: the judge only learns
+  messages of engine/pipeline/protocol/messages.py. Nothing the runner says on it is evidence: the judge only learns
   from it that the runner is alive and why it could not go on.
 - records (a pipe, runner to judge): written only by the compiled timing helper, each record numbered and
   signed with HMAC-SHA256 under a key the judge generated and the helper read from a third descriptor
   before any candidate code ran. Outputs ride on records as a signed header (shape, dtype, a keyed
   fingerprint of the bytes) followed by the bytes, or with the bytes in the shared arena's slot
-  (engine/pipeline/arena.py; the header says `"arena": 1`), which the judge's decoder takes in order.
+  (engine/pipeline/protocol/arena.py; the header says `"arena": 1`), which the judge's decoder takes in order.
 Large arguments of a `config` message likewise travel in the arena (their metas carry `arena_offset`).
 
 The judge never unpickles anything: headers are JSON, tensor bytes become tensors through `frombuffer`.
 
 Lazy imports: torch, in the functions that handle tensors. The runner imports this module before it jails
-itself, and torch must load only after the jail (engine/pipeline/runner.py).
+itself, and torch must load only after the jail (engine/pipeline/runner/main.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from engine.pipeline.messages import MessageError
+from engine.pipeline.protocol.messages import MessageError
 
 MAX_HEADER = 64 << 20
 RECORD_MAGIC = b"KBR1"
@@ -170,7 +170,7 @@ class Channel:
                     self.sock.sendall(memoryview(c.reshape(-1).view(torch.uint8).numpy()))
 
     def recv(self, timeout: float | None = None, tensors: bool = True) -> tuple[dict[str, Any], list[bytearray]]:
-        """One message's header, untyped (engine/pipeline/messages.py parses it), and its tensors' bytes.
+        """One message's header, untyped (engine/pipeline/protocol/messages.py parses it), and its tensors' bytes.
         `tensors=False`: a message announcing tensor bytes is refused unread (the judge takes no bytes from its
         runner here, and a size the runner announces must not size the judge's buffers). MessageError: a whole
         frame whose header is no JSON object (the next frame can still be read)."""
@@ -236,7 +236,8 @@ class RecordReader:
     next_seq: int = 0
     max_payload: int = 1 << 40
     seen: list[int] = field(default_factory=list)
-    arena_capacity: int | None = None  # the arena's slot, when the helper was given one (engine/pipeline/arena.py)
+    # the arena's slot, when the helper was given one (engine/pipeline/protocol/arena.py)
+    arena_capacity: int | None = None
 
     def _exact(self, n: int) -> bytes:
         chunks = []

@@ -29,7 +29,7 @@ from engine import procs
 from engine.harness.nvml import memory_by_process
 
 if TYPE_CHECKING:
-    from engine.pipeline.judge_result import Progress
+    from engine.pipeline.protocol.result import Progress
 
 
 # What the candidate's side may hold beyond its copies of a config: a CUDA context, library handles and workspaces

@@ -5,11 +5,11 @@ Once a variant is prepared (its inputs drawn, its call plan captured, its refere
 arguments, reference outputs and the arguments the reference changes in place (as it leaves them) move to host
 memory (page-locked where the driver allows, so a copy back runs at full speed); the models stay on the GPU (a
 KernelBench model is shared by the variants, and a model's weights are what every reference call needs). The
-runner gets its copies from the parked tensors (they go through host memory anyway: engine/pipeline/arena.py).
+runner gets its copies from the parked tensors (they go through host memory anyway: engine/pipeline/protocol/arena.py).
 Where the judge needs a variant again (to compose a candidate's outputs under it, to compare with its reference) it
 brings that one back for the moment (`loaded`, `ParkedRefs`).
 
-Lazy imports: torch, inside the functions, as in judge_configs.py (the judge spawns its runner before torch loads).
+Lazy imports: torch, inside the functions, as in configs.py (the judge spawns its runner before torch loads).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ GPU = "cuda"   # where a parked variant is brought back to (a test's stand-in de
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
-    from engine.pipeline.judge_configs import Prepared, Variant
+    from engine.pipeline.judge.configs import Prepared, Variant
 
 
 def moved(value: Any, device: str, memo: dict[int, Any]) -> Any:

@@ -9,7 +9,7 @@ Layout of a run folder (created by the trusted side, mode 0711):
 
 The runner joins the judge's process group (a kill of the judge's group takes it along), dies with the judge
 (PDEATHSIG, which its seccomp filter stops it from clearing), and inherits exactly four descriptors: control,
-key, records and the shared arena (engine/pipeline/arena.py), through which output and argument bytes travel.
+key, records and the shared arena (engine/pipeline/protocol/arena.py), through which output and argument bytes travel.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from engine.jail.cgroups import StepGroup
 from engine.jail.limits import Limits, runner_limits
 from engine.jail.profiles import runner_environment, runner_spec
 from engine.jail.supervise import WATCH_S, CappedLog, folder_bytes
-from engine.pipeline import messages as msg
-from engine.pipeline.arena import Arena
-from engine.pipeline.types import CandidateSpec
-from engine.pipeline.wire import Channel, ChannelClosed, Forgery, Record, RecordReader
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol.arena import Arena
+from engine.pipeline.protocol.types import CandidateSpec
+from engine.pipeline.protocol.wire import Channel, ChannelClosed, Forgery, Record, RecordReader
 
 _F_SETPIPE_SZ = 1031
 # How long the judge keeps reading records after the runner has answered a job it has not seen end: the records

@@ -3,9 +3,9 @@ and take a config's arguments, running one job on it, and decoding the outputs i
 
 Every wait is bounded by the judge's deadline (an absolute `time.monotonic()`), passed in by the caller: a
 standby judge's deadline moves when its request arrives. A runner that dies or overruns raises RunnerGone
-(engine/pipeline/runner_process.py), which the judge's entry point turns into the result's error.
+(engine/pipeline/judge/runner_process.py), which the judge's entry point turns into the result's error.
 
-The runner's replies are typed (engine/pipeline/messages.py) and may be the candidate's forgeries: each wait
+The runner's replies are typed (engine/pipeline/protocol/messages.py) and may be the candidate's forgeries: each wait
 takes any answer but the one it awaits (another kind, an error, a Garbled reply that did not parse, one that
 names another config or job) as the step's failure, in the runner's words where it gave some.
 """
@@ -20,22 +20,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.harness.numerics import JUDGE
-from engine.pipeline import analysis, wire
-from engine.pipeline import messages as msg
-from engine.pipeline.judge_memory import out_of_memory
-from engine.pipeline.judge_timer import collect
-from engine.pipeline.runner_process import RunDir, RunnerProcess, make_run_dir, stage_load, stage_readonly
-from engine.pipeline.types import NO_GPU, CandidateSpec, TimerSpec
+from engine.pipeline.judge import analysis
+from engine.pipeline.protocol import wire
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.judge.memory import out_of_memory
+from engine.pipeline.judge.timer import collect
+from engine.pipeline.judge.runner_process import RunDir, RunnerProcess, make_run_dir, stage_load, stage_readonly
+from engine.pipeline.protocol.types import NO_GPU, CandidateSpec, TimerSpec
 
 if TYPE_CHECKING:
-    from engine.pipeline.judge_timer import LocalTimer
+    from engine.pipeline.judge.timer import LocalTimer
 
 
 class OutputsTooLarge(RuntimeError):
     """The judge's GPU memory ran out while taking an output whose shape or dtype is not the reference's: its size
     is the candidate's doing, so this is its failure, never an excuse for leaving it unmeasured. (An output of the
     reference's shape and dtype is an allocation the judge needs for any candidate: its failing is weighed like
-    the judge's own, engine/pipeline/judge_memory.py.)"""
+    the judge's own, engine/pipeline/judge/memory.py.)"""
 
 
 def reference_sized(body: dict[str, Any], k: int, expected: list[tuple[tuple[int, ...], Any] | None]) -> bool:
@@ -133,7 +134,7 @@ class RunnerLink:
         return None
 
     def configure(self, config: msg.Config, tensors: list[Any], deadline: float) -> msg.Answer:
-        """Send a config's `config` message (engine/pipeline/judge_configs.py); the runner's answer, Configured
+        """Send a config's `config` message (engine/pipeline/judge/configs.py); the runner's answer, Configured
         only for this config. The tensors go through the arena's slot when they fit (the slot is free between
         jobs), else through the socket."""
         assert self.process is not None
@@ -155,7 +156,7 @@ class RunnerLink:
                 on_checked: Callable[[analysis.Call], None] | None = None) -> tuple[analysis.Job, msg.Answer | None]:
         """One job on a configured config (`job`: the message, numbered here): its signed records, then the runner's
         closing answer (None if the records were forged: it is not read). `on_checked`: called with each checked
-        call as soon as its outputs are in (judge_timer.collect)."""
+        call as soon as its outputs are in (timer.collect)."""
         assert self.process is not None
         self.job_id += 1
         self.process.send(dataclasses.replace(job, job=self.job_id))
@@ -201,7 +202,7 @@ class RunnerLink:
                 return None
             if b.get("kind") == "scalar":
                 return float(b["value"])
-            if b.get("arena"):   # in the arena's slot (engine/pipeline/arena.py): copied out, slot released
+            if b.get("arena"):   # in the arena's slot (engine/pipeline/protocol/arena.py): copied out, slot released
                 assert arena is not None   # the reader refuses arena records when there is no arena
                 flat = allocated(b, k, lambda: wire.device_tensor(b, arena.take(int(b.get("nbytes", 0)), where)))
             else:

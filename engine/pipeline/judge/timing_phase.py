@@ -1,8 +1,8 @@
-"""The judge's timing phase (a part of engine/pipeline/judge_eval.py's Judge): the candidate timed on every config
+"""The judge's timing phase (a part of engine/pipeline/judge/evaluation.py's Judge): the candidate timed on every config
 that passed its checks, each timing job's checked iterations compared once the job has ended, then, with the
-runner stopped, the null loop and the baselines timed by the judge alone (engine/pipeline/judge_timing.py).
+runner stopped, the null loop and the baselines timed by the judge alone (engine/pipeline/judge/timing.py).
 
-Lazy imports: torch, inside the methods, as in judge_eval.py (the runner is spawned before torch loads).
+Lazy imports: torch, inside the methods, as in evaluation.py (the runner is spawned before torch loads).
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from engine.pipeline import analysis
-from engine.pipeline import messages as msg
-from engine.pipeline.judge_configs import Prepared, composer, prepare_baseline, reference_outputs
-from engine.pipeline.judge_result import Stop, TimingRow
-from engine.pipeline.judge_runner import settle
-from engine.pipeline.judge_timing import TimingJudge
+from engine.pipeline.judge import analysis
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.judge.configs import Prepared, composer, prepare_baseline, reference_outputs
+from engine.pipeline.protocol.result import Stop, TimingRow
+from engine.pipeline.judge.runner_link import settle
+from engine.pipeline.judge.timing import TimingJudge
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
-    from engine.pipeline.fresh import Fresh
+    from engine.pipeline.judge.fresh import Fresh
     from engine.tasks.model import TaskConfig
 
 

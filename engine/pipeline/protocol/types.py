@@ -68,10 +68,10 @@ class JudgeRequest:
     # None: the judge's own (JUDGE). The upstream mode sends torch's defaults (engine/pipeline/eval_mode.py).
     numerics: dict[str, Any] | None = None
     # the upstream mode on an imported robust-kbench or KernelBench task: the trials' seeds and draws as upstream's
-    # own evaluation makes them (engine.pipeline.judge_configs.upstream_trial_seeds, TaskRuntime.upstream_draws)
+    # own evaluation makes them (engine.pipeline.judge.configs.upstream_trial_seeds, TaskRuntime.upstream_draws)
     upstream_draws: bool = False
     # the share of the GPU's memory the judge may fill with prepared variants before it parks a config's variants in
-    # host memory (engine/pipeline/parking.py); 0 parks every one (the least GPU memory, the slowest check)
+    # host memory (engine/pipeline/judge/parking.py); 0 parks every one (the least GPU memory, the slowest check)
     gpu_keep: float = GPU_KEEP
 
     def to_json(self) -> dict[str, Any]:

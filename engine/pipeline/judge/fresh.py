@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
-from engine.pipeline import wire
-from engine.pipeline.judge_configs import seeded
-from engine.pipeline.parking import loaded
+from engine.pipeline.protocol import wire
+from engine.pipeline.judge.configs import seeded
+from engine.pipeline.judge.parking import loaded
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime
-    from engine.pipeline.analysis import Tolerance
-    from engine.pipeline.judge_configs import Prepared
+    from engine.pipeline.judge.analysis import Tolerance
+    from engine.pipeline.judge.configs import Prepared
 
 KEEP, SCALE, SYMMETRIC, SIGN = 0, 1, 2, 3
 ALPHAS = (1 / 16, 1 / 4, 1 / 2)   # the factors' spread (1 +- alpha), weakest first; powers of two (kernel.cu)
@@ -232,7 +232,7 @@ def _misses(x: Any, y: Any, tol: Tolerance) -> int:
 class FreshReferences:
     """Each checked call's reference for exactly the inputs it was given (`reference_of`), and the values the
     reference leaves in the arguments it changes in place (`expected_of`): the References the judge's digests and
-    judgements read (engine/pipeline/digest.py)."""
+    judgements read (engine/pipeline/judge/digest.py)."""
 
     def __init__(self, runtime: TaskRuntime, prep: Prepared, rebuild: Rebuild):
         self.runtime, self.prep, self.rebuild = runtime, prep, rebuild

@@ -1,13 +1,13 @@
 """What the judge keeps of a checked call once it has compared the call's outputs: the comparison with the
 reference, whether a wrong output matches another variant's reference, whether it is constant, and a hash of its
 bytes for the constant-across-seeds check. Where the reference mutates some of its arguments in place
-(engine/pipeline/judge_configs.py: `mutations`), the values the candidate's call left in them are compared with
+(engine/pipeline/judge/configs.py: `mutations`), the values the candidate's call left in them are compared with
 the reference's at the task's tolerance too, and a difference fails the call naming the argument. The outputs are
 freed as soon as a call is digested, so the judge holds one call's outputs at a time instead of every checked
 call's (a check job's four 6 GiB softmax outputs before: KernelBench level 1 problem 23).
 
 A check job's calls are digested as their records arrive (the runner waits between calls anyway); a timing job's
-checked outputs wait in host memory until the job has ended (engine/pipeline/judge_runner.py), so the judge's GPU
+checked outputs wait in host memory until the job has ended (engine/pipeline/judge/runner_link.py), so the judge's GPU
 neither works nor holds them while the candidate is timed.
 
 Lazy imports: torch, where outputs are compared and hashed: the parent reads analysis.py's hack names, which
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from engine.harness.compare import Comparison
 
 if TYPE_CHECKING:
-    from engine.pipeline.analysis import Call, Tolerance
+    from engine.pipeline.judge.analysis import Call, Tolerance
 
 Hasher = Callable[[Any], int]   # a contiguous tensor -> a hash of its bytes
 
@@ -39,8 +39,8 @@ class Digest:
 
 
 class References:
-    """The reference of each checked call: here its variant's (`refs[v]`, a list or engine/pipeline/parking.py's
-    ParkedRefs); the judge's fresh inputs give each call its own (engine/pipeline/fresh.py, `FreshReferences`).
+    """The reference of each checked call: here its variant's (`refs[v]`, a list or engine/pipeline/judge/parking.py's
+    ParkedRefs); the judge's fresh inputs give each call its own (engine/pipeline/judge/fresh.py, `FreshReferences`).
     `expected`: the reference and the arguments the reference changes in place (`mutated`), as it leaves them:
     none here."""
     mutated: tuple[int, ...] = ()

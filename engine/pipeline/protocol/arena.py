@@ -25,7 +25,7 @@ before its request), so copies run at full speed; a registration that fails leav
 still works.
 
 Lazy imports: torch, in the methods that copy. The runner imports this module (for its layout constants) before
-it jails itself, and torch must load only after the jail (engine/pipeline/runner.py).
+it jails itself, and torch must load only after the jail (engine/pipeline/runner/main.py).
 """
 
 from __future__ import annotations
