@@ -14,10 +14,11 @@ from engine import userfiles
 from engine.errors import CandidateError
 from engine.jsonable import dump, load
 
-# kernel-only: kernel.cu (and its headers) without binding.cpp, defining the task's launcher (engine/tasks/glue.py);
-# it becomes a native candidate with the generated binding.cpp where it meets its task (glue.materialise).
-# triton: kernel.py defining the launcher in Triton's form (engine/tasks/glue_triton.py), plus the binding.py kbench
-# generates for it where it meets its task (glue.materialise); kernel.py alone is the form a person or an LLM writes.
+# kernel-only: kernel.cu (and its headers) without binding.cpp, defining the task's launcher
+# (engine/tasks/glue/generated.py); it becomes a native candidate with the generated binding.cpp where it meets its task
+# (glue.materialise). triton: kernel.py defining the launcher in Triton's form (engine/tasks/glue/triton.py), plus the
+# binding.py kbench generates for it where it meets its task (glue.materialise); kernel.py alone is the form a person or
+# an LLM writes.
 CandidateFormat = Literal["native", "robust-kbench", "kernelbench", "kernel-only", "triton"]
 NATIVE_FILES = ("kernel.cu", "binding.cpp")
 HEADER_SUFFIXES = (".cuh", ".h")
@@ -95,7 +96,7 @@ def load_candidate(path: str | Path, name: str | None = None) -> Candidate:
     robust-kbench publishes its kernels), unless a `binding.cpp` beside it makes the folder a native candidate.
     A folder with no binding.cpp but exactly one such `.cu` is that robust-kbench candidate. A `kernel.cu` without
     PYBIND11_MODULE, defining kb_forward or kb_backward, and without a binding.cpp beside it (given as the file or
-    its folder) is a kernel-only candidate: kernel.cu and the .cuh/.h files beside it; engine/tasks/glue.py
+    its folder) is a kernel-only candidate: kernel.cu and the .cuh/.h files beside it; engine/tasks/glue/generated.py
     generates its binding.cpp.
 
     Files are read by engine.userfiles: a link, a FIFO, a device or an oversized file among them is a

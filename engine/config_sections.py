@@ -62,7 +62,7 @@ class LLMConfig:
     stream: bool | None = None             # openai-compatible: stream every call (or none); None: long ones
     prompts_dir: str | None = None         # templates here override the built-in ones, file by file
     # What an answer may be written in: "cuda" (kernel.cu, with or without binding.cpp) and "triton" (a Triton
-    # kernel.py defining the task's launcher, engine/tasks/glue_triton.py). The prompt offers each, and the
+    # kernel.py defining the task's launcher, engine/tasks/glue/triton.py). The prompt offers each, and the
     # answer's check takes each, only where it is listed.
     languages: list[str] = field(default_factory=lambda: ["cuda"])
     prices: dict[str, Price] = field(default_factory=lambda: dict(DEFAULT_PRICES))

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.harness import toolchain  # noqa: E402 - after the repository is on sys.path
-from engine.harness.build_native import BINDING_MODULE  # noqa: E402
+from engine.harness.build.native import BINDING_MODULE  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "native"
 

@@ -13,7 +13,7 @@ Rows (each a median over --repeats fresh builds; every build gets unique source 
   torch.utils.cpp_extension.load_inline in a fresh build directory (what KernelBench candidates do).
 - single .cu (kbench robust-kbench path): the same .cu through build_candidate (nvcc with torch headers).
 - kernel-only (--task, default llama_rmsnorm forward, with tests/fixtures/kernel_only/llama_rmsnorm_forward): a
-  kernel.cu alone, materialised with the binding.cpp its task's signature generates (engine/tasks/glue.py):
+  kernel.cu alone, materialised with the binding.cpp its task's signature generates (engine/tasks/glue/generated.py):
   "generated glue, both cold" compiles both objects (the split build of that candidate); "glue object warm" is a new
   kernel.cu each time with the glue's binding.o compiled beforehand (engine/harness/glue_warm.py, timed as its own
   row): everything cold but the glue object, i.e. the first candidate of a session after the warm-up.
@@ -40,11 +40,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
-from engine.harness.build import build_candidate, ensure_pch  # noqa: E402
+from engine.harness.build.stage import build_candidate, ensure_pch  # noqa: E402
 from engine.harness import nvml  # noqa: E402
 from engine.harness.glue_warm import prebuild_glue  # noqa: E402
 from engine.harness.toolchain import detect  # noqa: E402
-from engine.tasks.glue import materialise  # noqa: E402
+from engine.tasks.glue.generated import materialise  # noqa: E402
 from engine.tasks.loader import load_task  # noqa: E402
 
 

@@ -89,7 +89,7 @@ class SmiSampler:
 
 
 def run_mode(args: argparse.Namespace, mode: str) -> dict:
-    from engine.harness.build import ensure_pch
+    from engine.harness.build.stage import ensure_pch
     from engine.harness.toolchain import detect
 
     task = load_task(args.task)

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from engine.candidates import Candidate, load_candidate  # noqa: E402
 from engine.config import load_config  # noqa: E402
 from engine.evolve.factory import eval_options, make_evaluator  # noqa: E402
-from engine.harness.build import build_candidate, ensure_pch  # noqa: E402
+from engine.harness.build.stage import build_candidate, ensure_pch  # noqa: E402
 from engine.harness.toolchain import detect  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions, evaluate  # noqa: E402
 from engine.tasks.loader import load_task  # noqa: E402
@@ -68,7 +68,7 @@ sys.path.insert(0, sys.argv[1])
 from engine.candidates import load_candidate
 from engine.config import load_config
 from engine.evolve.factory import eval_options, make_evaluator
-from engine.harness.build import build_candidate, ensure_pch
+from engine.harness.build.stage import build_candidate, ensure_pch
 from engine.harness.toolchain import detect
 from engine.tasks.loader import load_task
 from pathlib import Path

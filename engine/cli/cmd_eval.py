@@ -20,7 +20,7 @@ from engine.pipeline.baseline_cache import FRESH, USE
 from engine.pipeline.eval_types import options_from_config
 from engine.pipeline.evaluate import EvalOptions, evaluate, profile_after
 from engine.pipeline.report import render, render_profile
-from engine.tasks.glue import load_for_task
+from engine.tasks.glue.generated import load_for_task
 from engine.tasks.loader import load_task
 
 

@@ -1,16 +1,16 @@
 """`kbench glue TASK [--backward] [--lang cuda|triton] [--binding]`: the launcher a kernel-only candidate defines,
-and the binding.cpp kbench generates for it from the task's signature (engine/tasks/glue.py); with `--lang triton`,
-the kernel.py skeleton of a Triton candidate and its generated binding.py (engine/tasks/glue_triton.py)."""
+and the binding.cpp kbench generates for it from the task's signature (engine/tasks/glue/generated.py); with `--lang
+triton`, the kernel.py skeleton of a Triton candidate and its generated binding.py (engine/tasks/glue/triton.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from engine.tasks.glue import refusal
-from engine.tasks.glue_abi import GlueError, launcher_abi
-from engine.tasks.glue_text import binding_text, header_text
-from engine.tasks.glue_triton import binding_py_text, py_declaration, skeleton_text
+from engine.tasks.glue.generated import refusal
+from engine.tasks.glue.abi import GlueError, launcher_abi
+from engine.tasks.glue.text import binding_text, header_text
+from engine.tasks.glue.triton import binding_py_text, py_declaration, skeleton_text
 from engine.tasks.loader import builtin_task_names, load_task
 
 

@@ -16,7 +16,7 @@ from engine.harness.roofline import load_peaks
 from engine.pipeline.evaluate import default_cache_root
 from engine.pipeline.profiling import profile_candidate
 from engine.profile.runner import ProfileOptions
-from engine.tasks.glue import load_for_task
+from engine.tasks.glue.generated import load_for_task
 from engine.tasks.loader import load_task
 from engine.verdict import Stage, Status
 from engine.workspace import Workspace

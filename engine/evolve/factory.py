@@ -40,7 +40,7 @@ def make_evaluator(task: Task, direction: str, config: Config, options: EvalOpti
         if sequential:
             raise KbenchError("--sequential is a local-executor mode; the Ray executor schedules on the cluster")
         try:
-            from engine.evolve.ray_executor import RayExecutor
+            from engine.evolve.ray.executor import RayExecutor
         except ImportError as exc:
             raise KbenchError(f"the Ray executor is not available here: {exc}") from None
         return RayExecutor(task, direction, opts, address=ex.ray_address, retries=ex.retries,

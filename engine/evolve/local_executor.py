@@ -36,8 +36,8 @@ from engine.evolve.worker_fns import (
     start_resource_tracker,
     visible_gpus,
 )
-from engine.harness.build_result import BuildSummary
-from engine.harness.build_wait import PCH_WAIT, expected_wait
+from engine.harness.build.result import BuildSummary
+from engine.harness.build.wait import PCH_WAIT, expected_wait
 from engine.harness.toolchain import Toolchain
 from engine.harness.toolchain import detect as detect_toolchain
 from engine.pipeline.evaluate import EvalOptions
@@ -107,7 +107,7 @@ class LocalPipelineExecutor:
             t.start()
 
     def expected_wait(self, candidate: Candidate) -> str | None:
-        """What the build of `candidate` will wait on (engine.harness.build_wait), each wait shared by every build
+        """What the build of `candidate` will wait on (engine.harness.build.wait), each wait shared by every build
         (torch's precompiled header) said once. The toolchain is detected once, here, in the parent."""
         wait = expected_wait(candidate, self.options.cache_root, self._toolchain.result(timeout=60))
         if wait is not None and wait.startswith(PCH_WAIT):

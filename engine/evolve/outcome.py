@@ -5,7 +5,7 @@ The loop needs only the narrow `Evaluator` protocol: `submit(candidate, on_stage
 `cancel_pending()`, `close()`, `stats()`; and, where an evaluator can (`CanProfile`), `profile(candidate,
 device=) -> Future[Verdict]`: the `profile` stage (ncu + torch profiler) alone for a candidate already evaluated,
 on the evaluator's GPU, which a session asks for when a candidate becomes its new best (`[eval] profile =
-"best"`). Implementations: engine.evolve.local_executor (this machine), engine.evolve.ray_executor (a Ray
+"best"`). Implementations: engine.evolve.local_executor (this machine), engine.evolve.ray.executor (a Ray
 cluster).
 """
 

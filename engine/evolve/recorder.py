@@ -20,7 +20,7 @@ from engine.evolve.population import DONE, Member
 from engine.evolve.resume import DIRECTIVES, EVALUATED, PROPOSAL_FAILED, title_of
 from engine.evolve.search_state import search_state
 from engine.proposers.base import Proposal
-from engine.tasks.glue import load_for_task
+from engine.tasks.glue.generated import load_for_task
 from engine.verdict import Stage, Verdict, effective
 from engine.workspace.note_entries import Event, Measurement, VerdictNote
 from engine.workspace.records import CandidateRecord, now_iso

@@ -1,7 +1,7 @@
 """The real work an executor's workers do: compile a candidate into the build cache (a CPU worker process),
 check and time a built one, or profile it (a GPU worker), and the compile verdict of a build.
 
-Both executors run these (engine.evolve.local_executor on this machine, engine.evolve.ray_tasks on a
+Both executors run these (engine.evolve.local_executor on this machine, engine.evolve.ray.tasks on a
 cluster). The harness and the pipeline are imported at the top: a few milliseconds, and the app, which imports
 this package at start-up, imports them anyway. evaluate() and build_candidate are looked up on their modules
 when called, so that tests which replace them there (tests/pipeline/timing_fakes.py) reach these paths too.
@@ -24,9 +24,9 @@ from typing import Any
 from engine import procs
 from engine.candidates import Candidate
 from engine.evolve.outcome import EvalOutcome
-from engine.harness import build as harness_build
+from engine.harness.build import stage as harness_build
 from engine.harness import nvml
-from engine.harness.build_result import BuildSummary
+from engine.harness.build.result import BuildSummary
 from engine.harness.roofline import load_peaks
 from engine.harness.toolchain import Toolchain, ToolchainError, detect
 from engine.pipeline import evaluate as pipeline_evaluate

@@ -4,7 +4,7 @@ A KernelBench problem has no functional forward_fn, so no op schema follows from
 itself, its kernels prebuilt. Its file ships byte for byte as `src/NAME/model_new.py`; each load_inline call it
 makes becomes an extension of the package (`NAME.ext0`, ...) built by setup.py from `csrc/ext0/main.cpp` and
 `cuda.cu`, the files torch's own load_inline writes for that call (recorded by importing the file, jailed, with
-torch's compile step replaced: engine/harness/kernelbench_sources.py), with the call's extra flags. When the
+torch's compile step replaced: engine/harness/kernelbench/sources.py), with the call's extra flags. When the
 package imports model_new.py, its load_inline calls get those extensions instead of a compile, provided the
 sources torch writes for them are byte for byte the exported ones (their hashes are in export.json); otherwise
 they raise (src/NAME/_prebuilt.py, templates/kernelbench/). `load` of files, extra include paths (machine paths)
@@ -29,7 +29,7 @@ from engine.export import readme_parts, targets
 from engine.export.errors import ExportError
 from engine.export.kernel_source import KernelSource
 from engine.export.render import render
-from engine.harness.kernelbench_sources import InlineExtension, SourcesError, record_sources
+from engine.harness.kernelbench.sources import InlineExtension, SourcesError, record_sources
 from engine.tasks.model import Task
 
 VERSION = "0.1.0"

@@ -24,7 +24,7 @@ from engine.export.schema import CppEntry, OpSchema, backward_schema, find_entry
 from engine.export.targets import export_archs
 from engine.export.triton_package import TritonPlan, triton_plan
 from engine.pipeline.evaluate import default_cache_root
-from engine.tasks.glue import load_for_task
+from engine.tasks.glue.generated import load_for_task
 from engine.tasks.loader import load_task
 from engine.tasks.model import Task
 from engine.verdict import Stage

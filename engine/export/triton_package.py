@@ -1,4 +1,4 @@
-"""Export a Triton candidate (kernel.py + the binding.py kbench generates, engine/tasks/glue_triton.py) as a package.
+"""Export a Triton candidate (kernel.py + the binding.py kbench generates, engine/tasks/glue/triton.py) as a package.
 
 The op is a `torch.library.custom_op` (`NAME::forward`) whose CUDA implementation is the generated binding calling
 the candidate's launcher, and whose fake implementation is the same binding text in its fake mode (the checks and
@@ -23,8 +23,8 @@ from engine.export import names, readme_parts, targets
 from engine.export.errors import ExportError
 from engine.export.kernel_source import KernelSource
 from engine.export.render import render
-from engine.tasks.glue_abi import GlueError, LauncherAbi, launcher_abi
-from engine.tasks.glue_triton import binding_py_text
+from engine.tasks.glue.abi import GlueError, LauncherAbi, launcher_abi
+from engine.tasks.glue.triton import binding_py_text
 from engine.tasks.model import Task
 
 VERSION = "0.1.0"

@@ -1,5 +1,5 @@
-"""Warming the generated glue: compile a task direction's generated binding.cpp (engine/tasks/glue.py) into the
-object cache before any kernel-only candidate asks for it, so that the first one costs an nvcc run and a link too.
+"""Warming the generated glue: compile a task direction's generated binding.cpp (engine/tasks/glue/generated.py) into
+the object cache before any kernel-only candidate asks for it, so that the first one costs an nvcc run and a link too.
 
 `prebuild_glue` does it now (scripts/bench_compile.py, tests); `warm_glue_in_background` starts it on a daemon
 thread where a session starts work on a task (engine/evolve/factory.py). The background warm-up never builds the
@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.harness.build_native import prebuild_binding
+from engine.harness.build.native import prebuild_binding
 from engine.harness.toolchain import Toolchain, detect
-from engine.tasks.glue import glue_binding
-from engine.tasks.glue_abi import GlueError
+from engine.tasks.glue.generated import glue_binding
+from engine.tasks.glue.abi import GlueError
 from engine.tasks.model import Task
 
 

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from engine.harness.build_cache import makedirs_private
+from engine.harness.build.cache import makedirs_private
 
 KEY_VERSION = 1                      # bump when what goes into object_key changes
 PRIMARY_SOURCES = ("kernel.cu", "binding.cpp")

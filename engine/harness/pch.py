@@ -1,6 +1,6 @@
 """The precompiled header: <torch/extension.h> and the CUDA context headers built once per toolchain into a
 GCC PCH that every binding.cpp includes, and reading g++'s -H output for whether it was used. Split from
-engine/harness/build.py.
+engine/harness/build/stage.py.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.harness.build_diagnose import _looks_transient, _tail
-from engine.harness.build_steps import run_tool
+from engine.harness.build.diagnose import _looks_transient, _tail
+from engine.harness.build.steps import run_tool
 from engine.harness.toolchain import PCH_HEADERS, Toolchain
 from engine.procs import file_lock
 

@@ -1,4 +1,4 @@
-"""Import a Triton candidate (kernel.py and the binding.py kbench generated for it, engine/tasks/glue_triton.py):
+"""Import a Triton candidate (kernel.py and the binding.py kbench generated for it, engine/tasks/glue/triton.py):
 in the jailed compile child, which checks that it imports, and in the runner, which calls its binding.
 
 binding.py says `from kernel import kb_forward`, as a person running it beside kernel.py would; here kernel.py is

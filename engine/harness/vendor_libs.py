@@ -74,7 +74,7 @@ def cutlass_include() -> str | None:
     """The CUTLASS/CuTe header folder of the installed nvidia-cutlass package (cutlass_library/source/include,
     holding cute/ and cutlass/), found without importing the package; None where it is not installed. Header-only:
     a CuTe kernel the candidate writes needs nothing else, and CUTLASS's device-level operators are library calls
-    the library policy rules on (engine/integrity/cpp_vocab.py, CUTLASS_LIBRARY)."""
+    the library policy rules on (engine/integrity/cpp/vocab.py, CUTLASS_LIBRARY)."""
     try:
         spec = importlib.util.find_spec(CUTLASS_PACKAGE)
     except (ImportError, ValueError):

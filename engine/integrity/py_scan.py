@@ -1,5 +1,5 @@
 """Static rules for KernelBench `ModelNew` files, read with Python's `ast`; the C++/CUDA sources in their
-string literals (load_inline) go through the C++ rules (engine.integrity.cpp_scan)."""
+string literals (load_inline) go through the C++ rules (engine.integrity.cpp.scan)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import ast
 import re
 from typing import Any, Iterable
 
-from engine.integrity.cpp_scan import scan_cpp_source
-from engine.integrity.cpp_vocab import COMPUTE_METHODS
+from engine.integrity.cpp.scan import scan_cpp_source
+from engine.integrity.cpp.vocab import COMPUTE_METHODS
 from engine.integrity.findings import (
     ATEN_FALLBACK,
     FAIL,

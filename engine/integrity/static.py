@@ -1,6 +1,6 @@
 """Static integrity checks: read a candidate's sources for reward hacks before any GPU time is spent.
 
-The rules read syntax trees: tree-sitter's CUDA grammar for .cu/.cpp/.h (engine.integrity.cpp_scan) and
+The rules read syntax trees: tree-sitter's CUDA grammar for .cu/.cpp/.h (engine.integrity.cpp.scan) and
 Python's `ast` for KernelBench ModelNew files (engine.integrity.py_scan) and Triton kernel.py files
 (engine.integrity.triton_scan). Comments, strings, parameters,
 return types and unused includes are never read as code. Each finding names its rule (the INTEGRITY.md
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from engine.integrity.cpp_scan import scan_cpp_source
-from engine.integrity.cpp_tree import parser_available
+from engine.integrity.cpp.scan import scan_cpp_source
+from engine.integrity.cpp.tree import parser_available
 from engine.integrity.findings import (
     ATEN_FALLBACK,
     FAIL,
@@ -36,8 +36,8 @@ from engine.integrity.findings import (
 from engine.integrity.policy import DEFAULT_POLICY, ResolvedPolicy, resolve_policy
 from engine.integrity.py_scan import scan_python_source
 from engine.integrity.triton_scan import scan_triton_source
-from engine.tasks.glue_abi import GlueError, launcher_abi
-from engine.tasks.glue_triton import binding_py_text
+from engine.tasks.glue.abi import GlueError, launcher_abi
+from engine.tasks.glue.triton import binding_py_text
 from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Static rules for Triton candidates (kernel.py, engine/tasks/glue_triton.py), read with Python's `ast`.
+"""Static rules for Triton candidates (kernel.py, engine/tasks/glue/triton.py), read with Python's `ast`.
 
 The candidate's work is its @triton.jit kernels; the launcher around them (kb_forward / kb_backward and the helpers
 it calls) only sizes grids and launches. So:
@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
-from engine.integrity.cpp_vocab import COMPUTE_METHODS, NON_TENSOR_METHODS, TORCH_COMPUTE_FUNCS
+from engine.integrity.cpp.vocab import COMPUTE_METHODS, NON_TENSOR_METHODS, TORCH_COMPUTE_FUNCS
 from engine.integrity.findings import (ATEN_FALLBACK, FAIL, LOWER_PRECISION, NO_OWN_KERNEL, STATIC_CACHE, SUSPICIOUS,
                                        TORCH_COMPUTE, Finding, fallback_status, library_use_status)
 from engine.integrity.py_scan import _dotted, _parents, _try_rule, expand, import_aliases, scan_python_source

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from engine.candidates import Candidate
 from engine.config import cache_root
 from engine.harness.roofline import Peaks, load_peaks
-from engine.tasks.glue import glue_header, glue_triton_skeleton
-from engine.tasks.glue_abi import GlueError
+from engine.tasks.glue.generated import glue_header, glue_triton_skeleton
+from engine.tasks.glue.abi import GlueError
 from engine.tasks.model import DTYPE_BYTES, Task, default_timing_configs, scaled
 from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
 
@@ -61,8 +61,8 @@ def context_values(task: Task, direction: str, target: str = "", languages: Sequ
 
 
 def launcher_abi_text(task: Task, direction: str) -> str:
-    """The launcher a kernel-only answer defines (engine/tasks/glue.py); "" where the signature has no generated
-    glue (then every answer carries its binding.cpp)."""
+    """The launcher a kernel-only answer defines (engine/tasks/glue/generated.py); "" where the signature has no
+    generated glue (then every answer carries its binding.cpp)."""
     try:
         return glue_header(task, direction).rstrip()
     except GlueError:
@@ -70,7 +70,7 @@ def launcher_abi_text(task: Task, direction: str) -> str:
 
 
 def triton_skeleton_text(task: Task, direction: str) -> str:
-    """The kernel.py skeleton a Triton answer fills in (engine/tasks/glue_triton.py); "" where the signature has no
+    """The kernel.py skeleton a Triton answer fills in (engine/tasks/glue/triton.py); "" where the signature has no
     generated glue (then no Triton answer can run on the task)."""
     try:
         return glue_triton_skeleton(task, direction).rstrip()

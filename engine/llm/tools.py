@@ -97,7 +97,8 @@ def submit_kernel_tool(languages: tuple[str, ...] | list[str] = ("cuda",)) -> di
 
 # tool field -> candidate file
 KERNEL_FIELDS = {"kernel_cu": "kernel.cu", "binding_cpp": "binding.cpp", "kernel_py": "kernel.py"}
-REQUIRED_KERNEL_FIELDS = ("kernel_cu",)   # binding_cpp omitted: a kernel-only candidate (engine/tasks/glue.py)
+# binding_cpp omitted: a kernel-only candidate (engine/tasks/glue/generated.py)
+REQUIRED_KERNEL_FIELDS = ("kernel_cu",)
 
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10)/', re.MULTILINE)
 _PYBIND = re.compile(r"\bPYBIND11_MODULE\s*\(")

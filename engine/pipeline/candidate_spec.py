@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.harness.build import kernelbench_extensions_dir
+from engine.harness.build.stage import kernelbench_extensions_dir
 from engine.pipeline.protocol.types import CandidateSpec
 
 if TYPE_CHECKING:
     from engine.candidates import Candidate
-    from engine.harness.build_result import BuildResult
+    from engine.harness.build.result import BuildResult
     from engine.harness.toolchain import Toolchain
 
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.harness.build_cache import _read_entry, entry_dir
+from engine.harness.build.cache import _read_entry, entry_dir
 from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain_cache import cached_toolchain
 from engine.pipeline import timer as timers

@@ -25,9 +25,9 @@ from typing import Callable
 
 from engine import jsonable
 from engine.candidates import Candidate
-from engine.harness import build as builds  # a module, not its function: tests substitute build_candidate
-from engine.harness.build_triton import TRITON_CHECKED
-from engine.harness.build_wait import cached, expected_wait
+from engine.harness.build import stage as builds  # a module, not its function: tests substitute build_candidate
+from engine.harness.build.triton import TRITON_CHECKED
+from engine.harness.build.wait import cached, expected_wait
 from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain_cache import cached_toolchain
 from engine.integrity.static import gate_static
@@ -45,8 +45,8 @@ from engine.pipeline.judge.contention import contention_sensitive, shared_gpu_re
 from engine.pipeline.protocol.result import JudgeOutcome
 from engine.pipeline.warm import POOL
 from engine.procs import run_child
-from engine.tasks.glue import materialise
-from engine.tasks.glue_abi import GlueError
+from engine.tasks.glue.generated import materialise
+from engine.tasks.glue.abi import GlueError
 from engine.tasks.model import Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
 

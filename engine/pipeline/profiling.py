@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from engine.harness import build as builds  # a module, as in evaluate: tests substitute build_candidate
+from engine.harness.build import stage as builds  # a module, as in evaluate: tests substitute build_candidate
 from engine.harness.roofline import Peaks
 from engine.harness.toolchain import detect as detect_toolchain
 from engine.jail import REFUSED
@@ -33,8 +33,8 @@ from engine.profile.ncu import (build_ncu_command, ncu_install_dirs, ncu_unavail
                                 permission_denied)
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
 from engine.profile.summarise import summarise
-from engine.tasks.glue import materialise
-from engine.tasks.glue_abi import GlueError
+from engine.tasks.glue.generated import materialise
+from engine.tasks.glue.abi import GlueError
 from engine.tasks.model import ALL_CONFIGS
 from engine.verdict import Status, Verdict
 

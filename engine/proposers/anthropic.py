@@ -28,8 +28,8 @@ from engine.llm.tools import (KERNEL_FIELDS, SUBMIT_DIRECTIVES, directives_answe
                               submit_kernel_tool)
 from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed,
                                    new_proposal_id, parent_id, with_provenance)
-from engine.tasks.glue import materialise
-from engine.tasks.glue_abi import GlueError
+from engine.tasks.glue.generated import materialise
+from engine.tasks.glue.abi import GlueError
 
 if TYPE_CHECKING:
     from engine.llm.client import LLMClient

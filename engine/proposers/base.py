@@ -16,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.candidates import Candidate
 from engine.llm.accounting import Usage
-from engine.tasks.glue import materialise
-from engine.tasks.glue_abi import GlueError
+from engine.tasks.glue.generated import materialise
+from engine.tasks.glue.abi import GlueError
 from engine.tasks.model import Task
 
 OPERATORS = ("translate", "mutate", "crossover", "repair", "meta", "tune")
@@ -188,8 +188,8 @@ def guarded(proposer: Proposer, request: ProposalRequest) -> Proposal:
 
 def with_glue(proposal: Proposal, request: ProposalRequest) -> Proposal:
     """A proposal of a kernel-only candidate (kernel.cu without binding.cpp) as one of the native candidate with
-    the binding the task's signature generates (engine/tasks/glue.py), so that what is committed builds and diffs
-    like any other; a failed proposal, naming the reason, where the signature has no generated glue."""
+    the binding the task's signature generates (engine/tasks/glue/generated.py), so that what is committed builds and
+    diffs like any other; a failed proposal, naming the reason, where the signature has no generated glue."""
     cand = proposal.candidate
     if cand is None or not proposal.ok or not (cand.format == "kernel-only" or
                                                (cand.format == "triton" and "binding.py" not in cand.files)):

@@ -133,7 +133,7 @@ class Task:
 
     def baseline_dir(self, direction: str) -> Path | None:
         path = self.root / "baselines" / direction
-        # a CUDA baseline (kernel.cu), or a Triton one (kernel.py, engine/tasks/glue_triton.py)
+        # a CUDA baseline (kernel.cu), or a Triton one (kernel.py, engine/tasks/glue/triton.py)
         return path if (path / "kernel.cu").is_file() or (path / "kernel.py").is_file() else None
 
     def to_json(self) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 Native tasks write it in task.toml; robust-kbench and KernelBench tasks get one from the reference's annotations
 (`forward(x: torch.Tensor, eps: float) -> torch.Tensor`). Two readers use it: the export (engine/export/schema.py,
-op schemas) and the generated glue of kernel-only candidates (engine/tasks/glue.py). This module only splits the
-text; what an annotation means to each reader is theirs to say.
+op schemas) and the generated glue of kernel-only candidates (engine/tasks/glue/generated.py). This module only splits
+the text; what an annotation means to each reader is theirs to say.
 
 A tensor annotation is `<dtype>[<dims>]`: dtype `f32`, `f16`, `bf16`, `f64`, `i64`, `i32`, `i16`, `i8`, `u8` or
 `bool`; dims are names (`B`), integers (`3`) or integer expressions over names (`(H-K+1)//2`); `f32[]` is a 0-dim

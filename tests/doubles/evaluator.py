@@ -29,7 +29,7 @@ from engine.evolve.outcome import (
     StageCallback,
     needs_profile,
 )
-from engine.harness.build_result import BuildSummary
+from engine.harness.build.result import BuildSummary
 from engine.pipeline.protocol.types import NO_GPU
 from engine.tasks.model import Task, timing_selection
 from engine.verdict import Stage, Status, Verdict

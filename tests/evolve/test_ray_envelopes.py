@@ -1,4 +1,4 @@
-"""The Ray executor's envelopes (engine/evolve/ray_envelopes.py): what crosses between the driver and the tasks
+"""The Ray executor's envelopes (engine/evolve/ray/envelopes.py): what crosses between the driver and the tasks
 on the nodes round-trips through its JSON, EvalOptions crossing as itself; a malformed request is refused by the
 task with an EnvelopeError naming the envelope and the field, and a malformed reply by the driver, each ending as an
 infrastructure failure that says so (not a verdict on the kernel). The Ray half runs on a local CPU-only
@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray")
 from engine.candidates import Candidate, load_candidate  # noqa: E402
 from tests.doubles.evaluator import fake_build, fake_gpu, fake_result  # noqa: E402
 from engine.evolve.outcome import EvalOutcome  # noqa: E402
-from engine.evolve.ray_envelopes import (  # noqa: E402
+from engine.evolve.ray.envelopes import (  # noqa: E402
     BuildReply,
     BuildRequest,
     Built,
@@ -28,9 +28,9 @@ from engine.evolve.ray_envelopes import (  # noqa: E402
     Ran,
     Where,
 )
-from engine.evolve.ray_executor import RayExecutor  # noqa: E402
-from engine.evolve.ray_tasks import build_job, gpu_job, profile_job, worker_inputs  # noqa: E402
-from engine.harness.build_result import BuildSummary  # noqa: E402
+from engine.evolve.ray.executor import RayExecutor  # noqa: E402
+from engine.evolve.ray.tasks import build_job, gpu_job, profile_job, worker_inputs  # noqa: E402
+from engine.harness.build.result import BuildSummary  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions  # noqa: E402
 from engine.pipeline.protocol.types import TimingParams  # noqa: E402
 from engine.tasks.portable import pack_task  # noqa: E402

@@ -29,7 +29,7 @@ from engine.evolve.local_executor import LocalPipelineExecutor  # noqa: E402
 from engine.evolve.loop import Budgets, EvolutionSession  # noqa: E402
 from engine.evolve.operators import OperatorPolicy  # noqa: E402
 from engine.evolve.outcome import EvalOutcome  # noqa: E402
-from engine.evolve.ray_executor import RayExecutor  # noqa: E402
+from engine.evolve.ray.executor import RayExecutor  # noqa: E402
 from engine.evolve.resume import INFRA_FAILURE, load_state  # noqa: E402
 from engine.pipeline.evaluate import EvalOptions  # noqa: E402
 from engine.proposers.replay import ReplayProposer  # noqa: E402
@@ -278,7 +278,7 @@ def test_executor_factory_and_clear_errors(local_ray, task, monkeypatch):
     real_import = builtins.__import__
 
     def no_ray(name, *a, **kw):
-        if name == "engine.evolve.ray_executor":
+        if name == "engine.evolve.ray.executor":
             raise ImportError("the Ray executor needs Ray: pip install 'kbench[ray]' (or pip install ray)")
         return real_import(name, *a, **kw)
     monkeypatch.setattr(builtins, "__import__", no_ray)

@@ -12,8 +12,8 @@ from engine.config import Config, ConfigError, EvalConfig, load_config
 from engine.evolve.factory import eval_options
 from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu
 from engine.evolve.local_executor import LocalPipelineExecutor
-from engine.evolve.ray_envelopes import EvalRequest
-from engine.evolve.ray_tasks import worker_inputs
+from engine.evolve.ray.envelopes import EvalRequest
+from engine.evolve.ray.tasks import worker_inputs
 from engine.tasks.loader import load_task
 from engine.tasks.model import default_timing_configs
 from engine.tasks.portable import pack_task

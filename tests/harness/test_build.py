@@ -20,8 +20,8 @@ import pytest
 
 from engine.candidates import Candidate, load_candidate
 from engine.config import env_flag
-from engine.harness import build as B
-from engine.harness.build import (BuildResult, build_candidate, entry_dir, ensure_pch, kernelbench_extensions_dir,
+from engine.harness.build import stage as B
+from engine.harness.build.stage import (BuildResult, build_candidate, entry_dir, ensure_pch, kernelbench_extensions_dir,
                                   pch_dir, run_tool, compiler_env)
 from engine.harness.toolchain import Toolchain, ToolchainError, detect, parse_arch_list
 
@@ -313,7 +313,7 @@ def built(toolchain: Toolchain, cache_root: Path) -> BuildResult:
 def test_native_build_imports_and_exposes_forward(built: BuildResult) -> None:
     assert built.so_path.is_file() and built.module_name == f"kb_{built.source_hash}"
     assert not built.cache_hit and {"nvcc", "cxx", "link"} <= set(built.steps)
-    code = ("import json, sys\nfrom engine.harness.build import BuildResult, load_module\n"
+    code = ("import json, sys\nfrom engine.harness.build.stage import BuildResult, load_module\n"
             "m = load_module(BuildResult.from_json(json.loads(sys.argv[1])))\n"
             "print(m.__name__, callable(m.forward))\n")
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(built.to_json())], capture_output=True,
@@ -346,7 +346,7 @@ def test_build_entry_travels_to_another_machines_cache(built: BuildResult, toolc
                                                        tmp_path: Path) -> None:
     """What the Ray executor does between a compile node and a GPU node: pack the entry, install it in
     another cache, and the build there is a cache hit on the same bytes, importable from its new place."""
-    from engine.harness.build_archive import pack_entry, unpack_entry
+    from engine.harness.build.archive import pack_entry, unpack_entry
 
     data = pack_entry(built.entry_dir)
     other = tmp_path / "gpu-node-cache"
@@ -356,7 +356,7 @@ def test_build_entry_travels_to_another_machines_cache(built: BuildResult, toolc
     res = build_candidate(load_candidate(FIXTURE), other, toolchain)
     assert res.ok and res.cache_hit and res.so_path.parent == entry
     assert res.so_path.read_bytes() == built.so_path.read_bytes()
-    code = ("import json, sys\nfrom engine.harness.build import BuildResult, load_module\n"
+    code = ("import json, sys\nfrom engine.harness.build.stage import BuildResult, load_module\n"
             "m = load_module(BuildResult.from_json(json.loads(sys.argv[1])))\nprint(callable(m.forward))\n")
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(res.to_json())], capture_output=True,
                           text=True, timeout=120, cwd=REPO)
@@ -368,7 +368,7 @@ def test_build_archive_refuses_unsafe_members(tmp_path: Path) -> None:
     import io
     import tarfile
 
-    from engine.harness.build_archive import unpack_entry
+    from engine.harness.build.archive import unpack_entry
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:

@@ -1,4 +1,4 @@
-"""engine.harness.build_wait: what a build is about to wait on, read from the cache before it starts (no compiler
+"""engine.harness.build.wait: what a build is about to wait on, read from the cache before it starts (no compiler
 runs); the local executor says a shared wait (torch's precompiled header) once, and the loop emits it as a
 LongWait event."""
 
@@ -13,8 +13,8 @@ from engine.candidates import Candidate, load_candidate
 from tests.doubles.evaluator import FakeEvaluator
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.loop import Budgets, EvolutionSession
-from engine.harness.build_result import BuildResult
-from engine.harness.build_wait import PCH_WAIT, SINGLE_CU_WAIT, expected_wait
+from engine.harness.build.result import BuildResult
+from engine.harness.build.wait import PCH_WAIT, SINGLE_CU_WAIT, expected_wait
 from engine.harness.pch import PCH_BASENAME, pch_dir
 from engine.harness.toolchain import detect
 from engine.pipeline.evaluate import EvalOptions

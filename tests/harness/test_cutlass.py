@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.harness.kernelbench_includes import add_include_path
+from engine.harness.kernelbench.includes import add_include_path
 from engine.harness.toolchain import Toolchain
 from engine.harness.vendor_libs import cutlass_include
 from tests.paths import FIXTURES, REPO
@@ -60,7 +60,7 @@ def test_a_kernelbench_candidates_load_inline_calls_search_them_too():
 
 @pytest.mark.slow
 def test_a_candidates_cute_kernel_compiles(toolchain: Toolchain, tmp_path):
-    """One nvcc run, with the flags a native kernel.cu gets (engine/harness/build_native.py): `#include
+    """One nvcc run, with the flags a native kernel.cu gets (engine/harness/build/native.py): `#include
     <cute/tensor.hpp>` and CUTLASS's numeric types resolve, and the kernel compiles for sm_90."""
     kernel = FIXTURES / "cute_kernel" / "kernel.cu"
     assert "#include <cute/tensor.hpp>" in kernel.read_text()

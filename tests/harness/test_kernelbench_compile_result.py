@@ -1,4 +1,4 @@
-"""The KernelBench compile child's result (engine/harness/kernelbench_types.py): the child imports the candidate's
+"""The KernelBench compile child's result (engine/harness/kernelbench/child_types.py): the child imports the candidate's
 Python, which may overwrite the result file; the build reads it strictly and a forged or garbled one fails the
 build with a clear message, never an exception."""
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from engine.candidates import Candidate
-from engine.harness import build as B
-from engine.harness.kernelbench_types import CompileRequest, CompileResult, ExtensionBuild
+from engine.harness.build import stage as B
+from engine.harness.kernelbench.child_types import CompileRequest, CompileResult, ExtensionBuild
 from engine.harness.toolchain import Toolchain
 from engine.procs import ChildOutcome, StepFolder, await_child
 from tests.paths import REPO
@@ -26,7 +26,7 @@ CAND = Candidate("kernelbench", {"model_new.py": "import torch.utils.cpp_extensi
 def _child_writing(monkeypatch: pytest.MonkeyPatch, content: bytes) -> None:
     """run_child replaced by a child that only leaves `content` as its result file, read the real way."""
     def run_child(module: str, request: dict[str, Any], *, timeout_s: float, **_: Any) -> ChildOutcome:
-        assert module == "engine.harness.kernelbench_compile" and CompileRequest.from_json(request).py_path
+        assert module == "engine.harness.kernelbench.compile" and CompileRequest.from_json(request).py_path
         (Path(request["py_path"]).parent.parent / "child").mkdir(exist_ok=True)
         step = StepFolder(Path(request["py_path"]).parent.parent / "child")
         (step.box / "result.json").write_bytes(content)
@@ -76,7 +76,7 @@ def test_the_child_writes_what_the_parent_reads(tmp_path: Path) -> None:
     req = tmp_path / "request.json"
     out = tmp_path / "result.json"
     req.write_text(json.dumps(CompileRequest(str(py), "kb_probe", result_path=str(out)).to_json()))
-    proc = subprocess.run([sys.executable, "-m", "engine.harness.kernelbench_compile", str(req)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "engine.harness.kernelbench.compile", str(req)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = CompileResult.from_json(json.loads(out.read_text()))

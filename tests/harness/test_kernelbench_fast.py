@@ -1,4 +1,4 @@
-"""engine/harness/kernelbench_fast.py without a compiler: ninja's first failure ends the build (the compiles still
+"""engine/harness/kernelbench/fast.py without a compiler: ninja's first failure ends the build (the compiles still
 running are killed, not waited for), and the precompiled header's flags reach the C++ half of the build only
 (after torch's versioner has hashed the candidate's own arguments)."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.harness import kernelbench_fast as kf
+from engine.harness.kernelbench import fast as kf
 
 
 def _script(tmp_path, body: str) -> list[str]:

@@ -1,5 +1,5 @@
 """A KernelBench candidate's load_inline builds reach the runner's copy of its extensions folder without a rebuild,
-and only while the sources torch writes there are the ones that were built (engine.harness.kernelbench_prebuilt).
+and only while the sources torch writes there are the ones that were built (engine.harness.kernelbench.prebuilt).
 
 These use torch's own ExtensionVersioner, called as torch's _jit_compile calls it; the real build and the
 import of a copy without ninja running are in tests/harness/test_build.py (slow)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torch.utils._cpp_extension_versioner import ExtensionVersioner
 
-from engine.harness.kernelbench_prebuilt import (MANIFEST, manifest_path, recording_versioner, seed_versions,
+from engine.harness.kernelbench.prebuilt import (MANIFEST, manifest_path, recording_versioner, seed_versions,
                                                  write_manifest)
 
 
@@ -116,7 +116,7 @@ def test_links_planted_in_the_build_folder_reach_none_of_the_users_files(tmp_pat
     the user's file and change its mode), not by the compile verdict's quoted source line."""
     import os
 
-    from engine.harness.build_diagnose import _source_line
+    from engine.harness.build.diagnose import _source_line
     from engine.pipeline.judge.runner_process import make_run_dir, stage_candidate
     from engine.pipeline.protocol.types import CandidateSpec
     secret = tmp_path / "home" / ".netrc"

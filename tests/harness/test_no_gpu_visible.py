@@ -65,7 +65,7 @@ def test_cuda_visible_devices_naming_a_gpu_leaves_it_to_the_judge(dev, monkeypat
 def test_evaluate_without_a_gpu_compiles_and_starts_no_judge(monkeypatch, tmp_path):
     build = SimpleNamespace(ok=True, seconds=0.0, cache_hit=True, module_name="kb_x", so_path=tmp_path / "x.so",
                             error="", log="")
-    monkeypatch.setattr("engine.harness.build.build_candidate", lambda *a, **k: build)
+    monkeypatch.setattr("engine.harness.build.stage.build_candidate", lambda *a, **k: build)
     monkeypatch.setattr(ev, "no_gpu_visible", lambda gpu=None: "no GPU device in /dev")
 
     def judge(*a, **k):

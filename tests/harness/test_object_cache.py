@@ -22,7 +22,7 @@ import pytest
 
 from engine.candidates import Candidate, load_candidate
 from engine.harness import object_cache as oc
-from engine.harness.build import BINDING_MODULE, BuildResult, _declares_extension_name, build_candidate
+from engine.harness.build.stage import BINDING_MODULE, BuildResult, _declares_extension_name, build_candidate
 from engine.harness.toolchain import Toolchain
 
 from tests.paths import FIXTURES, REPO
@@ -195,7 +195,7 @@ def _reused(res: BuildResult) -> dict[str, Path]:
 
 def _import(*results: BuildResult) -> None:
     """Import the builds in one fresh process: each is its own module under its own name, forward and all."""
-    code = ("import json, sys\nfrom engine.harness.build import BuildResult, load_module\n"
+    code = ("import json, sys\nfrom engine.harness.build.stage import BuildResult, load_module\n"
             "ms = [load_module(BuildResult.from_json(r)) for r in json.loads(sys.argv[1])]\n"
             "assert len({id(m) for m in ms}) == len(ms) and len({id(m.forward) for m in ms}) == len(ms)\n"
             "print(*(f'{m.__name__}:{callable(m.forward)}' for m in ms))\n")

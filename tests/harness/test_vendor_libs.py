@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import HAS_NVCC
 from engine.candidates import load_candidate
-from engine.harness.build import build_candidate, load_module
+from engine.harness.build.stage import build_candidate, load_module
 from engine.harness.toolchain import detect
 from engine.harness.vendor_libs import libraries_used, library_files
 from tests.paths import FIXTURES

@@ -10,7 +10,7 @@ import pytest
 from engine.candidates import Candidate, load_candidate
 from engine.integrity.findings import FAIL, SUSPICIOUS
 from engine.integrity.static import check_candidate, scan_candidate
-from engine.tasks.glue import materialise
+from engine.tasks.glue.generated import materialise
 from engine.tasks.loader import load_task
 from engine.verdict import Status
 from tests.paths import FIXTURES

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.harness.build_steps import run_tool
+from engine.harness.build.steps import run_tool
 from engine.jail import JailSpec
 from engine.jail.limits import COMPILE
 from engine.jail.profiles import PROC_FILES, SYSTEM_CODE, etc_files

@@ -277,7 +277,7 @@ def _jailed_python(code: str, spec: JailSpec, tmp_path: Path) -> subprocess.Comp
 
 
 def test_the_compiler_jail_reads_no_user_file_and_writes_only_its_folder(tmp_path):
-    from engine.harness.build import compile_jail
+    from engine.harness.build.stage import compile_jail
     secret = tmp_path / "secret.h"
     secret.write_text("#define TOKEN 42\n")
     work = tmp_path / "work"
@@ -304,7 +304,7 @@ def test_the_compiler_jail_reads_no_user_file_and_writes_only_its_folder(tmp_pat
 @pytest.mark.slow
 def test_a_candidate_that_includes_a_user_file_does_not_compile(tmp_path):
     from engine.candidates import Candidate
-    from engine.harness.build import build_candidate
+    from engine.harness.build.stage import build_candidate
     from engine.harness.toolchain import detect
     secret = tmp_path / "id_rsa.h"
     secret.write_text("-----BEGIN PRIVATE KEY----- not for a compiler log\n")

@@ -49,7 +49,7 @@ def judged(monkeypatch, tmp_path):
     task = load_task("gelu_bias")
     build = SimpleNamespace(ok=True, seconds=0.0, cache_hit=True, module_name="kb_x", so_path=tmp_path / "x.so",
                             error="", log="")
-    monkeypatch.setattr("engine.harness.build.build_candidate", lambda *a, **k: build)
+    monkeypatch.setattr("engine.harness.build.stage.build_candidate", lambda *a, **k: build)
     monkeypatch.setattr("engine.pipeline.timer.build_timer",
                         lambda *a, **k: SimpleNamespace(so_path=tmp_path / "t.so", module_name="t"))
     monkeypatch.setattr(ev, "no_gpu_visible", lambda gpu=None: None)     # the stand-in judge is the GPU

@@ -21,7 +21,7 @@ def test_the_helpers_fresh_inputs_are_the_judges_emulation_bit_for_bit(toolchain
     floating-point dtype, a transposed tensor, and an integer tensor left as it is."""
     import torch
 
-    from engine.harness.build import load_extension
+    from engine.harness.build.stage import load_extension
     from engine.pipeline.judge.fresh import SCALE, SIGN, SYMMETRIC, emulated
 
     res = build_timer(native_cache_root, toolchain)
@@ -54,7 +54,7 @@ def test_the_built_helpers_run_takes_by_name_exactly_what_helper_call_gives(tool
     import re
 
     from engine.config import TimingParams
-    from engine.harness.build import load_extension
+    from engine.harness.build.stage import load_extension
     from engine.pipeline.protocol import messages as msg
     from engine.pipeline.protocol.helper_call import helper_arguments
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import load_candidate
-from engine.harness.build import build_candidate
+from engine.harness.build.stage import build_candidate
 from engine.harness.toolchain import detect
 from engine.pipeline.protocol import messages as msg
 from engine.pipeline.candidate_spec import candidate_spec
 from engine.pipeline.runner.main import load_candidate as runner_load
 from engine.pipeline.judge.runner_process import make_run_dir, stage_load
-from engine.tasks.glue import materialise
+from engine.tasks.glue.generated import materialise
 from engine.tasks.loader import load_task
 from tests.paths import FIXTURES
 

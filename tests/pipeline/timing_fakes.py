@@ -31,7 +31,7 @@ def fake_judge(monkeypatch, tmp_path) -> list[dict[str, Any]]:
     GPU's peaks) is left out; a GPU counts as visible, so that evaluate() asks the judge."""
     build = SimpleNamespace(ok=True, seconds=0.0, cache_hit=True, module_name="kb_x", so_path=tmp_path / "x.so",
                             error="", log="")
-    monkeypatch.setattr("engine.harness.build.build_candidate", lambda *a, **k: build)
+    monkeypatch.setattr("engine.harness.build.stage.build_candidate", lambda *a, **k: build)
     monkeypatch.setattr("engine.pipeline.timer.build_timer",
                         lambda *a, **k: SimpleNamespace(so_path=tmp_path / "t.so", module_name="t"))
     monkeypatch.setattr("engine.pipeline.verdicts.roofline", lambda *a, **k: None)

@@ -191,7 +191,7 @@ def test_load_trusted_reads_what_kbench_wrote_without_pydantic():
     """The jailed children read their requests with it: pydantic cannot be imported in the jail."""
     import subprocess
     import sys
-    code = ("import sys; from engine.harness.kernelbench_types import CompileRequest; "
+    code = ("import sys; from engine.harness.kernelbench.child_types import CompileRequest; "
             "r = CompileRequest.from_json({'py_path': 'a.py', 'module_name': 'kb_m', 'later_key': 1}); "
             "print(r.py_path, r.module_name, r.result_path == '', 'pydantic' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -11,7 +11,7 @@ import pytest
 
 from engine.candidates import Candidate
 from engine.errors import DataError
-from engine.harness.build_result import BuildResult, BuildSummary
+from engine.harness.build.result import BuildResult, BuildSummary
 
 
 def samples():

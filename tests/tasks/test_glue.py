@@ -1,7 +1,7 @@
-"""Kernel-only candidates (engine/tasks/glue.py): a task signature as a launcher ABI and a generated binding.cpp,
-the candidate form that needs only kernel.cu, and where it meets its task (eval, proposers, the LLM's submit_kernel).
-The compile tests build the kernel-only llama_rmsnorm forward fixture twice and show binding.o coming from the
-object cache the second time; the GPU test evaluates it on every config."""
+"""Kernel-only candidates (engine/tasks/glue/generated.py): a task signature as a launcher ABI and a generated
+binding.cpp, the candidate form that needs only kernel.cu, and where it meets its task (eval, proposers, the LLM's
+submit_kernel). The compile tests build the kernel-only llama_rmsnorm forward fixture twice and show binding.o coming
+from the object cache the second time; the GPU test evaluates it on every config."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 
 from engine.candidates import Candidate, detect_format, load_candidate
 from engine.errors import CandidateError, KbenchError
-from engine.tasks.glue import glue_binding, glue_header, load_for_task, materialise, refusal
-from engine.tasks.glue_abi import GlueError, abi_from_signature, launcher_abi
-from engine.tasks.glue_text import binding_text
+from engine.tasks.glue.generated import glue_binding, glue_header, load_for_task, materialise, refusal
+from engine.tasks.glue.abi import GlueError, abi_from_signature, launcher_abi
+from engine.tasks.glue.text import binding_text
 from engine.tasks.loader import builtin_task_names, load_task
 from tests.paths import FIXTURES, LLM_FIXTURES, REPO
 
@@ -207,13 +207,13 @@ def test_the_generated_layernorm_backward_binding_takes_upstreams_call(toolchain
     """Built with a stub launcher and called as robust-kbench's harness calls a layernorm backward kernel
     (grad_output, x, weight, bias, eps, normalized_shape as a tuple or a list) on CPU tensors: the binding's own
     CUDA check stops it, not pybind's argument matching; without normalized_shape pybind refuses the call."""
-    from engine.harness.build import build_candidate
+    from engine.harness.build.stage import build_candidate
     abi = abi_from_signature(LN_BACKWARD, "backward", LN_FORWARD)
     stub = f"#include <cstdint>\n#include <cuda_runtime.h>\n{abi.declaration()[:-1]} {{}}\n"
     res = build_candidate(Candidate("native", {"kernel.cu": stub, "binding.cpp": binding_text(abi)}, "ln-bwd-glue"),
                           native_cache_root, toolchain)
     assert res.ok, f"{res.error}\n{res.log}"
-    code = ("import json, sys, torch\nfrom engine.harness.build import BuildResult, load_module\n"
+    code = ("import json, sys, torch\nfrom engine.harness.build.stage import BuildResult, load_module\n"
             "m = load_module(BuildResult.from_json(json.loads(sys.argv[1])))\n"
             "g, x, w, b = torch.randn(2, 3, 5, 7), torch.randn(2, 3, 5, 7), torch.randn(3, 5, 7), torch.randn(3, 5, 7)\n"
             "for args in ((g, x, w, b, 1e-5, (3, 5, 7)), (g, x, w, b, 1e-5, [3, 5, 7]), (g, x, w, b, 1e-5)):\n"
@@ -301,7 +301,7 @@ def test_the_generated_bindings_pass_the_static_integrity_scan():
 
 
 def test_build_candidate_refuses_an_unmaterialised_kernel_only_candidate(tmp_path):
-    from engine.harness.build import build_candidate
+    from engine.harness.build.stage import build_candidate
     res = build_candidate(load_candidate(FIXTURE), tmp_path, _fake_toolchain())
     assert not res.ok and res.failure == "invalid" and "materialise" in res.error
 
@@ -446,7 +446,7 @@ def test_kbench_glue_bad_input():
 # ---------------------------------------------------------------------------- real compiles (slow)
 # conftest's `toolchain` (session): the same key as tests/harness/test_build.py, one precompiled header per session
 def _import(res) -> str:
-    code = ("import json, sys\nfrom engine.harness.build import BuildResult, load_module\n"
+    code = ("import json, sys\nfrom engine.harness.build.stage import BuildResult, load_module\n"
             "m = load_module(BuildResult.from_json(json.loads(sys.argv[1])))\nprint(m.__name__, m.forward.__doc__)\n")
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(res.to_json())], capture_output=True, text=True,
                           timeout=120, cwd=REPO)
@@ -456,7 +456,7 @@ def _import(res) -> str:
 
 @pytest.mark.slow
 def test_a_kernel_only_candidate_builds_and_the_next_reuses_the_glue_object(toolchain, native_cache_root):
-    from engine.harness.build import build_candidate
+    from engine.harness.build.stage import build_candidate
     task = load_task("llama_rmsnorm")
     first = materialise(load_candidate(FIXTURE), task, "forward")
     t0 = time.monotonic()
@@ -476,7 +476,7 @@ def test_a_kernel_only_candidate_builds_and_the_next_reuses_the_glue_object(tool
     res2 = build_candidate(second, native_cache_root, toolchain)
     second_s = time.monotonic() - t0
     assert res2.ok, f"{res2.error}\n{res2.log}"
-    from engine.harness.build_result import BuildSummary
+    from engine.harness.build.result import BuildSummary
     summary = BuildSummary.of(res2)
     assert summary.steps["cxx (cached object)"] == 0.0 and "cxx" not in summary.steps and summary.steps["nvcc"] > 0
     assert "g++ binding.cpp (cached object)" in summary.log and "binding.o compiled earlier" in summary.log
@@ -490,8 +490,8 @@ def test_prebuilt_glue_serves_the_first_candidate_and_every_dtype_compiles(toolc
     """One g++ run covers the generated binding's every path (f16/bf16/integer/bool tensors, an optional tensor, a
     0-dim output, dimension expressions, clashing names); prebuild_binding puts it in the object cache, and the
     first candidate's build takes it from there."""
-    from engine.harness.build import build_candidate
-    from engine.harness.build_native import prebuild_binding
+    from engine.harness.build.stage import build_candidate
+    from engine.harness.build.native import prebuild_binding
     sig = ("forward(x: f16[B,N], idx: i64[B], mask: bool[N], bias: f32[N] | None, scale: float, k: int, flag: bool, "
            "half: bf16[(B+1)//2, N % 7 + k], new: u8[3]) -> (y: bf16[B,N], s: f32[], z: i32[2*B-1])")
     abi = abi_from_signature(sig, "forward")

@@ -1,4 +1,4 @@
-"""Triton candidates meet their task (engine/tasks/glue_triton.py): every built-in task direction with generated
+"""Triton candidates meet their task (engine/tasks/glue/triton.py): every built-in task direction with generated
 glue has a Triton launcher skeleton and a generated binding.py, both valid Python naming the launcher with the CUDA
 launcher's parameters; the Triton form is recognised, materialised with its binding and refused where the
 signature has no glue."""
@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from engine.candidates import Candidate, detect_format, load_candidate
-from engine.tasks.glue import glue_triton_skeleton, load_for_task, materialise, refusal
-from engine.tasks.glue_abi import GlueError, launcher_abi
-from engine.tasks.glue_triton import binding_py_text, py_params
+from engine.tasks.glue.generated import glue_triton_skeleton, load_for_task, materialise, refusal
+from engine.tasks.glue.abi import GlueError, launcher_abi
+from engine.tasks.glue.triton import binding_py_text, py_params
 from engine.tasks.loader import builtin_task_names, load_task
 from tests.paths import FIXTURES
 
@@ -33,7 +33,7 @@ def test_an_int_list_reaches_the_triton_launcher_as_a_tuple_and_its_count():
     """layernorm's backward gets normalized_shape as robust-kbench passes it (a tuple, or a list): the Python binding
     hands the launcher a tuple of ints and its count, after it, as the CUDA launcher gets a pointer and a count."""
     import torch
-    from engine.tasks.glue_abi import abi_from_signature
+    from engine.tasks.glue.abi import abi_from_signature
     abi = abi_from_signature("backward(g: f32[B,N], x: f32[B,N], shape: tuple[int, ...]) -> (gx: f32[B,N])",
                              "backward")
     assert py_params(abi) == ["g", "x", "shape", "shape_len", "gx", "B", "N"]

@@ -84,8 +84,8 @@ def test_layernorm_baseline_binding_takes_upstreams_call(toolchain, native_cache
     """kbench's layernorm backward baseline, built with nvcc through kbench's build, accepts the call robust-kbench's
     harness makes (grad_output, x, weight, bias, eps, normalized_shape as a Python tuple) and the judge's call plan:
     on CPU tensors its own CUDA check stops it, not pybind's argument matching."""
-    from engine.harness.build import build_candidate, load_module
-    from engine.tasks.glue import load_for_task
+    from engine.harness.build.stage import build_candidate, load_module
+    from engine.tasks.glue.generated import load_for_task
     task = load_task("layernorm")
     res = build_candidate(load_for_task(task.baseline_dir("backward"), task, "backward"), native_cache_root,
                           toolchain)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from tests.doubles.evaluator import FakeEvaluator
-from engine.harness.build_wait import PCH_WAIT
+from engine.harness.build.wait import PCH_WAIT
 from kbench_tui.backend import Backend
 from tests.doubles.tui import run_app, screen_text, type_text, wait_until
 

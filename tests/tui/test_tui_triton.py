@@ -10,7 +10,7 @@ from rich.syntax import Syntax
 
 from engine.candidates import load_candidate
 from engine.proposers.knobs import apply_settings
-from engine.tasks.glue import materialise
+from engine.tasks.glue.generated import materialise
 from engine.tasks.loader import load_task
 from engine.workspace import Workspace
 from tests.doubles.tui import fake_backend, run_app, screen_text, wait_until

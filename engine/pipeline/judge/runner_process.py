@@ -33,7 +33,7 @@ from typing import Any
 
 from engine import procs
 from engine import jail
-from engine.harness.kernelbench_prebuilt import MANIFEST, manifest_path
+from engine.harness.kernelbench.prebuilt import MANIFEST, manifest_path
 from engine.jail import JailReport, JailSpec, privileges
 from engine.jail.cgroups import StepGroup
 from engine.jail.limits import Limits, runner_limits

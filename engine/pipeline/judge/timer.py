@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from engine.harness.build import load_extension
+from engine.harness.build.stage import load_extension
 from engine.pipeline.judge import analysis
 from engine.pipeline.protocol import wire
 from engine.pipeline.protocol import messages as msg

@@ -66,7 +66,7 @@ class Runner:
         self.send(msg.Jailed(report=report.to_json()))
         import torch
 
-        from engine.harness.build import load_extension
+        from engine.harness.build.stage import load_extension
         from engine.harness.numerics import JUDGE, Numerics, apply
 
         # the judge's settings before any candidate code: its references and the candidate's library calls
@@ -234,7 +234,7 @@ def seeded_calls(call: Callable[[], Any], seeds: tuple[int, ...], current_varian
 
 def load_candidate(load: msg.Load) -> Any:
     """Import the candidate named by a `load` message (engine.pipeline.judge.runner_process.stage_load)."""
-    from engine.harness.build import load_extension
+    from engine.harness.build.stage import load_extension
     from engine.harness.runtimes.base import import_file
     if load.triton:
         from engine.harness.triton_load import load_triton
@@ -242,11 +242,11 @@ def load_candidate(load: msg.Load) -> Any:
     if load.py_path:
         import torch.utils.cpp_extension as cpp
 
-        from engine.harness.kernelbench_includes import add_include_path
+        from engine.harness.kernelbench.includes import add_include_path
         add_include_path(cpp)   # the include paths the compile stage's build had: torch's versioner hashes them
         ext_root = os.environ.get("TORCH_EXTENSIONS_DIR")
         if ext_root:  # the compile stage's load_inline builds, staged into scratch: imported, not built again
-            from engine.harness.kernelbench_prebuilt import seed_versions
+            from engine.harness.kernelbench.prebuilt import seed_versions
             seed_versions(ext_root)
         return import_file(Path(load.py_path), load.module_name)
     return load_extension(Path(load.so_path or ""), load.module_name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.candidates import Candidate
-from engine.harness.build import BuildResult, build_candidate
+from engine.harness.build.stage import BuildResult, build_candidate
 from engine.harness.toolchain import Toolchain
 
 HERE = Path(__file__).resolve().parent
