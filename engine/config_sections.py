@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.config_prices import _SNAPSHOT, DEFAULT_PRICES, FREE, LONG_PROMPT_PRICES, Price
 from engine.errors import ConfigError
+
 # The [timing] section: the timing loop's parameters, in a module of the standard library alone because the jailed
 # runner reads them from its `job` messages before its jail is up (engine/timing_params.py)
 from engine.timing_params import TimingParams

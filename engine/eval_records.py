@@ -23,7 +23,7 @@ from engine.workspace.records import now_iso
 
 if TYPE_CHECKING:
     from engine.candidates import Candidate
-    from engine.pipeline.evaluate import EvalReport
+    from engine.pipeline.eval_types import EvalReport
     from engine.tasks.model import Task
 
 SCHEMA = 1

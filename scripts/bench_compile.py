@@ -40,7 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
-from engine.harness.build.stage import build_candidate, ensure_pch  # noqa: E402
+from engine.harness.build.stage import build_candidate
+from engine.harness.pch import ensure_pch  # noqa: E402
 from engine.harness import nvml  # noqa: E402
 from engine.harness.glue_warm import prebuild_glue  # noqa: E402
 from engine.harness.toolchain import detect  # noqa: E402

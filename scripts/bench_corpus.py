@@ -79,7 +79,8 @@ def candidate_for(problem: dict[str, str]) -> Any:
 def judged(problem: dict[str, str], timeout_s: float) -> dict[str, Any]:
     """One problem judged: the result line."""
     from engine.errors import KbenchError
-    from engine.pipeline.evaluate import EvalOptions, evaluate
+    from engine.pipeline.eval_types import EvalOptions
+    from engine.pipeline.evaluate import evaluate
     from engine.tasks.loader import load_task
     from engine.verdict import Status
     t0 = time.monotonic()

@@ -44,7 +44,7 @@ from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.worker_fns import default_gpu
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.harness import nvml
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
 from engine.proposers.tuner import TunerProposer
 from engine.tasks.loader import load_task
 from engine.workspace import Workspace
@@ -89,7 +89,7 @@ class SmiSampler:
 
 
 def run_mode(args: argparse.Namespace, mode: str) -> dict:
-    from engine.harness.build.stage import ensure_pch
+    from engine.harness.pch import ensure_pch
     from engine.harness.toolchain import detect
 
     task = load_task(args.task)

@@ -39,10 +39,13 @@ sys.path.insert(0, str(REPO))
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
 from engine.config import load_config  # noqa: E402
-from engine.evolve.factory import eval_options, make_evaluator  # noqa: E402
-from engine.harness.build.stage import build_candidate, ensure_pch  # noqa: E402
+from engine.evolve.factory import make_evaluator
+from engine.pipeline.eval_types import options_from_config as eval_options  # noqa: E402
+from engine.harness.build.stage import build_candidate
+from engine.harness.pch import ensure_pch  # noqa: E402
 from engine.harness.toolchain import detect  # noqa: E402
-from engine.pipeline.evaluate import EvalOptions, evaluate  # noqa: E402
+from engine.pipeline.eval_types import EvalOptions
+from engine.pipeline.evaluate import evaluate  # noqa: E402
 from engine.tasks.loader import load_task  # noqa: E402
 from engine.verdict import Stage
 
@@ -52,7 +55,8 @@ sys.path.insert(0, sys.argv[1])
 from engine.candidates import load_candidate
 from engine.tasks.loader import load_task
 try:
-    from engine.pipeline.evaluate import EvalOptions, evaluate
+    from engine.pipeline.eval_types import EvalOptions
+    from engine.pipeline.evaluate import evaluate
 except ImportError:
     from engine.harness.evaluate import EvalOptions, evaluate
 t = load_task(sys.argv[2]); c = load_candidate(t.baseline_dir("forward"))
@@ -67,8 +71,10 @@ import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from engine.candidates import load_candidate
 from engine.config import load_config
-from engine.evolve.factory import eval_options, make_evaluator
-from engine.harness.build.stage import build_candidate, ensure_pch
+from engine.evolve.factory import make_evaluator
+from engine.pipeline.eval_types import options_from_config as eval_options
+from engine.harness.build.stage import build_candidate
+from engine.harness.pch import ensure_pch
 from engine.harness.toolchain import detect
 from engine.tasks.loader import load_task
 from pathlib import Path

@@ -27,7 +27,8 @@ sys.path.insert(0, sys.argv[1])
 from engine.candidates import load_candidate
 from engine.tasks.loader import load_task
 try:
-    from engine.pipeline.evaluate import EvalOptions, evaluate
+    from engine.pipeline.eval_types import EvalOptions
+    from engine.pipeline.evaluate import evaluate
 except ImportError:          # trees from before the judge
     from engine.harness.evaluate import EvalOptions, evaluate
 rounds, warm = int(sys.argv[3]), sys.argv[4] == "1"

@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.candidates import load_candidate  # noqa: E402
-from engine.pipeline.evaluate import EvalOptions, evaluate  # noqa: E402
+from engine.pipeline.eval_types import EvalOptions
+from engine.pipeline.evaluate import evaluate  # noqa: E402
 from engine.tasks.loader import load_task  # noqa: E402
 
 

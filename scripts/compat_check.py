@@ -186,7 +186,8 @@ def evaluate_kernels(checkout: Path, targets: tuple[str, ...] = ("upstream", "bu
     from concurrent.futures import ThreadPoolExecutor
 
     from engine.candidates import load_candidate
-    from engine.pipeline.evaluate import EvalOptions, evaluate
+    from engine.pipeline.eval_types import EvalOptions
+    from engine.pipeline.evaluate import evaluate
 
     builtin = set(builtin_task_names())
     work = []

@@ -93,7 +93,8 @@ def runner_without_gpu(tmp_path: Path) -> Iterator[tuple[Any, float]]:
     answer: (its RunnerLink, a deadline for the steps that follow). It still imports a candidate, so a test sees
     what the candidate's import does in the jail. Closed afterwards."""
     from engine.pipeline.judge.runner_link import RunnerLink
-    from engine.pipeline.protocol.types import NO_GPU, TimerSpec
+    from engine.gpu_wait import NO_GPU
+    from engine.pipeline.protocol.types import TimerSpec
 
     timer = tmp_path / "timer.so"
     timer.write_bytes(b"not a library")

@@ -17,8 +17,8 @@ from engine.config import load_config
 from engine.eval_records import record
 from engine.pipeline import eval_mode
 from engine.pipeline.baseline_cache import FRESH, USE
-from engine.pipeline.eval_types import options_from_config
-from engine.pipeline.evaluate import EvalOptions, evaluate, profile_after
+from engine.pipeline.eval_types import EvalOptions, options_from_config
+from engine.pipeline.evaluate import evaluate, profile_after
 from engine.pipeline.report import render, render_profile
 from engine.tasks.glue.generated import load_for_task
 from engine.tasks.loader import load_task

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.tasks.glue.generated import refusal
 from engine.tasks.glue.abi import GlueError, launcher_abi
+from engine.tasks.glue.generated import refusal
 from engine.tasks.glue.text import binding_text, header_text
 from engine.tasks.glue.triton import binding_py_text, py_declaration, skeleton_text
 from engine.tasks.loader import builtin_task_names, load_task

@@ -13,7 +13,7 @@ from pathlib import Path
 from engine.cli.cmd_roofline import _gpu_name
 from engine.cli.common import check_config_names, workspace_path
 from engine.harness.roofline import load_peaks
-from engine.pipeline.evaluate import default_cache_root
+from engine.pipeline.eval_types import default_cache_root
 from engine.pipeline.profiling import profile_candidate
 from engine.profile.runner import ProfileOptions
 from engine.tasks.glue.generated import load_for_task

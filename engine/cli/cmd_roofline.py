@@ -7,7 +7,7 @@ import json
 
 from engine.harness import nvml
 from engine.harness.roofline import get_peaks
-from engine.pipeline.evaluate import default_cache_root
+from engine.pipeline.eval_types import default_cache_root
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from engine.errors import KbenchError
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.harness.glue_warm import warm_glue_in_background
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
+
 # The one builder of EvalOptions from the config, kept importable from here where sessions always took it
 from engine.pipeline.eval_types import options_from_config as eval_options  # noqa: F401
 

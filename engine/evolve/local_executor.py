@@ -26,26 +26,18 @@ from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate
 from engine.evolve.outcome import PROFILE_STAGE, EvalOutcome, StageCallback, Submission
-from engine.evolve.worker_fns import (
-    call_build,
-    compile_verdict,
-    default_build,
-    default_gpu,
-    default_profile,
-    ignore_sigint,
-    start_resource_tracker,
-    visible_gpus,
-)
+from engine.evolve.worker_fns import (call_build, compile_verdict, default_build, default_gpu, default_profile,
+                                      ignore_sigint, start_resource_tracker, visible_gpus)
 from engine.harness.build.result import BuildSummary
 from engine.harness.build.wait import PCH_WAIT, expected_wait
 from engine.harness.toolchain import Toolchain
 from engine.harness.toolchain import detect as detect_toolchain
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
 from engine.tasks.model import Task
 from engine.verdict import Stage, Status, Verdict
 
 if TYPE_CHECKING:
-    from engine.pipeline.evaluate import EvalReport
+    from engine.pipeline.eval_types import EvalReport
 
 @dataclass
 class _Job(Submission):

@@ -19,21 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from engine import jsonable
 from engine.candidates import Candidate
 from engine.evolve.resume import INFRA_FAILURE
-from engine.gpu_wait import WAITING_EVENT, WAITING_FOR_GPU
-from engine.pipeline.protocol.types import NO_GPU
-from engine.verdict import (
-    Judgement,
-    Stage,
-    Status,
-    Verdict,
-    effective,
-    judge_verdicts,
-)
+from engine.gpu_wait import NO_GPU, WAITING_EVENT, WAITING_FOR_GPU
+from engine.verdict import Judgement, Stage, Status, Verdict, effective, judge_verdicts
 from engine.workspace.note_entries import ConfigTiming, Event, Measurement, VerdictNote
 from engine.workspace.records import now_iso
 
 if TYPE_CHECKING:
-    from engine.pipeline.evaluate import EvalReport
+    from engine.pipeline.eval_types import EvalReport
 
 StageCallback = Callable[[Verdict], None]
 PROFILE_STAGE = Stage.PROFILE

@@ -24,13 +24,13 @@ from typing import Any
 from engine import procs
 from engine.candidates import Candidate
 from engine.evolve.outcome import EvalOutcome
-from engine.harness.build import stage as harness_build
 from engine.harness import nvml
+from engine.harness.build import stage as harness_build
 from engine.harness.build.result import BuildSummary
 from engine.harness.roofline import load_peaks
 from engine.harness.toolchain import Toolchain, ToolchainError, detect
 from engine.pipeline import evaluate as pipeline_evaluate
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
 from engine.pipeline.profiling import profile_stage
 from engine.tasks.model import Task
 from engine.verdict import Stage, Status, Verdict

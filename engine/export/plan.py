@@ -23,7 +23,7 @@ from engine.export.kernelbench import KernelBenchPlan, kernelbench_plan
 from engine.export.schema import CppEntry, OpSchema, backward_schema, find_entry, forward_schema
 from engine.export.targets import export_archs
 from engine.export.triton_package import TritonPlan, triton_plan
-from engine.pipeline.evaluate import default_cache_root
+from engine.pipeline.eval_types import default_cache_root
 from engine.tasks.glue.generated import load_for_task
 from engine.tasks.loader import load_task
 from engine.tasks.model import Task

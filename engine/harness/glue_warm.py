@@ -17,8 +17,8 @@ from pathlib import Path
 
 from engine.harness.build.native import prebuild_binding
 from engine.harness.toolchain import Toolchain, detect
-from engine.tasks.glue.generated import glue_binding
 from engine.tasks.glue.abi import GlueError
+from engine.tasks.glue.generated import glue_binding
 from engine.tasks.model import Task
 
 

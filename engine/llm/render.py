@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from engine.candidates import Candidate
 from engine.config import cache_root
 from engine.harness.roofline import Peaks, load_peaks
-from engine.tasks.glue.generated import glue_header, glue_triton_skeleton
 from engine.tasks.glue.abi import GlueError
+from engine.tasks.glue.generated import glue_header, glue_triton_skeleton
 from engine.tasks.model import DTYPE_BYTES, Task, default_timing_configs, scaled
 from engine.tasks.robust_kbench import BACKWARD_CONTRACT as RKB_CONTRACT
 

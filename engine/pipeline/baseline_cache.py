@@ -39,8 +39,8 @@ from typing import Any
 
 from engine import jsonable
 from engine.errors import DataError
-from engine.pipeline.protocol.result import CACHED, MEASURED, JudgeResult
 from engine.pipeline.judge.timing import BASELINE_DRIFT
+from engine.pipeline.protocol.result import CACHED, MEASURED, JudgeResult
 from engine.pipeline.protocol.types import JudgeRequest, SessionBaseline
 
 SCHEMA = 1               # the file's format and the judge's timing protocol: a change here starts a new cache

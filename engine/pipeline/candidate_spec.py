@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.harness.build.stage import kernelbench_extensions_dir
+from engine.harness.build.cache import kernelbench_extensions_dir
 from engine.pipeline.protocol.types import CandidateSpec
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ This is the parent side (the CLI, the app, an executor's worker). It never impor
 runs in jailed compiler processes, and everything that executes candidate code runs in the jailed runner
 that the judge (engine/pipeline/judge/main.py, a trusted child process) starts and reads. Verdict policy lives in
 engine/pipeline/verdicts.py; what the verdicts amount to (EvalReport.passed) is engine.verdict.judge's rule.
-EvalOptions and EvalReport are defined in engine/pipeline/eval_types.py and re-exported here.
+EvalOptions and EvalReport are defined in engine/pipeline/eval_types.py, which verdicts and profiling import too.
 
 Baselines the judge measured before are handed back to it: the session's (engine/pipeline/baselines.py,
 `reuse_baselines`) and those an earlier evaluation kept on disk (engine/pipeline/baseline_cache.py,
@@ -25,6 +25,7 @@ from typing import Callable
 
 from engine import jsonable
 from engine.candidates import Candidate
+from engine.gpu_wait import NO_GPU
 from engine.harness.build import stage as builds  # a module, not its function: tests substitute build_candidate
 from engine.harness.build.triton import TRITON_CHECKED
 from engine.harness.build.wait import cached, expected_wait
@@ -37,16 +38,14 @@ from engine.pipeline.baseline_cache import OFF, BaselineCache
 from engine.pipeline.baselines import SESSION, key_for
 from engine.pipeline.candidate_spec import candidate_spec
 from engine.pipeline.early_judge import EarlyJudge
-# Re-exported (callers import them from here): EvalOptions, ConfigRow, EvalReport and default_cache_root live
-# in eval_types, which verdicts and profiling import too; NO_GPU lives in engine.gpu_wait.
-from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport, default_cache_root  # noqa: F401
-from engine.pipeline.protocol.types import NO_GPU, JudgeRequest, TimerSpec  # noqa: F401 - NO_GPU re-exported
+from engine.pipeline.eval_types import EvalOptions, EvalReport
 from engine.pipeline.judge.contention import contention_sensitive, shared_gpu_reason
 from engine.pipeline.protocol.result import JudgeOutcome
+from engine.pipeline.protocol.types import JudgeRequest, TimerSpec
 from engine.pipeline.warm import POOL
 from engine.procs import run_child
-from engine.tasks.glue.generated import materialise
 from engine.tasks.glue.abi import GlueError
+from engine.tasks.glue.generated import materialise
 from engine.tasks.model import Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
 

@@ -25,16 +25,16 @@ from engine.jail import command as jailed
 from engine.jail.profiles import profiled_spec
 from engine.pipeline.candidate_spec import candidate_spec
 from engine.pipeline.eval_types import default_cache_root
-from engine.pipeline.protocol.profile_types import ProfileRequest, ProfileResult, read_result
 from engine.pipeline.judge.runner_process import make_run_dir, stage_candidate
+from engine.pipeline.protocol.profile_types import ProfileRequest, ProfileResult, read_result
 from engine.pipeline.protocol.types import CandidateSpec
 from engine.procs import stop_step
 from engine.profile.ncu import (build_ncu_command, ncu_install_dirs, ncu_unavailable_reason, parse_ncu_csv,
                                 permission_denied)
 from engine.profile.runner import STAGE, ProfileOptions, profile_verdict, representative_config
 from engine.profile.summarise import summarise
-from engine.tasks.glue.generated import materialise
 from engine.tasks.glue.abi import GlueError
+from engine.tasks.glue.generated import materialise
 from engine.tasks.model import ALL_CONFIGS
 from engine.verdict import Status, Verdict
 

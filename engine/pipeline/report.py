@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.pipeline.baseline_cache import describe as describe_baselines
-from engine.pipeline.evaluate import EvalReport
+from engine.pipeline.eval_types import EvalReport
 from engine.tasks.model import DEFAULT_TIMING_NOTE
 from engine.verdict import Stage, Status, Verdict
 

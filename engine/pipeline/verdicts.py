@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine import jsonable
+from engine.gpu_wait import NO_GPU
 from engine.harness.roofline import FLOOR_MARGIN, get_peaks
 from engine.pipeline.eval_types import ConfigRow, EvalOptions, EvalReport
 from engine.pipeline.protocol.result import JudgeOutcome, JudgeResult
-from engine.pipeline.protocol.types import NO_GPU
 from engine.tasks.model import ALL_CONFIGS, Cost, Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
 

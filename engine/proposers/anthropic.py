@@ -18,18 +18,17 @@ from typing import TYPE_CHECKING, Any
 from engine.candidates import Candidate
 from engine.config import Config
 from engine.llm import render
-from engine.llm.availability import no_key_message, no_key_notice
 from engine.llm.accounting import Usage
+from engine.llm.availability import no_key_message, no_key_notice
 from engine.llm.client import LLMReply, LLMRequest
 from engine.llm.errors import LLMError
 from engine.llm.prompts import PromptError, load_template
 from engine.llm.redact import machine_paths, without_paths
-from engine.llm.tools import (KERNEL_FIELDS, SUBMIT_DIRECTIVES, directives_answer, kernel_answer,
-                              submit_kernel_tool)
-from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed,
-                                   new_proposal_id, parent_id, with_provenance)
-from engine.tasks.glue.generated import materialise
+from engine.llm.tools import KERNEL_FIELDS, SUBMIT_DIRECTIVES, directives_answer, kernel_answer, submit_kernel_tool
+from engine.proposers.base import (Proposal, ProposalRequest, ProposalStatus, check_parents, failed, new_proposal_id,
+                                   parent_id, with_provenance)
 from engine.tasks.glue.abi import GlueError
+from engine.tasks.glue.generated import materialise
 
 if TYPE_CHECKING:
     from engine.llm.client import LLMClient

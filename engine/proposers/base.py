@@ -16,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.candidates import Candidate
 from engine.llm.accounting import Usage
-from engine.tasks.glue.generated import materialise
 from engine.tasks.glue.abi import GlueError
+from engine.tasks.glue.generated import materialise
 from engine.tasks.model import Task
 
 OPERATORS = ("translate", "mutate", "crossover", "repair", "meta", "tune")

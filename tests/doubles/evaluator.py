@@ -30,14 +30,14 @@ from engine.evolve.outcome import (
     needs_profile,
 )
 from engine.harness.build.result import BuildSummary
-from engine.pipeline.protocol.types import NO_GPU
+from engine.gpu_wait import NO_GPU
 from engine.tasks.model import Task, timing_selection
 from engine.verdict import Stage, Status, Verdict
 from engine.workspace.note_entries import ConfigTiming
 
 if TYPE_CHECKING:
     from engine.config import Config
-    from engine.pipeline.evaluate import EvalOptions
+    from engine.pipeline.eval_types import EvalOptions
     from engine.service.wiring import EvaluatorFactory
 
 

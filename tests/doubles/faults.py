@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.candidates import Candidate
 from engine.evolve.outcome import EvalOutcome
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
 from engine.tasks.model import Task
 from engine.verdict import Verdict
 from tests.doubles.evaluator import fake_gpu, fake_profile

@@ -13,7 +13,7 @@ from tests.doubles.evaluator import fake_build, fake_gpu, fake_speedup
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.outcome import EvalOutcome
 from engine.evolve.worker_fns import visible_gpus
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
 from engine.tasks.model import default_timing_configs
 from engine.verdict import Status
 
@@ -121,7 +121,7 @@ def test_process_pool_builds_and_cancel(task, tmp_path):
 
 
 def test_evaluations_that_found_no_gpu_are_counted_as_unmeasured(task, tmp_path):
-    from engine.pipeline.evaluate import NO_GPU
+    from engine.gpu_wait import NO_GPU
 
     def no_gpu(task, candidate, direction, opts):
         return EvalOutcome([], infra_error=NO_GPU)

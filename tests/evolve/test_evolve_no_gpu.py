@@ -125,7 +125,7 @@ def test_report_counts_build_time_from_the_compile_verdicts(ws, task):
     """An evaluation without a GPU writes no `evaluated` event; its compile verdict still carries the build
     time, which the report must show instead of 0.0 s."""
     from engine.evolve.outcome import EvalOutcome
-    from engine.pipeline.protocol.types import NO_GPU
+    from engine.gpu_wait import NO_GPU
     from engine.profile.session_report import build_report, to_markdown
     from engine.verdict import Status, Verdict
 

@@ -14,10 +14,10 @@ from engine.config import ConfigError, load_config, profile_mode
 from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.outcome import EvalOutcome, needs_profile
-from engine.evolve.factory import eval_options
+from engine.pipeline.eval_types import options_from_config as eval_options
 from engine.evolve.loop import Budgets, EvolutionSession
 from engine.evolve.operators import OperatorPolicy
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
 from engine.proposers.base import Proposal, ProposalStatus, parent_id, with_provenance
 from engine.service.session_service import SessionService
 from engine.service.spec import SessionSpec

@@ -31,7 +31,7 @@ from engine.evolve.operators import OperatorPolicy  # noqa: E402
 from engine.evolve.outcome import EvalOutcome  # noqa: E402
 from engine.evolve.ray.executor import RayExecutor  # noqa: E402
 from engine.evolve.resume import INFRA_FAILURE, load_state  # noqa: E402
-from engine.pipeline.evaluate import EvalOptions  # noqa: E402
+from engine.pipeline.eval_types import EvalOptions  # noqa: E402
 from engine.proposers.replay import ReplayProposer  # noqa: E402
 from engine.workspace import Workspace  # noqa: E402
 from tests.doubles import evaluator as evaluator_doubles, faults  # noqa: E402

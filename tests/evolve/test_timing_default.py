@@ -9,7 +9,7 @@ import pytest
 
 from engine.candidates import load_candidate
 from engine.config import Config, ConfigError, EvalConfig, load_config
-from engine.evolve.factory import eval_options
+from engine.pipeline.eval_types import options_from_config as eval_options
 from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.ray.envelopes import EvalRequest

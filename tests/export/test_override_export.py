@@ -13,7 +13,7 @@ from engine.candidates import load_candidate
 from engine.cli import main
 from engine.eval_records import lookup, record
 from engine.export import ExportError, plan_from_dirs, plan_from_workspace, write_package
-from engine.pipeline.evaluate import EvalReport
+from engine.pipeline.eval_types import EvalReport
 from engine.pipeline.verdicts import NO_GPU_REASON
 from engine.tasks.loader import load_task
 from engine.verdict import Status, Verdict

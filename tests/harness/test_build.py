@@ -20,9 +20,14 @@ import pytest
 
 from engine.candidates import Candidate, load_candidate
 from engine.config import env_flag
+from engine.harness import pch
 from engine.harness.build import stage as B
-from engine.harness.build.stage import (BuildResult, build_candidate, entry_dir, ensure_pch, kernelbench_extensions_dir,
-                                  pch_dir, run_tool, compiler_env)
+from engine.harness.build.cache import entry_dir, kernelbench_extensions_dir
+from engine.harness.build.diagnose import _unresolved
+from engine.harness.build.result import BuildResult, BuildSummary
+from engine.harness.build.stage import build_candidate
+from engine.harness.build.steps import compiler_env, run_tool
+from engine.harness.pch import ensure_pch, pch_dir
 from engine.harness.toolchain import Toolchain, ToolchainError, detect, parse_arch_list
 
 from tests.conftest import HAS_NVCC
@@ -128,11 +133,11 @@ def test_build_summary_is_what_crosses_to_the_executor() -> None:
     """BuildSummary keeps what the compile verdict needs, not the worker's paths; it reads stand-ins' partial dicts."""
     r = BuildResult(ok=True, format="native", source_hash="abc", module_name="kb_abc", so_path=Path("/w/kb_abc.so"),
                     seconds=1.5, cache_hit=True, log="x" * 9000, steps={"nvcc": 1.0})
-    s = B.BuildSummary.of(r)
+    s = BuildSummary.of(r)
     assert (s.ok, s.seconds, s.cache_hit, s.steps, len(s.log)) == (True, 1.5, True, {"nvcc": 1.0}, 8000)
-    assert B.BuildSummary.from_json(json.loads(json.dumps(s.to_json()))) == s
+    assert BuildSummary.from_json(json.loads(json.dumps(s.to_json()))) == s
     assert "so_path" not in s.to_json()
-    partial = B.BuildSummary.from_json({"ok": False, "error": "boom"})
+    partial = BuildSummary.from_json({"ok": False, "error": "boom"})
     assert (partial.ok, partial.error, partial.log, partial.seconds, partial.cache_hit, partial.steps) == \
         (False, "boom", "", None, False, {})
 
@@ -293,7 +298,7 @@ def test_unresolved_ignores_python_api() -> None:
     out = ("/usr/bin/ld: binding.o: in function `forward(at::Tensor)':\n"
            "binding.cpp:(.text+0x10): warning: undefined reference to `PyGILState_Check'\n"
            "binding.cpp:(.text+0x20): warning: undefined reference to `launch(float*, int)'\n")
-    assert B._unresolved(out) == [("launch(float*, int)", "binding.o", "forward(at::Tensor)")]
+    assert _unresolved(out) == [("launch(float*, int)", "binding.o", "forward(at::Tensor)")]
 
 
 # ---------------------------------------------------------------------------- real compiles (slow)
@@ -324,7 +329,7 @@ def test_native_build_imports_and_exposes_forward(built: BuildResult) -> None:
 
 @pytest.mark.slow
 def test_pch_is_used(built: BuildResult, toolchain: Toolchain, cache_root: Path) -> None:
-    gch = pch_dir(cache_root, toolchain) / (B.PCH_BASENAME + ".gch")
+    gch = pch_dir(cache_root, toolchain) / (pch.PCH_BASENAME + ".gch")
     assert gch.is_file()
     assert built.pch_used is True
     raw = (built.entry_dir / "build.log").read_text()

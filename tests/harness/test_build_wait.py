@@ -17,7 +17,7 @@ from engine.harness.build.result import BuildResult
 from engine.harness.build.wait import PCH_WAIT, SINGLE_CU_WAIT, expected_wait
 from engine.harness.pch import PCH_BASENAME, pch_dir
 from engine.harness.toolchain import detect
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
 from engine.proposers.tuner import TunerProposer
 from engine.tasks.loader import builtin_tasks_dir, load_task
 from tests.conftest import HAS_NVCC

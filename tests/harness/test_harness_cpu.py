@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine.harness.compare import compare_outputs
-from engine.pipeline.evaluate import EvalOptions, EvalReport
+from engine.pipeline.eval_types import EvalOptions, EvalReport
 from engine.pipeline.protocol.result import JudgeOutcome
 from engine.pipeline.verdicts import Roofline, fill_report
 from engine.procs import ChildOutcome, run_child, scrubbed_env

@@ -9,7 +9,7 @@ import pytest
 
 from engine.harness import device_info
 from engine.pipeline import evaluate as ev
-from engine.pipeline.protocol.types import NO_GPU
+from engine.gpu_wait import NO_GPU
 from engine.candidates import load_candidate
 from engine.tasks.loader import load_task
 from engine.verdict import Stage, Status

@@ -22,7 +22,10 @@ import pytest
 
 from engine.candidates import Candidate, load_candidate
 from engine.harness import object_cache as oc
-from engine.harness.build.stage import BINDING_MODULE, BuildResult, _declares_extension_name, build_candidate
+from engine.harness.build.native import BINDING_MODULE
+from engine.harness.build.result import BuildResult
+from engine.harness.build.stage import build_candidate
+from engine.harness.build.steps import _declares_extension_name
 from engine.harness.toolchain import Toolchain
 
 from tests.paths import FIXTURES, REPO

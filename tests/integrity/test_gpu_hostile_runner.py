@@ -18,7 +18,8 @@ import pytest
 
 from engine.candidates import Candidate
 from engine.jail.cgroups import support
-from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.pipeline.eval_types import EvalOptions
+from engine.pipeline.evaluate import evaluate
 from engine.tasks.loader import load_task
 from engine.verdict import Status
 from tests import hostile_python as attack

@@ -19,7 +19,8 @@ import pytest
 
 from engine.candidates import load_candidate
 from engine.config import env_float
-from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.pipeline.eval_types import EvalOptions
+from engine.pipeline.evaluate import evaluate
 from engine.integrity import findings
 from engine.pipeline.judge import analysis as dynamic
 from engine.tasks.loader import builtin_task_names, load_task
@@ -39,7 +40,7 @@ TIMEOUT_S = env_float("KBENCH_INTEGRITY_TIMEOUT")
 def cache_root():
     # the default cache ($KBENCH_CACHE or ~/.cache/kbench): builds and the measured roofline are reused
     # between runs, so the cases can be run in several commands
-    from engine.pipeline.evaluate import default_cache_root
+    from engine.pipeline.eval_types import default_cache_root
     return default_cache_root()
 
 

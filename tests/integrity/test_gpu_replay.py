@@ -40,7 +40,8 @@ def _native(name: str, patch: tuple[str, str, str] | None = None) -> Candidate:
 
 
 def _native_eval(cand: Candidate):
-    from engine.pipeline.evaluate import EvalOptions, evaluate
+    from engine.pipeline.eval_types import EvalOptions
+    from engine.pipeline.evaluate import evaluate
     rep = evaluate(load_task("gelu_bias"), cand, "forward",
                    EvalOptions(trials=2, baselines=("eager",), override_static=True, profile=False,
                                timing_configs=["bench"]))

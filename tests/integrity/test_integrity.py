@@ -17,7 +17,8 @@ from engine.integrity.static import (
     scan_python,
     static_verdict,
 )
-from engine.pipeline.evaluate import EvalOptions, EvalReport, evaluate
+from engine.pipeline.eval_types import EvalOptions, EvalReport
+from engine.pipeline.evaluate import evaluate
 from engine.pipeline.verdicts import integrity_verdict
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.verdict import Stage, Status, Verdict

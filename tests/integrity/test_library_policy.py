@@ -13,7 +13,7 @@ from engine.candidates import load_candidate
 from engine.config import ConfigError, load_config
 from engine.errors import TaskError
 from engine.evolve.checks import session_checks, static_integrity_check
-from engine.evolve.factory import eval_options
+from engine.pipeline.eval_types import options_from_config as eval_options
 from engine.integrity.policy import DEFAULT_POLICY, PolicyError, resolve_policy
 from engine.integrity.static import gate_static
 from engine.tasks.loader import load_task

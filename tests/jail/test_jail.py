@@ -277,7 +277,7 @@ def _jailed_python(code: str, spec: JailSpec, tmp_path: Path) -> subprocess.Comp
 
 
 def test_the_compiler_jail_reads_no_user_file_and_writes_only_its_folder(tmp_path):
-    from engine.harness.build.stage import compile_jail
+    from engine.harness.build.steps import compile_jail
     secret = tmp_path / "secret.h"
     secret.write_text("#define TOKEN 42\n")
     work = tmp_path / "work"

@@ -186,7 +186,7 @@ def test_infinite_budget_means_no_limit(tmp_path):
 
 
 def test_eval_and_executor_sections_and_their_flags(tmp_path):
-    from engine.evolve.factory import eval_options
+    from engine.pipeline.eval_types import options_from_config as eval_options
 
     path = write(tmp_path / "c.toml", '[eval]\ncompile_baseline = false\ntiming_configs = ["bench"]\n'
                                        '[executor]\nkind = "ray"\nray_address = "auto"\nretries = 3\n')

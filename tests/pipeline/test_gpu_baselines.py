@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.candidates import load_candidate
-from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.pipeline.eval_types import EvalOptions
+from engine.pipeline.evaluate import evaluate
 from engine.tasks.loader import builtin_task_names, load_task
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from engine.candidates import Candidate
-from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.pipeline.eval_types import EvalOptions
+from engine.pipeline.evaluate import evaluate
 from engine.pipeline.judge.evaluation import KEEP_MAX_BYTES
 from engine.tasks.loader import load_task
 from tests.paths import FIXTURES

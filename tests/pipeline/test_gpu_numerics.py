@@ -15,7 +15,8 @@ import pytest
 
 from engine.candidates import Candidate
 from engine.harness.numerics import JUDGE
-from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.pipeline.eval_types import EvalOptions
+from engine.pipeline.evaluate import evaluate
 from engine.tasks.loader import load_task
 from engine.verdict import Status
 from tests.paths import FIXTURES

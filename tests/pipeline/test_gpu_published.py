@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import load_candidate
-from engine.pipeline.evaluate import EvalOptions, evaluate
+from engine.pipeline.eval_types import EvalOptions
+from engine.pipeline.evaluate import evaluate
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.tasks.model import direction_configs
 from tests.tasks.test_published_entry_points import PUBLISHED

@@ -21,7 +21,7 @@ from engine.evolve.outcome import EvalOutcome, needs_profile
 from engine.evolve.population import Population
 from engine.evolve.resume import member_from_view
 from engine.export.plan import passing_status
-from engine.pipeline.evaluate import ConfigRow, EvalReport
+from engine.pipeline.eval_types import ConfigRow, EvalReport
 from engine.verdict import (
     BLOCKING,
     REQUIRED,

@@ -16,7 +16,7 @@ from engine.harness.runtimes import runtime_for
 from engine.pipeline.judge import analysis
 from engine.pipeline.protocol import wire
 from engine.pipeline.protocol import messages as msg
-from engine.pipeline.evaluate import EvalOptions, EvalReport
+from engine.pipeline.eval_types import EvalOptions, EvalReport
 from engine.pipeline.judge.configs import plan_message, prepare, reference_outputs
 from engine.pipeline.protocol.result import JudgeOutcome
 from engine.pipeline.judge.timer import collect

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import load_candidate
-from engine.pipeline.protocol.types import NO_GPU, CandidateSpec, JudgeRequest, TimerSpec
+from engine.gpu_wait import NO_GPU
+from engine.pipeline.protocol.types import CandidateSpec, JudgeRequest, TimerSpec
 from engine.pipeline import warm
 from engine.pipeline.warm import JudgePool
 from engine.procs import descendants, process_tree

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 def _peaks():
     from engine.cli.cmd_roofline import _gpu_name
-    from engine.pipeline.evaluate import default_cache_root
+    from engine.pipeline.eval_types import default_cache_root
     from engine.harness.roofline import get_peaks
     return get_peaks(default_cache_root(), _gpu_name(None))
 

@@ -21,8 +21,9 @@ from engine.harness.timing import TimingStats
 from engine.jail import JailReport
 from engine.pipeline.protocol.result import (BaselineOrigin, DeviceInfo, JudgeResult, NullLoop, Progress, Recheck,
                                           TimingRow)
+from engine.config import TimingParams
 from engine.pipeline.protocol.types import (CandidateSpec, CorrectnessResult, IntegrityResult, JudgeRequest,
-                                            SessionBaseline, TimerSpec, TimingParams)
+                                            SessionBaseline, TimerSpec)
 from engine.profile.summarise import KernelProfile, ProfileSummary
 from engine.tasks.model import Cost, DirectionSpec, Task, TaskConfig, Tolerance
 from engine.verdict import Status, Verdict

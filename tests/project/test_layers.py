@@ -74,7 +74,7 @@ except ImportError:
     pass
 
 def f():
-    from engine.pipeline.protocol.types import NO_GPU
+    from engine.gpu_wait import NO_GPU
     if TYPE_CHECKING:
         import engine.llm
 

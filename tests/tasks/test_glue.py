@@ -324,7 +324,8 @@ def test_the_background_warm_up_never_builds_the_precompiled_header(tmp_path):
 
 
 def test_evaluate_refuses_kernel_only_where_the_task_has_no_glue(tmp_path):
-    from engine.pipeline.evaluate import EvalOptions, evaluate
+    from engine.pipeline.eval_types import EvalOptions
+    from engine.pipeline.evaluate import evaluate
     rep = evaluate(load_task("unet_conv2d"), load_candidate(FIXTURE), "forward", EvalOptions(cache_root=tmp_path))
     v = rep.verdict("compile")
     assert not rep.passed and v.status.value == "fail" and "dimension `Ho`" in v.reason
@@ -523,7 +524,8 @@ def test_prebuild_glue_of_a_task(toolchain, native_cache_root):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_the_kernel_only_candidate_passes_every_config(tmp_path):
-    from engine.pipeline.evaluate import EvalOptions, evaluate
+    from engine.pipeline.eval_types import EvalOptions
+    from engine.pipeline.evaluate import evaluate
     task = load_task("llama_rmsnorm")
     rep = evaluate(task, load_candidate(FIXTURE), "forward",
                    EvalOptions(timing=False, profile=False, baselines=("eager",)))

@@ -240,7 +240,7 @@ def test_reevaluate_through_a_process_pool_inside_the_app(demo):
     stderr capture has no file descriptor, which multiprocessing's resource tracker used to trip over."""
     from tests.doubles.evaluator import fake_build, fake_gpu
     from engine.evolve.local_executor import LocalPipelineExecutor
-    from engine.pipeline.evaluate import EvalOptions
+    from engine.pipeline.eval_types import EvalOptions
     from kbench_tui.backend import Backend
 
     def factory(task, direction):
@@ -266,7 +266,7 @@ def test_reevaluation_without_a_gpu_says_so_and_writes_nothing(demo):
     from concurrent.futures import Future
 
     from engine.evolve.outcome import EvalOutcome
-    from engine.pipeline.evaluate import NO_GPU
+    from engine.gpu_wait import NO_GPU
     from engine.verdict import Status, Verdict
     from kbench_tui.backend import Backend
 

@@ -26,26 +26,11 @@ from engine.candidates import Candidate
 from engine.errors import KbenchError
 from engine.evolve.outcome import EvalOutcome, StageCallback
 from engine.evolve.ray.cluster import connect, gpus_and_cpus, probe_archs
-from engine.evolve.ray.envelopes import (
-    BuildReply,
-    BuildRequest,
-    EvalRequest,
-    GpuReply,
-    ProfileReply,
-    Ran,
-)
+from engine.evolve.ray.envelopes import BuildReply, BuildRequest, EvalRequest, GpuReply, ProfileReply, Ran
 from engine.evolve.ray.jobs import RayJob
-from engine.evolve.ray.tasks import (
-    BuildFn,
-    GpuFn,
-    ProfileFn,
-    build_job,
-    gpu_job,
-    profile_job,
-    ray,
-)
+from engine.evolve.ray.tasks import BuildFn, GpuFn, ProfileFn, build_job, gpu_job, profile_job, ray
 from engine.evolve.worker_fns import compile_verdict
-from engine.pipeline.evaluate import EvalOptions
+from engine.pipeline.eval_types import EvalOptions
 from engine.tasks.model import Task
 from engine.tasks.portable import pack_task
 from engine.verdict import Status, Verdict

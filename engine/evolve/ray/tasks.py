@@ -30,23 +30,15 @@ except ImportError as exc:  # pragma: no cover - exercised where ray is missing
 
 from engine.candidates import Candidate
 from engine.evolve.outcome import EvalOutcome
-from engine.evolve.ray.envelopes import (
-    BuildReply,
-    BuildRequest,
-    Built,
-    EvalRequest,
-    GpuReply,
-    ProbeReply,
-    ProfileReply,
-    Ran,
-    Where,
-)
+from engine.evolve.ray.envelopes import (BuildReply, BuildRequest, Built, EvalRequest, GpuReply, ProbeReply,
+                                         ProfileReply, Ran, Where)
 from engine.evolve.worker_fns import default_gpu, default_profile
-from engine.harness.build.stage import build_candidate, entry_dir
 from engine.harness.build.archive import pack_entry, unpack_entry
+from engine.harness.build.cache import entry_dir
 from engine.harness.build.result import BuildSummary
+from engine.harness.build.stage import build_candidate
 from engine.harness.toolchain import ToolchainError, detect
-from engine.pipeline.evaluate import EvalOptions, default_cache_root
+from engine.pipeline.eval_types import EvalOptions, default_cache_root
 from engine.tasks.model import Task
 from engine.tasks.portable import unpack_task
 from engine.verdict import Verdict

@@ -15,7 +15,7 @@ import tarfile
 import uuid
 from pathlib import Path
 
-from engine.harness.build.stage import entry_path
+from engine.harness.build.cache import entry_path
 
 MAX_ARCHIVE_BYTES = 256 * 1024 * 1024   # a candidate's .so is a few MB; anything near this is not one
 

@@ -48,24 +48,17 @@ from types import ModuleType
 from typing import Any
 
 from engine.candidates import Candidate
-# What build_candidate is made of, one job to a module; re-exported here, where callers and tests look for them.
-from engine.harness.build.cache import (_CACHEABLE_FAILURES, STALE_TMP_S, _clean_stale_tmp, _publish,  # noqa: F401
-                                        _read_entry, builds_dir, copy_private, entry_dir, entry_path,
-                                        kernelbench_extensions_dir, makedirs_private, private_root)
-from engine.harness.build.diagnose import (LOG_LIMIT, _check_export, _check_link, _clean, _diagnose,  # noqa: F401
-                                           _full_log, _looks_transient, _render_log, _source_line, _unresolved,
-                                           inside_without_links)
-from engine.harness.build.native import BINDING_MODULE, _build_native  # noqa: F401
-from engine.harness.build.result import BuildResult, BuildSummary, FailureKind  # noqa: F401
-from engine.harness.build.steps import (ENV_ALLOWLIST, StepResult, _declares_extension_name,  # noqa: F401
-                                        _Failed, _module_name, _strip_comments, _vendor_link, compile_jail,
-                                        compiler_env, run_tool)
-from engine.harness.kernelbench.prebuilt import write_manifest
-from engine.harness.kernelbench.child_types import CompileRequest
-from engine.harness.pch import PCH_BASENAME, PCH_TIMEOUT_S, PchInfo, _pch_used, ensure_pch, pch_dir  # noqa: F401
-from engine.harness.toolchain import Toolchain
+from engine.harness.build.cache import (_CACHEABLE_FAILURES, _clean_stale_tmp, _publish, _read_entry, copy_private,
+                                        entry_dir, kernelbench_extensions_dir, makedirs_private, private_root)
+from engine.harness.build.diagnose import _check_export, _check_link, _diagnose, _render_log, inside_without_links
+from engine.harness.build.native import _build_native
+from engine.harness.build.result import BuildResult
+from engine.harness.build.steps import StepResult, _Failed, _module_name, _vendor_link, compile_jail, run_tool
 from engine.harness.build.triton import build_triton, child_result
-from engine.jail import JailSpec  # noqa: F401
+from engine.harness.kernelbench.child_types import CompileRequest
+from engine.harness.kernelbench.prebuilt import write_manifest
+from engine.harness.pch import PchInfo, ensure_pch
+from engine.harness.toolchain import Toolchain
 from engine.jail.limits import IMPORT
 from engine.procs import ChildOutcome, run_child
 

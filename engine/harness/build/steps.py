@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.harness.build.result import FailureKind
 from engine.harness.toolchain import Toolchain
-from engine.harness.vendor_libs import library_files, libraries_used, search_dirs
+from engine.harness.vendor_libs import libraries_used, library_files, search_dirs
 from engine.jail import JailSpec
 from engine.jail import command as jailed
 from engine.jail.limits import COMPILE, Limits

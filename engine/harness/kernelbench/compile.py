@@ -29,10 +29,10 @@ from typing import Any, Callable
 import torch
 import torch.utils.cpp_extension as cpp
 
+from engine.harness.kernelbench.child_types import CompileRequest, CompileResult, ExtensionBuild
 from engine.harness.kernelbench.fast import fail_fast, use_pch
 from engine.harness.kernelbench.includes import add_include_path
 from engine.harness.kernelbench.prebuilt import recording_versioner
-from engine.harness.kernelbench.child_types import CompileRequest, CompileResult, ExtensionBuild
 from engine.harness.runtimes.base import import_file
 
 

@@ -9,32 +9,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.integrity.cpp.tree import (
-    _WS,
-    _callee,
-    _captures,
-    _declarators,
-    _declared_name,
-    _in_error,
-    _method,
-    _name,
-    _parse,
-    _storage,
-    _text,
-    _type_text,
-    _value,
-)
-from engine.integrity.cpp.vocab import (
-    HALF_TEXT,
-    LAUNCH_CALLS,
-    NON_TENSOR_FUNCS,
-    NON_TENSOR_METHODS,
-    PERSISTENT_SKIP,
-    TENSOR_CONTAINER,
-    TENSOR_TYPE,
-)
+from engine.integrity.cpp.tree import (_WS, _callee, _captures, _declarators, _declared_name, _in_error, _method, _name,
+                                       _parse, _storage, _text, _type_text, _value)
+from engine.integrity.cpp.vocab import (HALF_TEXT, LAUNCH_CALLS, NON_TENSOR_FUNCS, NON_TENSOR_METHODS, PERSISTENT_SKIP,
+                                        TENSOR_CONTAINER, TENSOR_TYPE)
 from engine.integrity.findings import FAIL, SUSPICIOUS, Finding
-
 
 # -- per-function facts ----------------------------------------------------------------------------------------
 

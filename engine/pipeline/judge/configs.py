@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.harness.cost_count import call_flops
+from engine.pipeline.judge.parking import loaded, park
 from engine.pipeline.protocol import messages as msg
 from engine.pipeline.protocol import wire
-from engine.pipeline.judge.parking import loaded, park
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import CallPlan, TaskRuntime

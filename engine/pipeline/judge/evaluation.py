@@ -15,25 +15,26 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from engine import procs
+from engine.gpu_wait import NO_GPU
 from engine.harness import numerics
 from engine.harness.device_info import gpu_info
 from engine.harness.runtimes import runtime_for
-from engine.pipeline.protocol.arena import PIN_UP_FRONT
 from engine.pipeline.judge import analysis
-from engine.pipeline.protocol import wire
 from engine.pipeline.judge.analysis import tolerance
-from engine.pipeline.protocol import messages as msg
-from engine.pipeline.judge.digest import Hasher, digest_call, host_hash
 from engine.pipeline.judge.configs import (Prepared, composer, footprint, plan_message, prepare, reference_outputs,
                                            upstream_trial_seeds)
+from engine.pipeline.judge.digest import Hasher, digest_call, host_hash
+from engine.pipeline.judge.fresh import Fresh, FreshReferences, choose
 from engine.pipeline.judge.memory import CANDIDATE_SLACK, config_share, memory_blame, runner_memory_excuse
-from engine.pipeline.protocol.result import ConfigMemory, DeviceInfo, Stop
+from engine.pipeline.judge.parking import moved
 from engine.pipeline.judge.runner_link import RunnerLink
 from engine.pipeline.judge.timer import LocalTimer
 from engine.pipeline.judge.timing_phase import TimingPhase
-from engine.pipeline.judge.fresh import Fresh, FreshReferences, choose
-from engine.pipeline.judge.parking import moved
-from engine.pipeline.protocol.types import NO_GPU, CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol import wire
+from engine.pipeline.protocol.arena import PIN_UP_FRONT
+from engine.pipeline.protocol.result import ConfigMemory, DeviceInfo, Stop
+from engine.pipeline.protocol.types import CorrectnessResult, IntegrityResult, JudgeRequest, TimerSpec
 from engine.tasks.model import Cost, Task, TaskConfig
 
 if TYPE_CHECKING:

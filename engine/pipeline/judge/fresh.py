@@ -21,13 +21,13 @@ Lazy imports: torch and numpy, inside the functions (the judge loads torch after
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from engine.pipeline.protocol import wire
 from engine.pipeline.judge.configs import seeded
 from engine.pipeline.judge.parking import loaded
+from engine.pipeline.protocol import wire
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime

@@ -33,15 +33,17 @@ import traceback
 from pathlib import Path
 
 from engine import jsonable
+from engine.gpu_wait import NO_GPU
 from engine.jail.privileges import die_with_parent, exit_without_teardown
-from engine.procs import process_age
 from engine.pipeline.judge.contention import contention_sensitive, others_busy_since
 from engine.pipeline.judge.evaluation import Judge
 from engine.pipeline.judge.memory import judge_memory_outcome, judge_out_of_memory, memory_blame, out_of_memory
 from engine.pipeline.judge.runner_link import OutputsTooLarge
 from engine.pipeline.judge.runner_process import RunnerGone
 from engine.pipeline.protocol.result import STANDBY_STATE, JudgeResult, Progress, StandbyState
-from engine.pipeline.protocol.types import NO_GPU, CorrectnessResult, JudgeRequest, TimerSpec
+from engine.pipeline.protocol.types import CorrectnessResult, JudgeRequest, TimerSpec
+from engine.procs import process_age
+
 
 class ResultFile:
     """The request's result file, rewritten whole (atomically) at every step: a judge killed at its deadline

@@ -19,14 +19,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from engine.gpu_wait import NO_GPU
 from engine.harness.numerics import JUDGE
 from engine.pipeline.judge import analysis
-from engine.pipeline.protocol import wire
-from engine.pipeline.protocol import messages as msg
 from engine.pipeline.judge.memory import out_of_memory
-from engine.pipeline.judge.timer import collect
 from engine.pipeline.judge.runner_process import RunDir, RunnerProcess, make_run_dir, stage_load, stage_readonly
-from engine.pipeline.protocol.types import NO_GPU, CandidateSpec, TimerSpec
+from engine.pipeline.judge.timer import collect
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol import wire
+from engine.pipeline.protocol.types import CandidateSpec, TimerSpec
 
 if TYPE_CHECKING:
     from engine.pipeline.judge.timer import LocalTimer

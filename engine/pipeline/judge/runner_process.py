@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import procs
-from engine import jail
+from engine import jail, procs
 from engine.harness.kernelbench.prebuilt import MANIFEST, manifest_path
 from engine.jail import JailReport, JailSpec, privileges
 from engine.jail.cgroups import StepGroup

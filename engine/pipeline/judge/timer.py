@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from engine.harness.build.stage import load_extension
 from engine.pipeline.judge import analysis
-from engine.pipeline.protocol import wire
 from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol import wire
 from engine.pipeline.protocol.helper_call import run_helper
 
 if TYPE_CHECKING:
-    from engine.pipeline.protocol.types import TimingParams
+    from engine.config import TimingParams
 
 
 class LocalTimer:

@@ -11,16 +11,17 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline.judge import analysis
-from engine.pipeline.judge.digest import Hasher, host_hash
 from engine.pipeline.judge.configs import Prepared, composer, seeded
+from engine.pipeline.judge.digest import Hasher, host_hash
 from engine.pipeline.protocol.result import CACHED, MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
 
 if TYPE_CHECKING:
+    from engine.config import TimingParams
     from engine.harness.runtimes.base import TaskRuntime
     from engine.pipeline.judge.fresh import Fresh
     from engine.pipeline.judge.timer import LocalTimer
     from engine.pipeline.protocol.result import JudgeResult
-    from engine.pipeline.protocol.types import JudgeRequest, SessionBaseline, TimingParams
+    from engine.pipeline.protocol.types import JudgeRequest, SessionBaseline
 
 BASELINE_DRIFT = 0.10    # a session's or the cache's baseline is re-measured when a quick re-timing moved more
 RECHECK_ITERS = 20       # the quick re-timing's iterations

@@ -11,11 +11,11 @@ import time
 from typing import TYPE_CHECKING
 
 from engine.pipeline.judge import analysis
-from engine.pipeline.protocol import messages as msg
 from engine.pipeline.judge.configs import Prepared, composer, prepare_baseline, reference_outputs
-from engine.pipeline.protocol.result import Stop, TimingRow
 from engine.pipeline.judge.runner_link import settle
 from engine.pipeline.judge.timing import TimingJudge
+from engine.pipeline.protocol import messages as msg
+from engine.pipeline.protocol.result import Stop, TimingRow
 
 if TYPE_CHECKING:
     from engine.harness.runtimes.base import TaskRuntime

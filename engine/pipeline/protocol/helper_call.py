@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Callable, Sequence
 
-from engine.timing_params import TimingParams
 from engine.pipeline.protocol import messages as msg
+from engine.timing_params import TimingParams
 
 # A check job's loop parameters: each call flushed as a timed one is; the counts and the budget are the timing
 # mode's, unused by a check (its calls are the schedule's)

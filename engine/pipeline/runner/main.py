@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import engine.pipeline.protocol.messages as msg
 from engine import jail
 from engine.jail import privileges
-import engine.pipeline.protocol.messages as msg
-from engine.pipeline.protocol.arena import DATA_OFFSET as ARENA_DATA_OFFSET, PIN_UP_FRONT as ARENA_PIN_UP_FRONT, \
-    REGISTER_STEP as ARENA_REGISTER_STEP
+from engine.pipeline.protocol.arena import DATA_OFFSET as ARENA_DATA_OFFSET
+from engine.pipeline.protocol.arena import PIN_UP_FRONT as ARENA_PIN_UP_FRONT
+from engine.pipeline.protocol.arena import REGISTER_STEP as ARENA_REGISTER_STEP
 from engine.pipeline.protocol.wire import (Channel, ChannelClosed, decode_args, device_tensor, restride,
-                                          tensor_from_bytes)
+                                           tensor_from_bytes)
 
 
 @dataclass

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.candidates import Candidate
-from engine.harness.build.stage import BuildResult, build_candidate
+from engine.harness.build.result import BuildResult
+from engine.harness.build.stage import build_candidate
 from engine.harness.toolchain import Toolchain
 
 HERE = Path(__file__).resolve().parent

@@ -35,8 +35,7 @@ from dataclasses import dataclass
 
 from engine.errors import TaskError
 from engine.tasks.model import Task
-from engine.tasks.signature import (SignatureError, parse_signature, split_optional, split_returns,
-                                    tensor_annotation)
+from engine.tasks.signature import SignatureError, parse_signature, split_optional, split_returns, tensor_annotation
 
 
 class GlueError(TaskError):
