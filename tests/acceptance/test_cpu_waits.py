@@ -101,6 +101,8 @@ def test_a_kernelbench_typo_is_reported_in_seconds_naming_its_line(user):
     assert "y[i] = scal * x[i]" in compile_["reason"]                      # the offending line, quoted
     steps = report["build"]["steps"]
     took = report["build"]["seconds"] - steps.get("pch", 0.0)
+    # the one-minute load average lags: the higher of its figures before and after stands for the build's
+    load = max(load, os.getloadavg()[0] / (os.cpu_count() or 1))
     assert took < 30 * max(1.0, load), f"{took:.1f} s at load {load:.1f} per CPU; steps {steps}"
     assert "kbench_torch.h" in compile_["data"]["log"]      # main.cpp was compiled against the precompiled header
 
