@@ -11,7 +11,7 @@ class KbenchError(Exception):
 
 
 class ConfigError(KbenchError):
-    """A config file or flag has an unknown key or a value of the wrong type (engine.config re-exports it)."""
+    """A config file or flag has an unknown key or a value of the wrong type (engine.config.load raises it)."""
 
 
 class DataError(KbenchError, ValueError):

@@ -5,9 +5,8 @@ not merely pending (it was compiled and is queued): the CLI, the app, the loop's
 call it by the name below. Its note event is `waiting_for_gpu`; older workspaces recorded the same state as
 an `infrastructure_failure` whose reason is the no-GPU message, which reads the same.
 
-The judge's no-GPU message, NO_GPU, is defined here rather than beside the judge (engine/pipeline/protocol/types.py
-re-exports it): this layer is below the pipeline (engine/profile reads the state too), so recognising an
-old record must not import the pipeline.
+The judge's no-GPU message, NO_GPU, is defined here rather than beside the judge: this layer is below the pipeline
+(engine/profile reads the state too), so recognising an old record must not import the pipeline.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock
 
 from engine import jail as jails
-from engine.config_env import env_raw
+from engine.config.env import env_raw
 from engine.jail.limits import Limits, overridden
 from engine.jail.profiles import hand_over
 from engine.jail.supervise import reap_finished

@@ -16,8 +16,8 @@ import os
 import re
 import sys
 
-from engine.config import SECRETS_FD_ENV as SECRETS_FD
-from engine.config import take_secrets_fd
+from engine.config.env import SECRETS_FD_ENV as SECRETS_FD
+from engine.config.env import take_secrets_fd
 from engine.jail import privileges
 
 _KEY_LIKE = re.compile(r"(API_KEY|SECRET_KEY|_TOKEN)$")   # ANTHROPIC_API_KEY, OPENAI_API_KEY, HF_TOKEN...

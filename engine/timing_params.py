@@ -1,7 +1,6 @@
-"""The timing loop's parameters (TimingParams): the config's `[timing]` section (engine.config_sections, which
-engine.config re-exports), the judge's request's `timing_params` and the runner's `job` message's `timing`
-(engine.pipeline.protocol.messages), and the keyword arguments of the compiled helper's `run`
-(engine/pipeline/protocol/helper_call.py).
+"""The timing loop's parameters (TimingParams): the config's `[timing]` section (engine.config.sections), the
+judge's request's `timing_params` and the runner's `job` message's `timing` (engine.pipeline.protocol.messages), and
+the keyword arguments of the compiled helper's `run` (engine/pipeline/protocol/helper_call.py).
 
 Standard library only and importing no other kbench module: the jailed runner imports it, through its messages,
 before its jail is up (tests/project/test_architecture.py holds it to that).
@@ -21,9 +20,9 @@ class TimingParams:
     passes its fields
     to the helper by name, so each field's name is the helper's argument's name."""
 
-    # Strict in the config file as every section (engine.config_checks checks sections in strict mode), but not
+    # Strict in the config file as every section (engine.config.checks checks sections in strict mode), but not
     # in the dataclass's own config: strict there would refuse the JSON object the judge's request carries it as.
-    # A plain dict, as engine.config_sections' rules: pydantic is never imported here.
+    # A plain dict, as engine.config.sections' rules: pydantic is never imported here.
     __pydantic_config__ = {"extra": "forbid"}
 
     warmup: int = 5             # untimed calls first; their median sets the number of timed ones

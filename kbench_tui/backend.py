@@ -20,7 +20,11 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from engine.config import Config, ConfigError, load_config
+from engine.config.load import load_config
+
+from engine.config.sections import Config
+
+from engine.errors import ConfigError
 from engine.errors import KbenchError
 from engine.evolve.factory import make_evaluator
 from engine.evolve.worker_fns import visible_gpus

@@ -5,7 +5,7 @@
 
 Every import under engine/ and kbench_tui/ is read from the syntax tree: module-level, function-local (lazy)
 and `if TYPE_CHECKING:` ones, each kept apart. Imports are folded to units: a subpackage (`engine/evolve/`) or
-a top-level module (`engine/config.py`); cycles are looked for between units and between the modules inside
+a top-level module (`engine/config/load.py`); cycles are looked for between units and between the modules inside
 one. The layers come from the import-linter contracts in pyproject.toml, so the picture and the checked rules
 cannot disagree; the stage table names each pipeline stage's module and entry point, and fails when an entry
 point is no longer where the table says.

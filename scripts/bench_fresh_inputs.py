@@ -31,7 +31,7 @@ def main() -> int:
     from engine.pipeline.judge.fresh import SCALE
     from engine.pipeline.judge.timer import LocalTimer
     from engine.pipeline.timer import build_timer
-    from engine.config import TimingParams
+    from engine.config.sections import TimingParams
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)

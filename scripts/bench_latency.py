@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
-from engine.config import load_config  # noqa: E402
+from engine.config.load import load_config  # noqa: E402
 from engine.evolve.factory import make_evaluator
 from engine.pipeline.eval_types import options_from_config as eval_options  # noqa: E402
 from engine.harness.build.stage import build_candidate
@@ -70,7 +70,7 @@ OLD_REJUDGE = r'''
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from engine.candidates import load_candidate
-from engine.config import load_config
+from engine.config.load import load_config
 from engine.evolve.factory import make_evaluator
 from engine.pipeline.eval_types import options_from_config as eval_options
 from engine.harness.build.stage import build_candidate

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import Candidate
-from engine.config_env import env_raw
+from engine.config.env import env_raw
 from tests.paths import REPO
 
 os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")

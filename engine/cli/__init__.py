@@ -17,7 +17,7 @@ import sys
 import warnings
 
 from engine.cli import eval_start
-from engine.config_env import env_raw
+from engine.config.env import env_raw
 from engine.errors import KbenchError, TaskWarning, storage_error
 from engine.jail.limits import check_override
 from engine.pipeline.early_judge import CLOSE_GRACE_S, EarlyJudge

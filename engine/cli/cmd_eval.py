@@ -13,7 +13,7 @@ import sys
 from engine.cli.common import check_config_names, workspace_path
 from engine.cli.eval_flags import evaluation_config_flags
 from engine.cli.eval_start import add_arguments
-from engine.config import load_config
+from engine.config.load import load_config
 from engine.eval_records import record
 from engine.pipeline import eval_mode
 from engine.pipeline.baseline_cache import FRESH, USE

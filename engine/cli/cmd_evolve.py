@@ -21,7 +21,7 @@ from engine import procs
 from engine.cli.common import check_config_names, workspace_path
 from engine.cli.eval_flags import add_evaluation_flags, evaluation_config_flags
 from engine.cli.evolve_summary import EXIT_WAITING_FOR_GPU, exit_code, summary_lines
-from engine.config import load_config
+from engine.config.load import load_config
 from engine.errors import KbenchError
 from engine.service.spec import DEFAULTS, SESSION_PROPOSERS, SessionSpec
 from engine.tasks.loader import load_task

@@ -1,6 +1,6 @@
 """The evaluation flags `kbench eval`, `kbench evolve` and `kbench reevaluate` share, and what each stands for in
-the config: every one of them is a key of `[eval]` or `[timing]` (engine.config_sections), merged into the config by
-engine.config.load_config as the "flags" layer, so that a flag overrides the user's and the workspace's files the
+the config: every one of them is a key of `[eval]` or `[timing]` (engine.config.sections), merged into the config by
+engine.config.load.load_config as the "flags" layer, so that a flag overrides the user's and the workspace's files the
 same way on every command, and engine.pipeline.eval_types.options_from_config turns the result into EvalOptions.
 
 The help texts name their defaults from the config's own dataclass defaults (EvalConfig, TimingParams, MODE_TRIALS), not from
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine.config import MODE_TRIALS, EvalConfig, TimingParams
+from engine.config.sections import EvalConfig, MODE_TRIALS, TimingParams
 
 _EVAL = EvalConfig()
 _TIMING = TimingParams()

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from engine.cli.eval_flags import add_evaluation_flags
-from engine.config import MODE_TRIALS
+from engine.config.sections import MODE_TRIALS
 from engine.pipeline.early_judge import EarlyJudge, process_start, start_early
 from engine.pipeline.eval_types import default_cache_root
 

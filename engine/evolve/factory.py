@@ -17,7 +17,7 @@ from engine.pipeline.eval_types import EvalOptions
 from engine.pipeline.eval_types import options_from_config as eval_options  # noqa: F401
 
 if TYPE_CHECKING:
-    from engine.config import Config
+    from engine.config.sections import Config
     from engine.evolve.outcome import Evaluator
     from engine.tasks.model import Task
 

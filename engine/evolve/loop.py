@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.config import profile_mode
+from engine.config.sections import profile_mode
 from engine.errors import KbenchError, storage_error
 from engine.evolve import events as ev
 from engine.evolve.checks import DEFAULT_CHECKS

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import jsonable
-from engine.config import Price
+from engine.config.prices import Price
 from engine.llm.errors import BudgetExhausted
 
 

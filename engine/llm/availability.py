@@ -12,7 +12,7 @@ import threading
 from typing import Mapping
 
 from engine import secrets
-from engine.config import LLMConfig
+from engine.config.sections import LLMConfig
 
 log = logging.getLogger("kbench.llm")
 

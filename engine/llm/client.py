@@ -37,7 +37,7 @@ try:
 except ImportError:  # pragma: no cover - a future SDK without the table
     MODEL_NONSTREAMING_TOKENS = {}
 
-from engine.config import LLMConfig
+from engine.config.sections import LLMConfig
 from engine.llm.accounting import CallRecord, CostLedger, Hold, Usage
 from engine.llm.availability import NO_KEY_MESSAGE, api_key_from_env, llm_available, no_key_notice
 from engine.llm.errors import InvalidRequest, LLMError, NoAPIKey

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.config import LLMConfig
+from engine.config.sections import LLMConfig
 from engine.llm.accounting import CostLedger
 from engine.llm.client import LLMClient
 from engine.llm.openai_client import OpenAICompatClient

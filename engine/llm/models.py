@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from engine.config import cache_dir
+from engine.config.env import cache_dir
 
 log = logging.getLogger("kbench.llm")
 

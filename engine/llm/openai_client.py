@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from engine.config import LLMConfig
+from engine.config.sections import LLMConfig
 from engine.llm.accounting import CallRecord, CostLedger, Hold, Usage
 from engine.llm.availability import api_key_from_env, no_key_message
 from engine.llm.client import LLMReply, LLMRequest

@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from engine.config import cache_root
+from engine.config.env import cache_root
 
 # Another account's home folder (a path copied from elsewhere): the account name goes too.
 _OTHER_HOMES = re.compile(r"(?<![\w.-])(?:/home|/Users)/[^/\s'\"`:;,)\]]+")

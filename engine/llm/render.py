@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.candidates import Candidate
-from engine.config import cache_root
+from engine.config.env import cache_root
 from engine.harness.roofline import Peaks, load_peaks
 from engine.tasks.glue.abi import GlueError
 from engine.tasks.glue.generated import glue_header, glue_triton_skeleton

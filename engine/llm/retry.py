@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from engine.config import LLMConfig
+from engine.config.sections import LLMConfig
 from engine.llm.accounting import input_bound
 from engine.llm.errors import APIUnavailable, InvalidRequest, LLMError
 

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config import cache_root
+from engine.config.env import cache_root
 from engine.harness.roofline import Peaks, load_peaks
 from engine.harness.toolchain import detect
 from engine.llm.render import describe_peaks

@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 
 from engine.candidates import Candidate
-from engine.config import Config
+from engine.config.sections import Config
 from engine.llm import render
 from engine.llm.availability import no_key_notice
 from engine.llm.client import LLMClient, LLMRequest

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.config import EVAL_MODES as MODES
-from engine.config import MODE_TRIALS
+from engine.config.sections import EVAL_MODES as MODES
+from engine.config.sections import MODE_TRIALS
 from engine.errors import KbenchError
 from engine.harness.numerics import Numerics
 from engine.tasks.model import ALL_CONFIGS, UPSTREAM_TAG, Task, direction_configs

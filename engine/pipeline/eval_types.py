@@ -2,7 +2,7 @@
 caller reads (engine/pipeline/protocol/types.py holds what crosses to the judge and back).
 
 `options_from_config` is the one rule from the config (its [eval] section, flags already merged into it by
-engine.config.load_config) to EvalOptions: `kbench eval`, `kbench evolve`, `kbench reevaluate` and the app all
+engine.config.load.load_config) to EvalOptions: `kbench eval`, `kbench evolve`, `kbench reevaluate` and the app all
 build theirs through it (the last three through engine.evolve.factory.make_evaluator), so a key or a flag means the
 same thing to every command.
 
@@ -17,13 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import TimingParams, cache_root
-from engine.config_sections import GPU_KEEP
+from engine.config.env import cache_root
+
+from engine.config.sections import TimingParams
+from engine.config.sections import GPU_KEEP
 from engine.harness.stats import geomean
 from engine.verdict import Judgement, Verdict, effective, judge_verdicts
 
 if TYPE_CHECKING:
-    from engine.config import Config
+    from engine.config.sections import Config
 
 
 def default_cache_root() -> Path:

@@ -17,7 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import Config, load_config
+from engine.config.load import load_config
+
+from engine.config.sections import Config
 from engine.errors import KbenchError
 from engine.proposers.base import (OPERATORS, Proposal, ProposalRequest, ProposalStatus, Proposer, guarded,
                                    parent_id)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate
-from engine.config import Config
+from engine.config.sections import Config
 from engine.llm import render
 from engine.llm.accounting import Usage
 from engine.llm.availability import no_key_message, no_key_notice

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from engine.config import Config
+from engine.config.sections import Config
 from engine.errors import KbenchError
 from engine.verdict import Stage
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import Config
+from engine.config.sections import Config
 from engine.errors import KbenchError
 from engine.integrity.policy import resolve_policy
 from engine.llm.accounting import CostLedger

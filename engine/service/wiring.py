@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.config import Config
+from engine.config.sections import Config
 from engine.errors import KbenchError
 from engine.llm.availability import llm_available, no_key_message
 from engine.llm.target import probe

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from engine.config_checks import ALL_CONFIGS, check_timing_names
+from engine.config.checks import ALL_CONFIGS, check_timing_names
 from engine.errors import DataError, MissingDirectionError
 
 Direction = Literal["forward", "backward"]
@@ -181,7 +181,7 @@ class Task:
 # speed. So when the user names no timing configs, the task's representative ones are timed: the config named
 # `bench` and those tagged `timed`. `default_timing_configs` is that rule, `timing_selection` applies it to a
 # request (engine.pipeline.evaluate builds every judge request through it), `check_timing_names`
-# (engine.config_checks, so the config file is held to it too) checks a
+# (engine.config.checks, so the config file is held to it too) checks a
 # request. docs/formats.md ("Which configs are timed") and the README say the same.
 BENCH_CONFIG = "bench"
 TIMED_TAG = "timed"

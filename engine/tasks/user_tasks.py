@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import task_dirs
+from engine.config.env import task_dirs
 from engine.tasks.native import is_native_task
 from engine.tasks.robust_kbench import is_robust_kbench_task
 

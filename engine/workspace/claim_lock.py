@@ -16,7 +16,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from engine.config import env_float
+from engine.config.env import env_float
 from engine.errors import storage_error
 from engine.workspace.claim_holders import (HEARTBEAT_S, Holder, busy_message, claim_dir, claim_stamp,
                                             process_start, read_holder, read_taker, this_host, write_holder,

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from engine.config import env_raw
+from engine.config.env import env_raw
 from engine.workspace import gitrefs
 
 _crash_hits: dict[str, int] = {}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from engine.config import env_int
+from engine.config.env import env_int
 from engine.workspace.errors import StaleGitLockError, WorkspaceError, WorkspaceStorageError
 from engine.workspace.gitio import git_failure, run_git
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.config import workspace_dir
+from engine.config.env import workspace_dir
 
 DEFAULT_DIR = "workspace"
 EXPORTS_DIR = "exports"

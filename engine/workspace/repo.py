@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from engine.config import env_int
+from engine.config.env import env_int
 from engine.workspace import crashpoints, gitio, gitobjects, gitread, gitrefs, gitwrite, opening
 from engine.workspace.errors import WorkspaceError
 from engine.workspace.writer_lock import WriterLock

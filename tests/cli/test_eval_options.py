@@ -13,7 +13,8 @@ import pytest
 from engine.cli import build_parser
 from engine.cli.cmd_eval import eval_options as eval_command_options
 from engine.cli.cmd_evolve import _config_flags as evolve_config_flags
-from engine.config import Config, EvalConfig, load_config
+from engine.config.load import load_config
+from engine.config.sections import Config, EvalConfig
 from engine.pipeline.eval_types import options_from_config as session_options
 from engine.pipeline.eval_types import EvalOptions
 from tests.conftest import cli

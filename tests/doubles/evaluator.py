@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from engine.candidates import Candidate
-from engine.config import env_flag, env_float, env_int
+from engine.config.env import env_flag, env_float, env_int
 from engine.evolve.outcome import (
     PROFILE_STAGE,
     EvalOutcome,
@@ -36,7 +36,7 @@ from engine.verdict import Stage, Status, Verdict
 from engine.workspace.note_entries import ConfigTiming
 
 if TYPE_CHECKING:
-    from engine.config import Config
+    from engine.config.sections import Config
     from engine.pipeline.eval_types import EvalOptions
     from engine.service.wiring import EvaluatorFactory
 

@@ -16,12 +16,12 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.config import env_float
+from engine.config.env import env_float
 from tests.doubles.evaluator import FakeEvaluator
 from tests.paths import REPO
 
 if TYPE_CHECKING:
-    from engine.config import Config
+    from engine.config.sections import Config
     from engine.tasks.model import Task
 
 FAKE_TARGET_NOTE = "the fake evaluator: no compiler, no GPU"

@@ -10,7 +10,9 @@ from dataclasses import replace
 import pytest
 
 from engine.candidates import Candidate, load_candidate
-from engine.config import ConfigError, load_config, profile_mode
+from engine.config.load import load_config
+from engine.config.sections import profile_mode
+from engine.errors import ConfigError
 from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu
 from engine.evolve.local_executor import LocalPipelineExecutor
 from engine.evolve.outcome import EvalOutcome, needs_profile

@@ -32,7 +32,7 @@ from engine.evolve.ray.executor import RayExecutor  # noqa: E402
 from engine.evolve.ray.tasks import build_job, gpu_job, profile_job, worker_inputs  # noqa: E402
 from engine.harness.build.result import BuildSummary  # noqa: E402
 from engine.pipeline.eval_types import EvalOptions  # noqa: E402
-from engine.config import TimingParams  # noqa: E402
+from engine.config.sections import TimingParams  # noqa: E402
 from engine.tasks.portable import pack_task  # noqa: E402
 from engine.verdict import Stage, Status, Verdict  # noqa: E402
 from tests.doubles import evaluator as evaluator_doubles, faults  # noqa: E402

@@ -21,7 +21,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from engine.candidates import Candidate, load_candidate  # noqa: E402
 from engine.cli import main  # noqa: E402
-from engine.config import load_config  # noqa: E402
+from engine.config.load import load_config  # noqa: E402
 from engine.errors import KbenchError  # noqa: E402
 from engine.evolve.factory import make_evaluator  # noqa: E402
 from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu  # noqa: E402

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from engine.candidates import load_candidate
-from engine.config import Config, ConfigError, EvalConfig, load_config
+from engine.config.load import load_config
+from engine.config.sections import Config, EvalConfig
+from engine.errors import ConfigError
 from engine.pipeline.eval_types import options_from_config as eval_options
 from tests.doubles.evaluator import FakeEvaluator, fake_build, fake_gpu
 from engine.evolve.local_executor import LocalPipelineExecutor

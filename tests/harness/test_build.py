@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import Candidate, load_candidate
-from engine.config import env_flag
+from engine.config.env import env_flag
 from engine.harness import pch
 from engine.harness.build import stage as B
 from engine.harness.build.cache import entry_dir, kernelbench_extensions_dir

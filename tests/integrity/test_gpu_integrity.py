@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine.candidates import load_candidate
-from engine.config import env_float
+from engine.config.env import env_float
 from engine.pipeline.eval_types import EvalOptions
 from engine.pipeline.evaluate import evaluate
 from engine.integrity import findings

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine.candidates import load_candidate
-from engine.config import ConfigError, load_config
+from engine.config.load import load_config
+from engine.errors import ConfigError
 from engine.errors import TaskError
 from engine.evolve.checks import session_checks, static_integrity_check
 from engine.pipeline.eval_types import options_from_config as eval_options

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from engine.config import Price
+from engine.config.prices import Price
 from engine.llm.accounting import CallRecord, CostLedger, Usage
 from engine.llm.errors import BudgetExhausted
 

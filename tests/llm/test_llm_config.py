@@ -1,4 +1,4 @@
-"""engine.config: layered TOML config (defaults <- user <- workspace <- env <- flags), typed and checked."""
+"""engine.config.load: layered TOML config (defaults <- user <- workspace <- env <- flags), typed and checked."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import math
 
 import pytest
 
-from engine.config import DEFAULT_PRICES, ConfigError, Price, load_config, user_config_path
+from engine.config.load import load_config, user_config_path
+
+from engine.config.prices import DEFAULT_PRICES, Price
+
+from engine.errors import ConfigError
 from engine.llm.accounting import CostLedger
 from tests.paths import REPO
 

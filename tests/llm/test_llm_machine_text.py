@@ -15,7 +15,7 @@ from tests.paths import LLM_FIXTURES
 sys.path.insert(0, str(LLM_FIXTURES))
 from llm_testkit import parent_candidate  # noqa: E402
 
-from engine.config import load_config  # noqa: E402
+from engine.config.load import load_config  # noqa: E402
 from engine.harness.roofline import Peaks  # noqa: E402
 from engine.llm import render  # noqa: E402
 from engine.llm.client import LLMClient  # noqa: E402

@@ -67,7 +67,7 @@ def test_a_tool_call_is_the_answer(oai, tmp_path):
 
 
 def test_usage_cached_tokens_and_configured_prices(oai, tmp_path):
-    from engine.config import Price
+    from engine.config.prices import Price
     oai.queue(tool_call_completion("submit_verdict", {"verdict": "pass", "confidence": 0.9, "reasons": []},
                                    model=MODEL, prompt_tokens=3000, completion_tokens=500, cached_tokens=1000))
     cfg = base_config(tmp_path, provider="openai-compatible", base_url=oai.url, model=MODEL, api_key_env="")
@@ -81,7 +81,7 @@ def test_usage_cached_tokens_and_configured_prices(oai, tmp_path):
 def test_a_priced_endpoint_holds_each_calls_worst_case_against_the_budget(oai, tmp_path):
     from dataclasses import replace
 
-    from engine.config import Price
+    from engine.config.prices import Price
     from engine.llm.accounting import CostLedger
     from engine.llm.errors import BudgetExhausted
     for _ in range(2):

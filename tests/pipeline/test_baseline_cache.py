@@ -20,7 +20,7 @@ from engine.pipeline import evaluate as ev
 from engine.pipeline.baseline_cache import FRESH, USE, BaselineCache, cache_key, config_hashes, describe
 from engine.pipeline.protocol.result import CACHED, MEASURED, REUSED, DeviceInfo, JudgeOutcome, JudgeResult
 from engine.pipeline.judge.timing import BASELINE_DRIFT, TimingJudge
-from engine.config import TimingParams
+from engine.config.sections import TimingParams
 from engine.pipeline.protocol.types import CandidateSpec, JudgeRequest, SessionBaseline, TimerSpec
 from engine.procs import ChildOutcome
 from engine.tasks.loader import load_task

@@ -28,7 +28,7 @@ from engine.pipeline.judge.digest import digest_call
 from engine.pipeline.judge.main import ResultFile
 from engine.pipeline.judge.runner_link import Held, settle
 from engine.pipeline.judge.timer import collect
-from engine.config import TimingParams
+from engine.config.sections import TimingParams
 from engine.pipeline.protocol.types import TimerSpec
 from engine.tasks.loader import load_task
 from tests.doubles.timing_helper import Session

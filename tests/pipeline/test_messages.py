@@ -23,7 +23,7 @@ from engine.pipeline.protocol import messages as msg
 from engine.pipeline.protocol import wire
 from engine.pipeline.judge.runner_link import RunnerLink
 from engine.pipeline.judge.runner_process import RunnerProcess
-from engine.config import TimingParams
+from engine.config.sections import TimingParams
 from engine.gpu_wait import NO_GPU
 from engine.pipeline.protocol.types import CandidateSpec, TimerSpec
 from tests.kbench_procs import runner_without_gpu

@@ -332,7 +332,7 @@ def timing_phase(monkeypatch, tmp_path):
     from engine.pipeline.judge import evaluation as judge_eval
     from engine.pipeline.judge import timing_phase as judge_timing_phase
     from engine.pipeline.protocol.result import TimingRow
-    from engine.config import TimingParams
+    from engine.config.sections import TimingParams
 
     def run(job, contended):
         timed, closed = [], []

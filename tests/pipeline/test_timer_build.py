@@ -53,7 +53,7 @@ def test_the_built_helpers_run_takes_by_name_exactly_what_helper_call_gives(tool
     TimingParams' fields."""
     import re
 
-    from engine.config import TimingParams
+    from engine.config.sections import TimingParams
     from engine.harness.build.stage import load_extension
     from engine.pipeline.protocol import messages as msg
     from engine.pipeline.protocol.helper_call import helper_arguments

@@ -14,7 +14,9 @@ import re
 
 import pytest
 
-from engine.config import Config, TimingParams, load_config
+from engine.config.load import load_config
+
+from engine.config.sections import Config, TimingParams
 from engine.errors import ConfigError
 from engine.pipeline.protocol import messages as msg
 from engine.pipeline import timer as timers

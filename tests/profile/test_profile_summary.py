@@ -224,7 +224,7 @@ def test_profile_stage_never_raises_and_passes_peaks(monkeypatch):
 
 
 def test_profile_stage_is_on_by_default_and_configurable():
-    from engine.config import load_config
+    from engine.config.load import load_config
     from engine.pipeline.eval_types import options_from_config as eval_options
     from engine.pipeline.eval_types import EvalOptions
     assert EvalOptions().profile is True and EvalOptions(profile=False).profile is False

@@ -1,6 +1,5 @@
-"""KBENCH_* environment variables: one registry (engine.config.ENV_VARS, defined in engine.config_env and
-re-exported by engine.config) that the README's table matches, that every variable mentioned anywhere is in,
-and that every reader goes through."""
+"""KBENCH_* environment variables: one registry (engine.config.env.ENV_VARS) that the README's table matches, that
+every variable mentioned anywhere is in, and that every reader goes through."""
 
 from __future__ import annotations
 
@@ -11,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from engine import config
-from engine.config import ENV_VARS, ConfigError
+from engine.config import env as config_env
+from engine.config.env import ENV_VARS
+from engine.errors import ConfigError
 from tests.paths import REPO
 
 NAME = re.compile(r"(?<![A-Za-z0-9_])KBENCH_[A-Z0-9_]+")
 # Still read with os.environ; another change moves them to engine.config's accessors. Take a file off this
-# list once it reads through engine.config.
+# list once it reads through engine.config.env.
 PENDING: set[str] = set()
-# The one module that reads KBENCH_* variables from the environment: the registry's own accessors, split out of
-# engine/config.py (which re-exports them, so callers still import from engine.config).
-READER = "engine/config_env.py"
+# The one module that reads KBENCH_* variables from the environment: the registry's own accessors.
+READER = "engine/config/env.py"
 
 
 def _sources() -> list[Path]:
@@ -89,15 +88,15 @@ def test_kbench_variables_are_read_only_through_engine_config():
         if rel == READER or rel in PENDING:
             continue
         offenders += [f"{rel}:{line} reads {key}" for line, key in _reads(ast.parse(path.read_text()))]
-    assert not offenders, "read these through engine.config:\n" + "\n".join(offenders)
+    assert not offenders, "read these through engine.config.env:\n" + "\n".join(offenders)
 
 
-def test_the_reader_is_the_registry_module_and_engine_config_re_exports_it():
-    from engine import config_env
+def test_the_reader_is_the_registry_module_and_defines_every_accessor():
     assert _reads(ast.parse((REPO / READER).read_text()))          # the exemption is not for a module that reads none
-    for name in ("ENV_VARS", "EnvVar", "SECRETS_FD_ENV", "env_raw", "env_flag", "env_int", "env_float", "cache_root",
-                 "cache_dir", "task_dirs", "workspace_dir", "take_secrets_fd"):
-        assert getattr(config, name) is getattr(config_env, name), name
+    for name in ("EnvVar", "env_raw", "env_flag", "env_int", "env_float", "cache_root", "cache_dir", "task_dirs",
+                 "workspace_dir", "take_secrets_fd"):
+        assert getattr(config_env, name).__module__ == "engine.config.env", name
+    assert "KBENCH_SECRETS_FD" == config_env.SECRETS_FD_ENV and config_env.ENV_VARS
 
 
 def test_the_read_check_sees_direct_and_indirect_reads_but_not_writes():
@@ -114,33 +113,33 @@ def test_the_read_check_sees_direct_and_indirect_reads_but_not_writes():
 
 
 def test_typed_readers_use_the_registered_default_for_unset_or_empty():
-    assert config.env_float("KBENCH_CLAIM_WAIT_S", {}) == 3.0
-    assert config.env_int("KBENCH_GIT_LOCK_WAIT_MS", {"KBENCH_GIT_LOCK_WAIT_MS": ""}) == 3000
-    assert config.env_int("KBENCH_WORKSPACE_GC_EVERY", {"KBENCH_WORKSPACE_GC_EVERY": "0"}) == 0
-    assert config.env_float("KBENCH_FAKE_GPU_S", {}, default=0.25) == 0.25      # the caller's default
-    assert config.env_float("KBENCH_FAKE_GPU_S", {"KBENCH_FAKE_GPU_S": "2"}, default=0.25) == 2.0
-    assert config.env_flag("KBENCH_FAKE_NO_GPU", {"KBENCH_FAKE_NO_GPU": "0"})   # set is set, as it always was
-    assert not config.env_flag("KBENCH_FAKE_NO_GPU", {})
+    assert config_env.env_float("KBENCH_CLAIM_WAIT_S", {}) == 3.0
+    assert config_env.env_int("KBENCH_GIT_LOCK_WAIT_MS", {"KBENCH_GIT_LOCK_WAIT_MS": ""}) == 3000
+    assert config_env.env_int("KBENCH_WORKSPACE_GC_EVERY", {"KBENCH_WORKSPACE_GC_EVERY": "0"}) == 0
+    assert config_env.env_float("KBENCH_FAKE_GPU_S", {}, default=0.25) == 0.25      # the caller's default
+    assert config_env.env_float("KBENCH_FAKE_GPU_S", {"KBENCH_FAKE_GPU_S": "2"}, default=0.25) == 2.0
+    assert config_env.env_flag("KBENCH_FAKE_NO_GPU", {"KBENCH_FAKE_NO_GPU": "0"})   # set is set, as it always was
+    assert not config_env.env_flag("KBENCH_FAKE_NO_GPU", {})
 
 
 def test_a_bad_value_names_the_variable_and_an_unknown_name_is_refused():
     with pytest.raises(ConfigError, match=r"\$KBENCH_CLAIM_WAIT_S: expected a number, got 'soon'"):
-        config.env_float("KBENCH_CLAIM_WAIT_S", {"KBENCH_CLAIM_WAIT_S": "soon"})
+        config_env.env_float("KBENCH_CLAIM_WAIT_S", {"KBENCH_CLAIM_WAIT_S": "soon"})
     with pytest.raises(KeyError):
-        config.env_raw("KBENCH_" + "CLAIM_WAIT", {})      # split: the mention check would flag the misspelling
+        config_env.env_raw("KBENCH_" + "CLAIM_WAIT", {})      # split: the mention check would flag the misspelling
 
 
 def test_paths_from_the_environment(tmp_path):
-    assert config.task_dirs(env={"KBENCH_TASKS": f"{tmp_path}/a::~/b"}) == [tmp_path / "a", Path.home() / "b"]
-    assert config.workspace_dir({}) is None
-    assert config.workspace_dir({"KBENCH_WORKSPACE": "~/ws"}) == Path.home() / "ws"
-    assert config.cache_root({"KBENCH_CACHE": str(tmp_path)}) == tmp_path
-    assert config.cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "kbench"
-    assert config.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) is None
+    assert config_env.task_dirs(env={"KBENCH_TASKS": f"{tmp_path}/a::~/b"}) == [tmp_path / "a", Path.home() / "b"]
+    assert config_env.workspace_dir({}) is None
+    assert config_env.workspace_dir({"KBENCH_WORKSPACE": "~/ws"}) == Path.home() / "ws"
+    assert config_env.cache_root({"KBENCH_CACHE": str(tmp_path)}) == tmp_path
+    assert config_env.cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "kbench"
+    assert config_env.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) is None
 
 
 def test_the_secrets_pipe_variable_is_taken_out_of_the_environment(monkeypatch):
-    monkeypatch.setenv(config.SECRETS_FD_ENV, "7")
-    assert config.take_secrets_fd() == 7
-    assert config.SECRETS_FD_ENV not in os.environ
-    assert config.take_secrets_fd() is None
+    monkeypatch.setenv(config_env.SECRETS_FD_ENV, "7")
+    assert config_env.take_secrets_fd() == 7
+    assert config_env.SECRETS_FD_ENV not in os.environ
+    assert config_env.take_secrets_fd() is None

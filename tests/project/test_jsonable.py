@@ -21,7 +21,7 @@ from engine.harness.timing import TimingStats
 from engine.jail import JailReport
 from engine.pipeline.protocol.result import (BaselineOrigin, DeviceInfo, JudgeResult, NullLoop, Progress, Recheck,
                                           TimingRow)
-from engine.config import TimingParams
+from engine.config.sections import TimingParams
 from engine.pipeline.protocol.types import (CandidateSpec, CorrectnessResult, IntegrityResult, JudgeRequest,
                                             SessionBaseline, TimerSpec)
 from engine.profile.summarise import KernelProfile, ProfileSummary

@@ -84,7 +84,7 @@ class C:
     assert _imports_of(source) == {
         ("typing", "module"), ("engine.verdict", "module"), ("engine.jail", "module"),
         ("engine.pkg.sibling", "module"), ("engine.tasks.model", "type"), ("engine.config", "module"),
-        ("engine.pipeline.protocol.types", "function"), ("engine.llm", "type"), ("engine.errors", "module")}
+        ("engine.gpu_wait", "function"), ("engine.llm", "type"), ("engine.errors", "module")}
 
 
 def test_cycles_ignore_type_only_edges_and_report_each_cycle_once():

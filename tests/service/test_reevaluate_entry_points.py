@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.config import Config
+from engine.config.sections import Config
 from engine.service.session_service import SessionService
 from engine.service.spec import SessionSpec
 from engine.workspace import Measurement, VerdictNote, Workspace

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine.candidates import load_candidate
-from engine.config import Config
+from engine.config.sections import Config
 from engine.service.session_service import SessionService
 from engine.verdict import Stage, Status, Verdict
 from tests.paths import REPO

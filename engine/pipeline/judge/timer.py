@@ -21,7 +21,7 @@ from engine.pipeline.protocol import wire
 from engine.pipeline.protocol.helper_call import run_helper
 
 if TYPE_CHECKING:
-    from engine.config import TimingParams
+    from engine.config.sections import TimingParams
 
 
 class LocalTimer:

@@ -16,7 +16,7 @@ from engine.pipeline.judge.digest import Hasher, host_hash
 from engine.pipeline.protocol.result import CACHED, MEASURED, REUSED, BaselineOrigin, NullLoop, Recheck, TimingRow
 
 if TYPE_CHECKING:
-    from engine.config import TimingParams
+    from engine.config.sections import TimingParams
     from engine.harness.runtimes.base import TaskRuntime
     from engine.pipeline.judge.fresh import Fresh
     from engine.pipeline.judge.timer import LocalTimer

@@ -8,8 +8,8 @@ from typing import Any
 from engine import jsonable
 
 # The timing loop's parameters are the config's `[timing]` section itself, carried as they are
-from engine.config import TimingParams
-from engine.config_sections import GPU_KEEP
+from engine.config.sections import TimingParams
+from engine.config.sections import GPU_KEEP
 from engine.harness.timing import TimingStats
 
 

@@ -764,7 +764,7 @@ uint64_t py_fingerprint(at::Tensor t, uint64_t seed) {
 }  // namespace
 
 // `run` is called from one place, engine/pipeline/protocol/helper_call.py, with every argument by name; the timing loop's
-// (warmup .. checks) are named as the fields of TimingParams (engine/config_sections.py), and
+// (warmup .. checks) are named as the fields of TimingParams (engine/config/sections.py), and
 // tests/pipeline/test_timing_params.py reads the py::arg names below to hold both sides to the same list.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "kbench timing helper: signed, compiled call-and-time loop (see engine/pipeline/timer)";

@@ -1,8 +1,7 @@
 """Environment variables: the registry of every KBENCH_* variable kbench reads, and its typed readers.
 
-Split out of engine/config.py (one job per module); engine.config re-exports every public name, so
-`from engine.config import env_int, ENV_VARS, cache_root` keeps working. This is the one module that reads
-KBENCH_* variables from os.environ (tests/project/test_config_env.py checks it).
+This is the one module that reads KBENCH_* variables from os.environ (tests/project/test_config_env.py checks it);
+everything else imports its readers from here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The config file's sections as typed dataclasses ([llm], [budget], [verify], [eval], [timing], [executor]) and the
-`Config` that holds them; engine.config loads and merges the layers into these, engine.config_checks checks them.
-engine.config re-exports every public name here, so callers import from engine.config alone.
+`Config` that holds them; engine.config.load loads and merges the layers into these, engine.config.checks checks
+them.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config_prices import _SNAPSHOT, DEFAULT_PRICES, FREE, LONG_PROMPT_PRICES, Price
+from engine.config.prices import _SNAPSHOT, DEFAULT_PRICES, FREE, LONG_PROMPT_PRICES, Price
 from engine.errors import ConfigError
 
 # The [timing] section: the timing loop's parameters, in a module of the standard library alone because the jailed

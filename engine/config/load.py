@@ -8,9 +8,9 @@ so other parts (harness, TUI) can read theirs without touching this loader.
 API keys are never read from files: `ANTHROPIC_API_KEY` (or the variable `[llm] api_key_env` names) stays in
 the environment (see engine.llm.availability).
 
-The section dataclasses are in engine.config_sections, their checks in engine.config_checks, the LLM price table
-in engine.config_prices and the KBENCH_* environment registry in engine.config_env; this module loads and merges
-the layers and re-exports the public names of the others, so callers import from engine.config alone.
+The section dataclasses are in engine.config.sections, their checks in engine.config.checks, the LLM price table
+in engine.config.prices and the KBENCH_* environment registry in engine.config.env; this module loads and merges
+the layers.
 """
 
 from __future__ import annotations
@@ -21,43 +21,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine.config_checks import keys as _keys
-from engine.config_checks import section as _section
-from engine.config_checks import validate as _validate
+from engine.config.checks import keys as _keys
+from engine.config.checks import section as _section
+from engine.config.checks import validate as _validate
 
-# Re-exported: the sections, the price table and the environment registry live in their own modules, and
-# ConfigError in engine.errors (below them); `from engine.config import ...` stays the one import path for callers.
-from engine.config_env import (  # noqa: F401
-    ENV_VARS,
-    SECRETS_FD_ENV,
-    Env,
-    EnvVar,
-    cache_dir,
-    cache_root,
-    env_flag,
-    env_float,
-    env_int,
-    env_raw,
-    take_secrets_fd,
-    task_dirs,
-    workspace_dir,
-)
-from engine.config_prices import DEFAULT_PRICES, FREE, Price  # noqa: F401
-from engine.config_sections import (  # noqa: F401
-    _SECTIONS,
-    EVAL_MODES,
-    MODE_TRIALS,
-    PROFILE_MODES,
-    PROVIDERS,
-    BudgetConfig,
-    Config,
-    EvalConfig,
-    ExecutorConfig,
-    LLMConfig,
-    TimingParams,
-    VerifyConfig,
-    profile_mode,
-)
+from engine.config.sections import _SECTIONS, Config
 from engine.errors import ConfigError
 
 

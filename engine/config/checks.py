@@ -14,12 +14,12 @@ import difflib
 import functools
 from typing import Any, Iterable, Mapping
 
-from engine.config_prices import DEFAULT_PRICES, _prices
-from engine.config_sections import _SECTIONS, EVAL_MODES, PROVIDERS, Config, profile_mode
+from engine.config.prices import DEFAULT_PRICES, _prices
+from engine.config.sections import _SECTIONS, EVAL_MODES, PROVIDERS, Config, profile_mode
 from engine.errors import ConfigError
 
 # Keys read by hand before pydantic sees the section, because what they accept is not a type: a price table
-# derives the prices it leaves out from `input` (engine.config_prices), and `profile` still takes the older
+# derives the prices it leaves out from `input` (engine.config.prices), and `profile` still takes the older
 # booleans and any case. Each says what it expects in its own words.
 _READERS: dict[tuple[str, str], Any] = {("llm", "prices"): lambda raw: _prices(raw, "[llm]"),
                                         ("eval", "profile"): lambda raw: profile_mode(raw, "[eval] profile")}

@@ -1,7 +1,6 @@
 """LLM prices: the `Price` record, Anthropic's list prices and the reader of `[llm.prices."<model>"]`.
 
-Split out of engine/config.py (one job per module); engine.config re-exports every name, so
-`from engine.config import Price, DEFAULT_PRICES` keeps working. `LLMConfig.price_for` does the lookup.
+`LLMConfig.price_for` (engine/config/sections.py) does the lookup.
 """
 
 from __future__ import annotations
