@@ -290,10 +290,13 @@ def room(module: str) -> str | None:
 
 
 def _rooms(imports: list[Import]) -> list[str]:
-    files = [module_name(p) for p in source_files("engine")]
+    # an entry point (__main__) or a package's __init__ with only its docstring is not a module of its own
+    def counted(p: Path) -> bool:
+        return p.stem != "__main__" and (p.stem != "__init__" or len(ast.parse(p.read_text()).body) > 1)
+    files = [module_name(p) for p in source_files("engine") if counted(p)]
     out = ["| folder | who runs it | modules | imports from the other folders |", "| --- | --- | ---: | --- |"]
     for name, who in ROOMS:
-        mods = [m for m in files if room(m) == name and not m.endswith("__init__")]
+        mods = [m for m in files if room(m) == name]
         used = sorted({room(i.imported) for i in imports if room(i.importer) == name}
                       - {None, name}, key=lambda r: [n for n, _ in ROOMS].index(r))   # type: ignore[arg-type]
         shown = ", ".join(f"`{r}/`" if r else "top level" for r in used) or "none"
