@@ -22,7 +22,7 @@ LN_FWD = REPO / "tasks" / "layernorm" / "baselines" / "forward"
 @pytest.fixture
 def toolchains(judged, monkeypatch):
     """The toolchain each build was asked for (the stand-in build of `judged` answers)."""
-    import engine.harness.build as builds
+    from engine.harness.build import stage as builds
     seen = []
     fake = builds.build_candidate
 
