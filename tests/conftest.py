@@ -114,6 +114,27 @@ def layernorm_task(tmp_path):
 
 
 @pytest.fixture(scope="session")
+def prebuilt_pch(tmp_path_factory) -> Path | None:
+    """Torch's precompiled header built once for the run (tests/prebuilt_pch.py): under xdist in the run's
+    shared temp folder, so one worker builds it and the others wait for it."""
+    from tests import prebuilt_pch as pch
+
+    if not HAS_NVCC:
+        return pch.none_here()      # kbench builds no header here either: the tests seed nothing
+    base = tmp_path_factory.getbasetemp()
+    return pch.build((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "prebuilt-pch")
+
+
+@pytest.fixture
+def seeded_cache(tmp_path, prebuilt_pch) -> Path:
+    """`tmp_path/cache`: a kbench cache of the test's own (for KBENCH_CACHE) that already holds the run's
+    precompiled header, as on a machine where kbench has built once."""
+    from tests.prebuilt_pch import seed_pch
+
+    return seed_pch(tmp_path / "cache")
+
+
+@pytest.fixture(scope="session")
 def native_cache_root(tmp_path_factory):
     """One build cache for the real-compile tests of tests/harness/test_build.py and
     tests/harness/test_object_cache.py, so the precompiled torch header (40 s on 2 cores) is built once per

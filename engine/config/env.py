@@ -54,6 +54,8 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("KBENCH_FAKE_NO_GPU", "", "set: the fake evaluator reports that no GPU is visible", test_only=True),
     EnvVar("KBENCH_FAKE_EVAL_HOLD_AFTER", "0", "the fake evaluator holds every evaluation after the first N until "
                                                "it is closed; 0: never", test_only=True),
+    EnvVar("KBENCH_TEST_EXHAUSTIVE", "", "set to 1: run the test that kills an evolution at every workspace write "
+                                         "point in turn (10-15 minutes; CI runs every 13th point)", test_only=True),
     EnvVar("KBENCH_TEST_SINGLE_CU", "", "set: run the test that compiles a single-file candidate with nvcc (minutes "
                                         "on a small machine)", test_only=True),
     EnvVar("KBENCH_INTEGRITY_TIMEOUT", "240", "seconds each case of tests/integrity/test_gpu_integrity.py may take",

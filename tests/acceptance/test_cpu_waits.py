@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from tests.acceptance.conftest import KBENCH
+from tests import prebuilt_pch
 from tests.acceptance.terminal import Terminal
 from tests.paths import REPO
 
@@ -83,6 +84,9 @@ def test_the_app_says_the_first_session_waits_for_the_precompiled_header(user, t
         term.close()
 
 
+PCH_REFERENCE_S = 40.0     # torch's precompiled header on the idle 2-core box (BENCHMARKS.md, a KernelBench typo)
+
+
 @pytest.mark.slow
 def test_a_kernelbench_typo_is_reported_in_seconds_naming_its_line(user):
     """A one-character typo in a ModelNew's CUDA source: the compile verdict quotes nvcc's error and the line, in
@@ -103,7 +107,12 @@ def test_a_kernelbench_typo_is_reported_in_seconds_naming_its_line(user):
     took = report["build"]["seconds"] - steps.get("pch", 0.0)
     # the one-minute load average lags: the higher of its figures before and after stands for the build's
     load = max(load, os.getloadavg()[0] / (os.cpu_count() or 1))
-    assert took < 30 * max(1.0, load), f"{took:.1f} s at load {load:.1f} per CPU; steps {steps}"
+    # A shared CI machine can be slower than its load says (another tenant's work is not in our load average).
+    # The test run's own build of torch's header measured the machine (tests/prebuilt_pch.py): that build took
+    # 40 s on the idle 2-core box the 30 s were set on (BENCHMARKS.md), so a slower one stretches the bound.
+    slower = max(steps.get("pch", 0.0), prebuilt_pch.built_seconds() or 0.0) / PCH_REFERENCE_S
+    assert took < 30 * max(1.0, load, slower), (f"{took:.1f} s at load {load:.1f} per CPU, the header build "
+                                                 f"{slower:.1f}x the reference box's; steps {steps}")
     assert "kbench_torch.h" in compile_["data"]["log"]      # main.cpp was compiled against the precompiled header
 
 

@@ -43,8 +43,12 @@ def candidate(tmp_path: Path, name: str, prefix: str = "", suffix: str = "") -> 
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("kbench-cache") / "cache"
+def cache(tmp_path_factory, prebuilt_pch):
+    """One build cache for the module, holding the run's precompiled header (tests/prebuilt_pch.py): the .gch
+    is torch's headers, not the user's, and rebuilding it per test only cost time."""
+    from tests.prebuilt_pch import seed_pch
+
+    return seed_pch(tmp_path_factory.mktemp("kbench-cache") / "cache")
 
 
 def leaks(text: str, secrets: list[str]) -> list[str]:

@@ -302,7 +302,7 @@ def test_the_compiler_jail_reads_no_user_file_and_writes_only_its_folder(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_candidate_that_includes_a_user_file_does_not_compile(tmp_path):
+def test_a_candidate_that_includes_a_user_file_does_not_compile(tmp_path, seeded_cache):
     from engine.candidates import Candidate
     from engine.harness.build.stage import build_candidate
     from engine.harness.toolchain import detect
@@ -311,7 +311,7 @@ def test_a_candidate_that_includes_a_user_file_does_not_compile(tmp_path):
     files = {"kernel.cu": f'#include "{secret}"\n__global__ void k() {{}}\n',
              "binding.cpp": "#include <torch/extension.h>\n"
                             "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n"}
-    res = build_candidate(Candidate("native", files), tmp_path / "cache", detect())
+    res = build_candidate(Candidate("native", files), seeded_cache, detect())
     assert not res.ok and "Permission denied" in (res.error or "") + res.log
     assert "PRIVATE KEY" not in res.log and "PRIVATE KEY" not in (res.error or "")
 

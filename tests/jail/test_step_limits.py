@@ -12,14 +12,22 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests import hostile_python as attack
 from tests.paths import FIXTURES
+from tests.prebuilt_pch import seed_pch
 from tests.user_kbench import start
 
 PROBLEM = FIXTURES / "kernelbench" / "scaled_swish.py"
 LIMITS = "memory=5G,processes=48,file=64M,scratch=256M,output=256K"
 HEAD = "# load_inline is named so that kbench runs the import at its compile stage\nimport os, sys, time\n"
 TAIL = "\nimport torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n"
+
+
+@pytest.fixture(autouse=True)
+def _pch(prebuilt_pch):
+    return prebuilt_pch
 
 
 def hostile(tmp_path: Path, name: str, body: str) -> Path:
@@ -39,9 +47,10 @@ def peak_rss_kb(pid: int) -> int:
 
 
 def evaluate(tmp_path: Path, cand: Path, timeout: float = 600) -> tuple[str, int]:
-    """`kbench eval PROBLEM CAND`: (its output, kbench's own peak memory in KiB)."""
+    """`kbench eval PROBLEM CAND`: (its output, kbench's own peak memory in KiB). The cache holds the run's
+    precompiled header (the `prebuilt_pch` fixture, autouse here): the import child runs after it is built."""
     proc = start(tmp_path / "home", "eval", str(PROBLEM), str(cand), "--no-timing",
-                 env={"KBENCH_JAIL_LIMITS": LIMITS, "KBENCH_CACHE": str(tmp_path / "cache")})
+                 env={"KBENCH_JAIL_LIMITS": LIMITS, "KBENCH_CACHE": str(seed_pch(tmp_path / "cache"))})
     peak, deadline = 0, time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < deadline:
         peak = max(peak, peak_rss_kb(proc.pid))
