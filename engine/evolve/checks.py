@@ -16,7 +16,7 @@ from engine.verdict import Verdict
 
 if TYPE_CHECKING:
     from engine.candidates import Candidate
-    from engine.evolve.loop_state import Check
+    from engine.evolve.gate import Check
     from engine.tasks.model import Task
 
 

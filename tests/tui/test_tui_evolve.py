@@ -140,7 +140,7 @@ def test_hand_edit_and_override_during_a_running_session_reach_its_loop(tmp_path
                                         population=1, session="live", paused=True)
         await wait_until(pilot, lambda: r.paused)
         r.step(1)                                            # the baseline
-        await wait_until(pilot, lambda: r._evaluated == 1)
+        await wait_until(pilot, lambda: r.evaluated == 1)
         await pilot.press("r")
         await wait_until(pilot, lambda: app.screen.query_one("#sessions").row_count == 1)
         app.screen.query_one("#sessions").focus()
