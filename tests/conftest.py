@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,12 @@ from engine.config.env import env_raw
 from tests.paths import REPO
 
 os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+
+# A test run started in the background (a non-interactive shell's `cmd &`, a CI runner) inherits SIGINT ignored, and
+# every kbench the tests start would inherit that too and never see a test's Ctrl-C. Python's own handler here
+# (SIGINT raises KeyboardInterrupt, as in a terminal) is reset to the default in a child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _has_gpu() -> bool:
