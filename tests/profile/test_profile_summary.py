@@ -172,18 +172,18 @@ def test_mutate_feedback_reads_the_parents_profile_note(tmp_path, layernorm_task
     from types import SimpleNamespace
 
     from engine.candidates import Candidate
-    from engine.evolve.loop import EvolutionSession
+    from engine.evolve.proposing import Proposing
     from engine.workspace import Workspace
 
     ws = Workspace.create(tmp_path / "ws")
     ws.start_session("ln", layernorm_task)
     rec = ws.commit_candidate("ln", Candidate("native", {"kernel.cu": "// k\n", "binding.cpp": "// b\n"}, "k", {}))
-    fake = SimpleNamespace(ws=ws)
-    assert EvolutionSession._profile_feedback(fake, SimpleNamespace(id=rec.id)) == ""
+    fake = SimpleNamespace(_ws=ws)          # the proposing part reads only its workspace here
+    assert Proposing._profile_feedback(fake, SimpleNamespace(id=rec.id)) == ""
     s = summarise(load("layernorm_fwd_memory_bound.csv"), PEAKS)
     ws.record_verdict(rec.id, profile_verdict(s))
-    assert EvolutionSession._profile_feedback(fake, SimpleNamespace(id=rec.id)) == s.to_text()
-    assert EvolutionSession._profile_feedback(fake, SimpleNamespace(id="nope")) == ""
+    assert Proposing._profile_feedback(fake, SimpleNamespace(id=rec.id)) == s.to_text()
+    assert Proposing._profile_feedback(fake, SimpleNamespace(id="nope")) == ""
     ws.close()
 
 
