@@ -42,8 +42,9 @@ def test_the_app_with_a_key_starts_an_llm_session_from_its_form(user, claude):
         for _ in range(order.index(task)):          # no session yet: the tasks table has the focus
             term.send("j", 0.05)
         term.send("n")
-        form = term.wait_for(lambda t: "New evolution session" in t, 30, "the new-session form")
-        assert task in form and "anthropic" in form, form
+        # the form draws over a few frames: wait for its task and proposer fields, not only its title
+        term.wait_for(lambda t: "New evolution session" in t and task in t and "anthropic" in t, 30,
+                      "the new-session form with the README's task and the anthropic proposer")
         term.send("\x13")                            # ctrl+s: Start
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not any(
