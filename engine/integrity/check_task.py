@@ -8,7 +8,9 @@ degenerate when a trivial output passes the task's own comparison (same toleranc
 - `constant`: a constant (the reference output's mean) passes;
 - `input-insensitive`: the output for other inputs (same parameters) passes;
 - `init-insensitive`: the output for other parameters (same inputs) passes; only where the seed changes
-  the model's floating-point parameters or buffers.
+  the model's floating-point parameters or buffers;
+- `identity`: an input of the output's shape and dtype, copied as that output, passes (a near-identity op on
+  these inputs: "copy the input to the output", a public reward-hack family).
 
 For a backward, `input-insensitive` compares whole setups (inputs, parameters and grad_out all redrawn).
 
@@ -132,6 +134,23 @@ def _reference64(runtime: TaskRuntime, config: TaskConfig, seed: int, device: An
         return None
 
 
+def _copied_inputs_pass(runtime: TaskRuntime, config: TaskConfig, seed: int, device: Any, ref: list[Any],
+                        spec: DirectionSpec) -> set[str]:
+    """`identity` flags: each output for which an input of its shape and dtype, copied in its place, passes the
+    comparison. The inputs are drawn again from the same seed: the reference may have changed its own in place."""
+    with torch.no_grad():
+        runtime.setup(config, seed, device)
+    given = [(j, t) for j, t in enumerate(runtime.inputs()) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    found = set()
+    for i, out in enumerate(ref):
+        for j, x in given:
+            if x.shape == out.shape and x.dtype == out.dtype and \
+                    _passes([x.detach() if n == i else t for n, t in enumerate(ref)], ref, spec):
+                found.add(f"identity: argument {j} copied as output {i} passes the comparison")
+                break
+    return found
+
+
 def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: int = 3,
                  seed_budget_s: float | None = None) -> ConfigCheck:
     """`seed_budget_s`: where the first seed takes longer, the check stops after it and says so in a warning
@@ -186,6 +205,9 @@ def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: i
             flags.add("input-insensitive: the output for other inputs passes the comparison")
         if params and _passes(a, b, spec):
             flags.add("init-insensitive: the output for other parameters/initialisation passes the comparison")
+        if k == 0 and any(isinstance(x, torch.Tensor) and (x.shape, x.dtype) == (t.shape, t.dtype)
+                          for x in x1 for t in a):
+            flags.update(_copied_inputs_pass(runtime, config, s1, device, a, spec))
         vac.append(max(vacuous_fraction(t, atol, spec.tolerance.rtol) for t in a))
         a64 = _reference64(runtime, config, s1, device)
         if a64 is not None and len(a64) == len(a):

@@ -5,7 +5,11 @@ tests/integrity/test_gpu_integrity.py and tests/integrity/test_gpu_exploits.py."
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -284,6 +288,7 @@ def _degenerate_task(tmp_path, body):
     ("return x * 0.0", "zero"),
     ("return torch.softmax(x, dim=-1).mean(-1, keepdim=True).expand_as(x).contiguous()", "constant"),
     ("return torch.softmax(x * 1e-9, dim=-1)", "input-insensitive"),
+    ("return x + 1e-7 * torch.tanh(x)", "identity"),
 ])
 def test_check_task_flags_degenerate_references(tmp_path, body, flag):
     from engine.integrity.check_task import check_task
@@ -297,6 +302,21 @@ def test_check_task_cli_exit_code(tmp_path, capsys):
     assert main(["check-task", str(task.root), "--seeds", "1", "--config", "three-cols"]) == 1
     out = capsys.readouterr().out
     assert "DEGENERATE:" in out and "zero: an all-zero output passes" in out and "1 degenerate config" in out
+
+
+def test_check_task_names_a_near_identity_reference_from_the_console_script(tmp_path):
+    """The installed `kbench check-task` on a task whose reference barely changes its input: a kernel that copies
+    x to the output would pass, which the report names (exit 1). The task's own softmax is not flagged."""
+    kbench = Path(sys.executable).parent / "kbench"
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "KBENCH_CACHE": str(tmp_path / "cache")}
+    near = _degenerate_task(tmp_path, "return x + 1e-7 * torch.tanh(x)")
+    out = subprocess.run([str(kbench), "check-task", str(near.root), "--seeds", "1", "--config", "three-cols",
+                          "--device", "cpu"], check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "identity: argument 0 copied as output 0 passes the comparison" in out.stdout, out.stdout
+    honest = subprocess.run([str(kbench), "check-task", "softmax", "--seeds", "1", "--config", "three-cols",
+                             "--device", "cpu"], check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert honest.returncode == 0 and "identity" not in honest.stdout, honest.stdout + honest.stderr
 
 
 def test_extension_functions_named_like_torch_ops_are_the_candidates_own():
