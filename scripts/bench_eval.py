@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,10 @@ def table(runs: dict[str, list[dict]]) -> str:
     return "\n".join(out)
 
 
+def _cut(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="llama_rmsnorm")
@@ -118,6 +123,8 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--nvml-stand-in", action="store_true", help="run the judge path on a machine without a GPU")
     args = ap.parse_args()
+    # a run cut by its caller's time limit (SIGTERM) still prints the table of the rounds it finished
+    signal.signal(signal.SIGTERM, _cut)
     cand = args.candidate or str(REPO / "tasks" / args.task / "baselines" / "forward")
     work = Path(tempfile.mkdtemp(prefix="kbench-bench-eval-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KBENCH_", "PYTHONPATH"))}
@@ -133,7 +140,10 @@ def main() -> int:
         if not (tree / "engine" / "cli" / "__init__.py").is_file():
             raise SystemExit(f"{tree}: not a kbench tree")
         t0 = time.monotonic()
-        first = run_once(tree, ["eval", args.task, cand, "--json"], env, work, old)
+        try:
+            first = run_once(tree, ["eval", args.task, cand, "--json"], env, work, old)
+        except KeyboardInterrupt:
+            raise SystemExit(f"cut during {name}'s first evaluation: nothing measured") from None
         print(f"{name}: first evaluation (build, helper, baselines) {time.monotonic() - t0:.1f} s, exit "
               f"{first.get('rc')}", file=sys.stderr, flush=True)
     kinds = [("this tree, --fresh-baselines", REPO, False, ["--fresh-baselines"]),
@@ -142,16 +152,21 @@ def main() -> int:
         kinds += [("old tree, --fresh-baselines", old_tree, old_boot, ["--fresh-baselines"]),
                   ("old tree, cached", old_tree, old_boot, [])]
     runs: dict[str, list[dict]] = {k[0]: [] for k in kinds}
-    for i in range(args.n):
-        for kind, tree, old, extra in kinds:
-            row = run_once(tree, ["eval", args.task, cand, "--json", *extra], env, work, old)
-            runs[kind].append(row)
-            print(f"round {i + 1} {kind}: {json.dumps({k: v for k, v in row.items() if k != 'phases'})}",
-                  file=sys.stderr, flush=True)
+    done = 0
+    try:
+        for i in range(args.n):
+            for kind, tree, old, extra in kinds:
+                row = run_once(tree, ["eval", args.task, cand, "--json", *extra], env, work, old)
+                runs[kind].append(row)
+                print(f"round {i + 1} {kind}: {json.dumps({k: v for k, v in row.items() if k != 'phases'})}",
+                      file=sys.stderr, flush=True)
+            done = i + 1
+    except KeyboardInterrupt:
+        print(f"cut during round {done + 1}: the table holds what was measured", file=sys.stderr, flush=True)
     device = next((r.get("device") for rows in runs.values() for r in rows if r.get("device")), {})
-    print(f"`kbench eval {args.task}` of a built candidate, {args.n} rounds, on {device.get('gpu') or 'no GPU'} "
-          f"(driver {device.get('driver')}, torch {device.get('torch')})\n")
-    print(table(runs))
+    print(f"`kbench eval {args.task}` of a built candidate, {done} of {args.n} rounds whole, on "
+          f"{device.get('gpu') or 'no GPU'} (driver {device.get('driver')}, torch {device.get('torch')})\n")
+    print(table({k: v for k, v in runs.items() if v}))
     if args.json:
         Path(args.json).write_text(json.dumps({"task": args.task, "candidate": cand, "runs": runs}, indent=1))
     return 0
