@@ -100,11 +100,9 @@ def busy() -> float:
 
 def start(user, *args: str) -> subprocess.Popen:
     """kbench in a process group of its own, as a shell runs a foreground job (a Ctrl-C goes to the group), with
-    SIGINT at its default as a terminal gives it: a test run started in the background inherits SIGINT ignored
-    (a non-interactive shell's `&`), and so would kbench."""
+    SIGINT at its default as a terminal gives it, even in a background test run (tests/conftest.py)."""
     return subprocess.Popen([str(KBENCH), *args], cwd=user.cwd, env=user.env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stderr=subprocess.PIPE, start_new_session=True)
 
 
 def test_the_judge_is_started_before_the_build_is_done_and_is_handed_the_request(claimed):
