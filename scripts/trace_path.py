@@ -87,7 +87,7 @@ def main() -> int:
     s.add_argument("--calls", default=None)
     a = ap.parse_args()
     if a.cmd == "run":
-        return run(a.out, a.tree.resolve(), [x for x in a.args if x != "--"] if a.args[:1] == ["--"] else a.args)
+        return run(a.out, a.tree.resolve(), a.args[1:] if a.args[:1] == ["--"] else a.args)
     for folder in a.out:
         summary(folder, a.calls)
     return 0

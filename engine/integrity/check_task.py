@@ -134,21 +134,23 @@ def _reference64(runtime: TaskRuntime, config: TaskConfig, seed: int, device: An
         return None
 
 
-def _copied_inputs_pass(runtime: TaskRuntime, config: TaskConfig, seed: int, device: Any, ref: list[Any],
-                        spec: DirectionSpec) -> set[str]:
-    """`identity` flags: each output for which an input of its shape and dtype, copied in its place, passes the
-    comparison. The inputs are drawn again from the same seed: the reference may have changed its own in place."""
+def _copied_inputs_pass(runtime: TaskRuntime, config: TaskConfig, seed: int, device: Any, drawn: list[Any],
+                        ref: list[Any], spec: DirectionSpec) -> set[str]:
+    """`identity` flags: each output for which an argument of its shape and dtype (`drawn`: the call's arguments),
+    copied in its place, passes the comparison. Where one matches, the arguments are drawn again from the same
+    seed: the reference may have changed its own in place."""
+    pairs = [(i, j) for i, out in enumerate(ref) for j, x in enumerate(drawn)
+             if isinstance(x, torch.Tensor) and (x.shape, x.dtype) == (out.shape, out.dtype)]
+    if not pairs:
+        return set()
     with torch.no_grad():
         runtime.setup(config, seed, device)
-    given = [(j, t) for j, t in enumerate(runtime.inputs()) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    found = set()
-    for i, out in enumerate(ref):
-        for j, x in given:
-            if x.shape == out.shape and x.dtype == out.dtype and \
-                    _passes([x.detach() if n == i else t for n, t in enumerate(ref)], ref, spec):
-                found.add(f"identity: argument {j} copied as output {i} passes the comparison")
-                break
-    return found
+    given = runtime.inputs()
+    found: dict[int, str] = {}
+    for i, j in pairs:
+        if i not in found and _passes([given[j].detach() if n == i else t for n, t in enumerate(ref)], ref, spec):
+            found[i] = f"identity: argument {j} copied as output {i} passes the comparison"
+    return set(found.values())
 
 
 def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: int = 3,
@@ -205,9 +207,8 @@ def check_config(runtime: TaskRuntime, config: TaskConfig, device: Any, seeds: i
             flags.add("input-insensitive: the output for other inputs passes the comparison")
         if params and _passes(a, b, spec):
             flags.add("init-insensitive: the output for other parameters/initialisation passes the comparison")
-        if k == 0 and any(isinstance(x, torch.Tensor) and (x.shape, x.dtype) == (t.shape, t.dtype)
-                          for x in x1 for t in a):
-            flags.update(_copied_inputs_pass(runtime, config, s1, device, a, spec))
+        if k == 0:
+            flags.update(_copied_inputs_pass(runtime, config, s1, device, x1, a, spec))
         vac.append(max(vacuous_fraction(t, atol, spec.tolerance.rtol) for t in a))
         a64 = _reference64(runtime, config, s1, device)
         if a64 is not None and len(a64) == len(a):

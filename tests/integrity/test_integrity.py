@@ -5,11 +5,8 @@ tests/integrity/test_gpu_integrity.py and tests/integrity/test_gpu_exploits.py."
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -27,6 +24,7 @@ from engine.pipeline.verdicts import integrity_verdict
 from engine.tasks.loader import builtin_task_names, load_task
 from engine.verdict import Stage, Status, Verdict
 from tests.builtin_tasks import baselines
+from tests.installed import KBENCH, user_env
 from tests.paths import FIXTURES, REPO
 
 HACKS = FIXTURES / "hacks"
@@ -307,14 +305,13 @@ def test_check_task_cli_exit_code(tmp_path, capsys):
 def test_check_task_names_a_near_identity_reference_from_the_console_script(tmp_path):
     """The installed `kbench check-task` on a task whose reference barely changes its input: a kernel that copies
     x to the output would pass, which the report names (exit 1). The task's own softmax is not flagged."""
-    kbench = Path(sys.executable).parent / "kbench"
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "KBENCH_CACHE": str(tmp_path / "cache")}
+    env = user_env(tmp_path / "home", {"KBENCH_CACHE": str(tmp_path / "cache")})
     near = _degenerate_task(tmp_path, "return x + 1e-7 * torch.tanh(x)")
-    out = subprocess.run([str(kbench), "check-task", str(near.root), "--seeds", "1", "--config", "three-cols",
+    out = subprocess.run([str(KBENCH), "check-task", str(near.root), "--seeds", "1", "--config", "three-cols",
                           "--device", "cpu"], check=False, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "identity: argument 0 copied as output 0 passes the comparison" in out.stdout, out.stdout
-    honest = subprocess.run([str(kbench), "check-task", "softmax", "--seeds", "1", "--config", "three-cols",
+    honest = subprocess.run([str(KBENCH), "check-task", "softmax", "--seeds", "1", "--config", "three-cols",
                              "--device", "cpu"], check=False, capture_output=True, text=True, env=env, timeout=300)
     assert honest.returncode == 0 and "identity" not in honest.stdout, honest.stdout + honest.stderr
 
