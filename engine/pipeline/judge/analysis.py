@@ -204,6 +204,8 @@ def _why_wrong(call: Call, d: Digest, correct_by_variant: dict[int, bool],
                                   "content that fresh inputs never repeat)")
     if any(c.variant == call.variant for c in earlier) and correct_by_variant.get(call.variant) is False:
         return None  # wrong from its first call on these inputs: a wrong kernel
+    if d.near:
+        return None  # just outside the tolerance: numerics that vary with the values, not another call's output
     if correct_by_variant.get(call.variant) is True and any(c.variant == call.variant for c in earlier):
         return fail(STALE_RESULT, f"correct on its first call of this seed's inputs, wrong on call "
                                   f"{len(earlier) + 1} of the same seed (given fresh values): behaviour that depends "
@@ -284,7 +286,14 @@ def judge_timing(job: Job, refs: Any, compose: Callable[[int, list[Any]], tuple]
                              + ("the previous call's output (a cache)" if c.persistent_output else "an input"))
             break
         if c.checked:
-            cmp = c.digested(refs, compose, tol, hasher).comparison
+            d = c.digested(refs, compose, tol, hasher)
+            cmp = d.comparison
+            if not cmp.ok and d.near:
+                # wrong, so no speed stands; but by no more than numerics miss, so no hack is named
+                return TimingVerdictInputs(None, False, integrity,
+                                           f"timed iteration {c.index} of {n}: {cmp.reason} (nearer than "
+                                           "another call's output would be: numerics, not a result kept or "
+                                           "work dropped; a wrong output has no speed)")
             if not cmp.ok:
                 integrity = fail(AFTER_TIMING, f"correct in the checked calls, wrong on timed iteration {c.index} of "
                                  f"{n} ({cmp.reason}): behaviour that depends on being timed or on how often it "

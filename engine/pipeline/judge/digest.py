@@ -1,6 +1,7 @@
 """What the judge keeps of a checked call once it has compared the call's outputs: the comparison with the
-reference, whether a wrong output matches another variant's reference, whether it is constant, and a hash of its
-bytes for the constant-across-seeds check. Where the reference mutates some of its arguments in place
+reference, whether a wrong output matches another variant's reference, whether it is constant, whether it misses
+by no more than numerics do (`near`: then no hack is named for it), and a hash of its bytes for the
+constant-across-seeds check. Where the reference mutates some of its arguments in place
 (engine/pipeline/judge/configs.py: `mutations`), the values the candidate's call left in them are compared with
 the reference's at the task's tolerance too, and a difference fails the call naming the argument. The outputs are
 freed as soon as a call is digested, so the judge holds one call's outputs at a time instead of every checked
@@ -36,6 +37,9 @@ class Digest:
     constant: bool = False         # every element one value where the reference's are not
     hashed: tuple = field(default_factory=tuple)       # per composed output: (shape, dtype, hash) or the scalar
     ref_hashed: tuple = field(default_factory=tuple)   # the same of the call's reference
+    # wrong, but within fresh.MARGIN x the tolerance of its own reference on all but the mismatch budget: numerics
+    # (a decision flip, a sum's order), which an output kept from another call of a separated config never is
+    near: bool = False
 
 
 class References:
@@ -96,6 +100,11 @@ def digest_call(call: Call, ref: tuple, previous: tuple | None, compose: Callabl
     a wrong output may have come from), and free the outputs."""
     got = compose(call.variant, list(call.outputs or []))
     c = tol.compare(got, ref)
+    near = False
+    if not c.ok:
+        # imported here: the parent imports this module (analysis.py's hack names); fresh's imports are the judge's
+        from engine.pipeline.judge.fresh import separated
+        near = len(got) == len(ref) and not separated(got, ref, tol)
     if c.ok and mutated:
         c = mutated_inputs(list(call.inputs_after or []), after, mutated, tol) or c
     call.inputs_after = None
@@ -104,7 +113,7 @@ def digest_call(call: Call, ref: tuple, previous: tuple | None, compose: Callabl
         previous = _beside(previous, ref)
         follows = tol.compare(got, previous).ok and not tol.compare(ref, previous).ok
     d = Digest(c, follows, constant(got, ref), tuple(_hashed(x, hasher) for x in got),
-               tuple(_hashed(x, hasher) for x in ref))
+               tuple(_hashed(x, hasher) for x in ref), near)
     call.digest, call.outputs = d, None
     return d
 
