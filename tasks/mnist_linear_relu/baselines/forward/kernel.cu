@@ -39,13 +39,17 @@
 // 2 asks ptxas for <= 65536/(2*THREADS) registers; only legal where the accumulators (acc and tacc,
 // 2 * WTM * WTN / 32 per thread) leave room
 #define MIN_BLOCKS 1  // kbench:knob values=1,2 requires=MIN_BLOCKS==1 || (BM/WARPS_M)*(BN/WARPS_N)/16+72<=1024/(WARPS_M*WARPS_N)
-// Skinny problems (batch 4-64, robust-kbench's own configs: 64 or 4 rows, 128 outputs, K 128-1600): the
+// Skinny problems (batch 4-64, robust-kbench's own configs: 64 or 4 rows, 128-256 outputs, K 128-1600): the
 // tensor-core tile is 128 x 128, so the whole output is one block walking all of K. 1 sends them to
-// skinny_linear_relu below (fp32 FMAs, one warp per output column, group of 8 rows and K slice) where W is small
+// skinny_linear_relu below (fp32 FMAs, one warp per output column and group of up to 8 rows) where W is small
 // enough to be re-read from L2 by each row group, or there are at most 8 rows (W read once).
 #define SKINNY 1      // kbench:knob values=0,1
-#define SKINNY_ROWS 8 // rows of x per pass (accumulators per lane)
+#define SKINNY_ROWS 8 // most rows of x per warp (accumulators per lane); fewer where that leaves SMs idle
 #define SKINNY_WARPS 8
+// K from which a skinny problem with too few warps is also split over K (atomics into a zeroed y, then a ReLU
+// pass: three launches). Below it one launch with fewer rows per warp is faster: these problems take a few
+// microseconds, so each launch counts.
+#define SKINNY_SPLIT_K 4096  // kbench:knob values=1024,4096,16384
 
 #define THREADS (WARPS_M * WARPS_N * 32)
 #define WTM (BM / WARPS_M)   // warp tile
@@ -391,11 +395,11 @@ static void launch_gemm(const GemmArgs& p, bool vec, cudaStream_t stream) {
 }
 
 // ---- skinny path: y[m, n] = relu(b[n] + sum_k x[m, k] * w[n, k]) for few rows -----------------------
-// Warp (n, g, s) owns column n for rows g*SKINNY_ROWS.. over K slice s: lanes stride the slice (float4 when
-// VEC4), each lane keeps SKINNY_ROWS partial sums, a shuffle tree adds them. One slice: the warp adds the bias,
-// clamps and stores. Several: atomicAdd into y zeroed first (the bias added by slice 0), and relu_inplace
-// clamps once every slice has landed (the ReLU of a sum is not the sum of ReLUs).
-template <bool VEC4>
+// Warp (n, g, s) owns column n for rows g*R.. over K slice s: lanes stride the slice (float4 when VEC4), each
+// lane keeps R partial sums, a shuffle tree adds them. One slice: the warp adds the bias, clamps and stores.
+// Several: atomicAdd into y zeroed first (the bias added by slice 0), and relu_inplace clamps once every slice
+// has landed (the ReLU of a sum is not the sum of ReLUs).
+template <bool VEC4, int R>
 __global__ void __launch_bounds__(SKINNY_WARPS * 32)
 skinny_linear_relu(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
                    float* __restrict__ y, int M, int N, int K, int groups, int slices, int kslice) {
@@ -404,18 +408,18 @@ skinny_linear_relu(const float* __restrict__ x, const float* __restrict__ w, con
     if (gw >= (long)N * groups * slices) return;
     const int s = (int)(gw % slices), g = (int)(gw / slices % groups), n = (int)(gw / slices / groups);
     const int k0 = s * kslice, k1 = min(K, k0 + kslice);
-    const int m0 = g * SKINNY_ROWS, rows = min(SKINNY_ROWS, M - m0);
+    const int m0 = g * R, rows = min(R, M - m0);
     const float* wn = w + (size_t)n * K;
     const float* xm = x + (size_t)m0 * K;
-    float acc[SKINNY_ROWS];
+    float acc[R];
 #pragma unroll
-    for (int r = 0; r < SKINNY_ROWS; ++r) acc[r] = 0.f;
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
     if (VEC4) {
 #pragma unroll 4
         for (int k = k0 + 4 * lane; k < k1; k += 128) {  // kslice % 128 == 0 and K % 4 == 0: no tail
             const float4 wv = __ldg(reinterpret_cast<const float4*>(wn + k));
 #pragma unroll
-            for (int r = 0; r < SKINNY_ROWS; ++r) {
+            for (int r = 0; r < R; ++r) {
                 if (r < rows) {
                     const float4 xv = __ldg(reinterpret_cast<const float4*>(xm + (size_t)r * K + k));
                     acc[r] = fmaf(xv.x, wv.x, fmaf(xv.y, wv.y, fmaf(xv.z, wv.z, fmaf(xv.w, wv.w, acc[r]))));
@@ -427,17 +431,19 @@ skinny_linear_relu(const float* __restrict__ x, const float* __restrict__ w, con
         for (int k = k0 + lane; k < k1; k += 32) {
             const float wv = __ldg(wn + k);
 #pragma unroll
-            for (int r = 0; r < SKINNY_ROWS; ++r)
+            for (int r = 0; r < R; ++r)
                 if (r < rows) acc[r] = fmaf(__ldg(xm + (size_t)r * K + k), wv, acc[r]);
         }
     }
 #pragma unroll
-    for (int r = 0; r < SKINNY_ROWS; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
     if (lane == 0) {
         const float bias = (s == 0 && b) ? b[n] : 0.f;
-        for (int r = 0; r < rows; ++r) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r >= rows) break;
             float* dst = y + (size_t)(m0 + r) * N + n;
             if (slices == 1) *dst = fmaxf(acc[r] + bias, 0.f);
             else atomicAdd(dst, acc[r] + bias);
@@ -450,26 +456,41 @@ __global__ void relu_inplace(float* __restrict__ y, long n) {
         y[i] = fmaxf(y[i], 0.f);
 }
 
-static void launch_skinny(const float* x, const float* w, const float* b, float* y, int M, int N, int K, bool vec,
-                          cudaStream_t stream) {
-    // Enough warps to keep every SM busy (~16 per SM) without slices under 128 elements of K.
-    const int groups = (M + SKINNY_ROWS - 1) / SKINNY_ROWS;
-    const long want = 16L * sm_count(), have = (long)N * groups;
-    int slices = (int)std::min<long>((want + have - 1) / have, (K + 127) / 128);
-    if (slices < 1) slices = 1;
+template <int R>
+static void launch_skinny_rows(const float* x, const float* w, const float* b, float* y, int M, int N, int K,
+                               bool vec, long want, cudaStream_t stream) {
+    const int groups = (M + R - 1) / R;
+    const long have = (long)N * groups;
+    // Split K only where it is long: below SKINNY_SPLIT_K the zeroing and the ReLU pass cost more than the idle
+    // SMs of a single launch. Each slice keeps at least 128 elements of K.
+    int slices = 1;
+    if (have < want && K >= SKINNY_SPLIT_K)
+        slices = (int)std::min<long>((want + have - 1) / have, (K + 127) / 128);
     int kslice = (K + slices - 1) / slices;
     kslice = (kslice + 127) / 128 * 128;
     slices = (K + kslice - 1) / kslice;
     if (slices > 1) cudaMemsetAsync(y, 0, (size_t)M * N * sizeof(float), stream);
     const long warps = have * slices;
     const unsigned blocks = (unsigned)((warps + SKINNY_WARPS - 1) / SKINNY_WARPS);
-    if (vec) skinny_linear_relu<true><<<blocks, SKINNY_WARPS * 32, 0, stream>>>(x, w, b, y, M, N, K, groups, slices, kslice);
-    else     skinny_linear_relu<false><<<blocks, SKINNY_WARPS * 32, 0, stream>>>(x, w, b, y, M, N, K, groups, slices, kslice);
+    if (vec) skinny_linear_relu<true, R><<<blocks, SKINNY_WARPS * 32, 0, stream>>>(x, w, b, y, M, N, K, groups, slices, kslice);
+    else     skinny_linear_relu<false, R><<<blocks, SKINNY_WARPS * 32, 0, stream>>>(x, w, b, y, M, N, K, groups, slices, kslice);
     if (slices > 1) {
         const long n = (long)M * N;
         const unsigned rb = (unsigned)std::min<long>((n + 255) / 256, 4L * sm_count());
         relu_inplace<<<rb, 256, 0, stream>>>(y, n);
     }
+}
+
+static void launch_skinny(const float* x, const float* w, const float* b, float* y, int M, int N, int K, bool vec,
+                          cudaStream_t stream) {
+    // Enough warps to keep every SM busy (~16 per SM): the most rows per warp (W read fewest times) that still
+    // give that many warps, else one row per warp.
+    const long want = 16L * sm_count();
+    auto enough = [&](int r) { return (long)N * ((M + r - 1) / r) >= want; };
+    if (SKINNY_ROWS >= 8 && enough(8)) launch_skinny_rows<8>(x, w, b, y, M, N, K, vec, want, stream);
+    else if (SKINNY_ROWS >= 4 && enough(4)) launch_skinny_rows<4>(x, w, b, y, M, N, K, vec, want, stream);
+    else if (SKINNY_ROWS >= 2 && enough(2)) launch_skinny_rows<2>(x, w, b, y, M, N, K, vec, want, stream);
+    else launch_skinny_rows<1>(x, w, b, y, M, N, K, vec, want, stream);
 }
 
 void linear_relu_forward_launch(const float* x, const float* w, const float* b, float* y, int M, int N,
