@@ -77,6 +77,17 @@ def test_a_cache_keyed_on_what_fresh_values_leave_alone_fails_its_checks():
                                analysis.AFTER_TIMING in (rep.verdict("integrity").reason or "")), rep.to_json()["verdicts"]
 
 
+def test_an_honest_near_miss_on_a_later_call_fails_without_a_hack_named():
+    """Three elements at twice the tolerance from the fourth call on: wrong, so not passed, but nearer than another
+    call's output would be, so neither correctness's stale-result check nor timing's names a cache."""
+    rep = _eval("near_miss")
+    assert not rep.passed, rep.to_json()["verdicts"]
+    integ = rep.verdict("integrity")
+    assert integ is None or integ.status != Status.FAIL, rep.to_json()["verdicts"]
+    assert rep.verdict("correctness").status == Status.FAIL or rep.verdict("timing").status != Status.PASS, \
+        rep.to_json()["verdicts"]
+
+
 @pytest.mark.parametrize("name", ["lazy_output", "deferred"])
 def test_an_output_computed_later_is_wrong_when_the_call_returns(name):
     rep = _eval(name)
