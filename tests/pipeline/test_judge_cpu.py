@@ -193,6 +193,17 @@ def test_a_timed_iteration_just_outside_the_tolerance_has_no_speed_and_is_no_hac
     res = _timing(honest, honest.time_job(40, checked=[7, 31]))
     assert res.stats is not None and res.integrity.ok and not res.error, res
 
+    def near_then_half(x, w, b, eps):  # the same near miss first, then half the work: the later check names it
+        y = forward(x, w, b, eps)
+        if state["calls"] > 24:
+            y[: y.shape[0] // 2] = 0
+        return y
+    state["calls"] = 0
+    s = Session(runtime_for(layernorm, "forward"), _small(layernorm), near_then_half)
+    s.judge_check(s.check_job())
+    res = _timing(s, s.time_job(40, checked=[7, 31]))
+    assert res.integrity.hack == analysis.AFTER_TIMING and "timed iteration 31 of 40" in res.integrity.reason, res
+
 
 def test_an_incomplete_or_mislabelled_timing_stream_is_forgery(layernorm):
     s = Session(runtime_for(layernorm, "forward"), _small(layernorm), _ln)

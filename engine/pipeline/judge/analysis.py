@@ -279,6 +279,7 @@ def judge_timing(job: Job, refs: Any, compose: Callable[[int, list[Any]], tuple]
                                                               "helper always checks one there)"),
                                    "the timing records are incomplete")
     integrity = IntegrityResult(True, checks=["timed-outputs", "alias", "clock"])
+    near_miss = ""   # a checked iteration wrong by no more than numerics miss: no speed, but no hack named
     for c in timed:
         if c.alias_input or c.persistent_output:
             integrity = fail(PERSISTENT_OUTPUT if c.persistent_output else INPUT_ALIAS,
@@ -289,16 +290,17 @@ def judge_timing(job: Job, refs: Any, compose: Callable[[int, list[Any]], tuple]
             d = c.digested(refs, compose, tol, hasher)
             cmp = d.comparison
             if not cmp.ok and d.near:
-                # wrong, so no speed stands; but by no more than numerics miss, so no hack is named
-                return TimingVerdictInputs(None, False, integrity,
-                                           f"timed iteration {c.index} of {n}: {cmp.reason} (nearer than "
-                                           "another call's output would be: numerics, not a result kept or "
-                                           "work dropped; a wrong output has no speed)")
+                near_miss = near_miss or (f"timed iteration {c.index} of {n}: {cmp.reason} (nearer than another "
+                                          "call's output would be: numerics, not a result kept or work dropped; "
+                                          "a wrong output has no speed)")
+                continue
             if not cmp.ok:
                 integrity = fail(AFTER_TIMING, f"correct in the checked calls, wrong on timed iteration {c.index} of "
                                  f"{n} ({cmp.reason}): behaviour that depends on being timed or on how often it "
                                  "was called")
                 break
+    if near_miss and integrity.ok:
+        return TimingVerdictInputs(None, False, integrity, near_miss)
     stats = summarise([c.ms for c in timed], [c.ms_all for c in timed], null_ms) if timed else None
     witness: dict[str, Any] = {}
     gap = median_gap_ms(timed)
