@@ -27,7 +27,7 @@ ATOL, RTOL = 1e-2, 1e-4
 SHAPES = ((64, 1, 13, 32), (64, 1, 28, 64))  # (batch, in_channels, height = width, out_channels): rkb-multi-2, -4
 
 
-def _reference(F, torch, x, w, b, gy, dtype):
+def _reference(F, x, w, b, gy, dtype):
     x, w, b = (t.detach().to(dtype).requires_grad_() for t in (x, w, b))
     F.max_pool2d(F.relu(F.conv2d(x, w, bias=b)), 2).backward(gy.to(dtype))
     return x.grad, w.grad, b.grad
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.calls):
             x, w, b, gy = fresh(x0), fresh(w0), fresh(b0), fresh(gy0)
             got = ext.backward(x, w, b, gy)
-            ref = _reference(F, torch, x, w, b, gy, torch.float32)
+            ref = _reference(F, x, w, b, gy, torch.float32)
             misses[tuple(int(((g - r).abs() > ATOL + RTOL * r.abs()).sum()) for g, r in zip(got, ref))] += 1
             flips[int((_decisions(F, x, w, b) != _decisions(F, x.double(), w.double(), b.double())).sum())] += 1
             worst = max(worst, float((got[1] - ref[1]).abs().max()))

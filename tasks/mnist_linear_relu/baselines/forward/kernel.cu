@@ -47,8 +47,8 @@
 #define SKINNY_ROWS 8 // most rows of x per warp (accumulators per lane); fewer where that leaves SMs idle
 #define SKINNY_WARPS 8
 // K from which a skinny problem with too few warps is also split over K (atomics into a zeroed y, then a ReLU
-// pass: three launches). Below it one launch with fewer rows per warp is faster: these problems take a few
-// microseconds, so each launch counts.
+// pass: three launches). Below it, one launch with fewer rows per warp: these problems take a few microseconds,
+// so each launch counts (the reason; the gain is not yet measured on a GPU, BENCHMARKS.md).
 #define SKINNY_SPLIT_K 4096  // kbench:knob values=1024,4096,16384
 
 #define THREADS (WARPS_M * WARPS_N * 32)
