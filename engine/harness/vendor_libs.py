@@ -68,6 +68,7 @@ def search_dirs(library_dirs: list[str]) -> list[str]:
 
 
 CUTLASS_PACKAGE = "cutlass_library"   # what the nvidia-cutlass wheel (a pinned dependency of kbench) installs
+CUTLASS_REQUIREMENT = "nvidia-cutlass==4.2.0.0"   # pyproject.toml's pin (tests/harness/test_cutlass.py)
 
 
 def cutlass_include() -> str | None:
@@ -83,3 +84,16 @@ def cutlass_include() -> str | None:
         return None
     folder = Path(spec.origin).parent / "source" / "include"
     return str(folder) if (folder / "cute" / "tensor.hpp").is_file() else None
+
+
+_CUTLASS_MISS = re.compile(r"\b(cute|cutlass)/[\w./]+: No such file or directory")
+
+
+def cutlass_hint(message: str) -> str:
+    """What to do where a build could not find a CuTe/CUTLASS header because the pinned package is missing (an
+    environment that installed kbench without its dependencies); "" otherwise, the header being the candidate's
+    mistake."""
+    if not _CUTLASS_MISS.search(message) or cutlass_include() is not None:
+        return ""
+    return (f" The CUTLASS/CuTe headers come from the {CUTLASS_REQUIREMENT} package, a dependency of kbench that is "
+            f"not installed in this environment: pip install {CUTLASS_REQUIREMENT}.")

@@ -15,9 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from engine.harness import vendor_libs
+from engine.harness.build import diagnose
+from engine.harness.build.steps import StepResult
 from engine.harness.kernelbench.includes import add_include_path
 from engine.harness.toolchain import Toolchain
-from engine.harness.vendor_libs import cutlass_include
+from engine.harness.vendor_libs import CUTLASS_REQUIREMENT, cutlass_include
 from tests.paths import FIXTURES, REPO
 
 
@@ -25,6 +28,7 @@ def test_cutlass_headers_are_a_pinned_dependency():
     pinned = re.search(r'"nvidia-cutlass==([\d.]+)"', (REPO / "pyproject.toml").read_text())
     assert pinned, "pyproject.toml pins nvidia-cutlass"
     assert importlib.metadata.version("nvidia-cutlass") == pinned.group(1)
+    assert CUTLASS_REQUIREMENT == f"nvidia-cutlass=={pinned.group(1)}"   # what a build failure tells a user to install
     folder = Path(cutlass_include())
     assert (folder / "cute" / "tensor.hpp").is_file() and (folder / "cutlass" / "gemm" / "device" / "gemm.h").is_file()
 
@@ -36,6 +40,25 @@ def test_every_build_searches_the_cutlass_headers(toolchain: Toolchain):
         assert ["-isystem", folder] == flags[flags.index(folder) - 1:flags.index(folder) + 1]
     without = dataclasses.replace(toolchain, cutlass_include="")
     assert folder not in without.nvcc_kernel_flags() and without.key() != toolchain.key()
+
+
+def test_a_missing_cute_header_names_the_package_only_where_it_is_not_installed(tmp_path, monkeypatch):
+    """nvcc's own words for `#include <cute/tensor.hpp>` without the headers on the path: where the pinned package
+    is missing (kbench installed without its dependencies) the verdict says what to install; where it is installed,
+    a missing header is the candidate's own mistake and the verdict stays nvcc's."""
+    files = {"kernel.cu": "#include <cuda_runtime.h>\n#include <cute/tensor.hpp>\n"}
+    (tmp_path / "kernel.cu").write_text(files["kernel.cu"])
+    out = ("kernel.cu:2:10: fatal error: cute/tensor.hpp: No such file or directory\n"
+           "    2 | #include <cute/tensor.hpp>\ncompilation terminated.\n")
+    step = StepResult("nvcc kernel.cu", (), 1, out, 1.0)
+    kind, installed = diagnose._diagnose(step, tmp_path, files)
+    assert kind == "compile" and "kernel.cu:2: cute/tensor.hpp: No such file" in installed
+    assert "pip install" not in installed
+    monkeypatch.setattr(vendor_libs, "cutlass_include", lambda: None)
+    _, missing = diagnose._diagnose(step, tmp_path, files)
+    assert missing.startswith(installed) and f"pip install {CUTLASS_REQUIREMENT}." in missing
+    own = StepResult("nvcc kernel.cu", (), 1, out.replace("cute/tensor.hpp", "mine/tensor.hpp"), 1.0)
+    assert "pip install" not in diagnose._diagnose(own, tmp_path, files)[1]   # not a CUTLASS header
 
 
 def test_a_kernelbench_candidates_load_inline_calls_search_them_too():

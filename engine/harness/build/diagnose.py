@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from engine.harness.build.steps import FailureKind, StepResult, _Failed, compiler_env
+from engine.harness.vendor_libs import cutlass_hint
 
 LOG_LIMIT = 12_000         # characters of compiler output kept in BuildResult.log (head-heavy: errors come first)
 
@@ -159,6 +160,7 @@ def _diagnose(step: StepResult, src: Path, files: dict[str, str]) -> tuple[Failu
             if reach := _candidate_location(lines, files):
                 out += f" (reached from {reach})"
     out += "." if not out.endswith(".") else ""
+    out += cutlass_hint(msg)
     if n_errors > 1:
         out += f" {n_errors} errors in all; the log shows each."
     return kind, out
