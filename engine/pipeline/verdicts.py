@@ -58,6 +58,16 @@ def roofline(result: JudgeResult, task: Task, direction: str, cache_root: Path, 
     return out
 
 
+def _passed_with_notes(report: EvalReport) -> str:
+    """What the judge said of configs that passed in a way worth reading (calls that only the float64 reference
+    took: engine/pipeline/judge/exact.py)."""
+    noted = [r for r in report.rows if r.correct and r.reason]
+    if not noted:
+        return ""
+    more = f" (and {len(noted) - 1} more configs)" if len(noted) > 1 else ""
+    return f"; {noted[0].name}: {noted[0].reason}{more}"
+
+
 def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: JudgeOutcome,
                 roof: Roofline | None = None) -> None:
     """Rows and the correctness / timing verdicts, from what the judge wrote (however it ended)."""
@@ -129,7 +139,7 @@ def fill_report(report: EvalReport, task: Task, opts: EvalOptions, outcome: Judg
     report.verdicts.append(Verdict(Stage.CORRECTNESS, Status.PASS,
                                    f"{len(report.rows)} configs x {opts.trials} trials within tolerance"
                                    + (f" (inputs {', '.join(map(str, mutated))} mutated in place by the reference, "
-                                      "compared after each call)" if mutated else ""),
+                                      "compared after each call)" if mutated else "") + _passed_with_notes(report),
                                    correctness_data(report)))
     if not opts.timing:
         report.verdicts.append(Verdict(Stage.TIMING, Status.SKIPPED, "timing not requested"))

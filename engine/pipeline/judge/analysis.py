@@ -32,7 +32,7 @@ from typing import Any
 
 from engine.harness.compare import Comparison, compare_outputs
 from engine.harness.timing import TimingStats, hidden_work_suspected, summarise
-from engine.pipeline.judge.digest import Digest, Hasher, digest_call, host_hash, references
+from engine.pipeline.judge.digest import FLOAT64_NOTE, Digest, Hasher, digest_call, host_hash, references
 from engine.pipeline.protocol.types import CorrectnessResult, IntegrityResult
 
 SIDE_WORK = "side-stream-or-host-thread"
@@ -84,8 +84,9 @@ class Call:
             return self.digest
         refs = references(refs)
         ref, after = refs.expected(self)
+        opinion = refs.opinion(self) if hasattr(refs, "opinion") else None   # FreshReferences: the float64 one
         return digest_call(self, ref, refs.for_call(previous) if previous is not None else None, compose, tol, hasher,
-                           after, refs.mutated)
+                           after, refs.mutated, opinion)
 
 
 @dataclass
@@ -139,6 +140,7 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
     worst_abs = worst_rel = 0.0
     correct_by_variant: dict[int, bool] = {}
     wrong: list[tuple[Call, Comparison]] = []
+    exact = 0   # calls that passed only against the float64 reference
     integrity = IntegrityResult(True, checks=checks)
     for n, call in enumerate(job.calls):
         label = f"trial {call.variant} (seed {seeds[call.variant]}), call {n + 1}"
@@ -171,6 +173,7 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
                 integrity = _why_wrong(call, d, correct_by_variant, job.calls[:n]) or integrity
         else:
             worst_abs, worst_rel = max(worst_abs, c.max_abs_err), max(worst_rel, c.max_rel_err)
+            exact += any(x.startswith(FLOAT64_NOTE) for x in c.details)
     if job.error:
         where = f" at call {job.error_index + 1}" if job.error_index >= 0 else ""
         what = "raised" if job.error_where == "call" else ("returned" if job.error_where == "output" else "failed")
@@ -182,7 +185,9 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
         return CorrectnessResult(False, f"trial {call.variant} (seed {seeds[call.variant]}), call "
                                         f"{job.calls.index(call) + 1}: {c.reason}", trials, c.max_abs_err,
                                  c.max_rel_err), integrity
-    return CorrectnessResult(True, "", trials, worst_abs, worst_rel), integrity
+    note = (f"{exact} of {len(job.calls)} calls {FLOAT64_NOTE} (whose own rounding is past the tolerance)"
+            if exact else "")
+    return CorrectnessResult(True, note, trials, worst_abs, worst_rel), integrity
 
 
 def _mutable_forged(calls: list[Call], mutated: tuple[int, ...]) -> str:

@@ -26,8 +26,11 @@ from engine.harness.compare import Comparison
 
 if TYPE_CHECKING:
     from engine.pipeline.judge.analysis import Call, Tolerance
+    from engine.pipeline.judge.exact import Opinion
 
 Hasher = Callable[[Any], int]   # a contiguous tensor -> a hash of its bytes
+# a passing comparison's detail where only the float64 reference took the call (engine/pipeline/judge/exact.py)
+FLOAT64_NOTE = "within the tolerance of the reference computed in float64, not of the task-dtype reference"
 
 
 @dataclass
@@ -93,13 +96,18 @@ def constant(outs: Sequence[Any], refs: Sequence[Any]) -> bool:
 
 
 def digest_call(call: Call, ref: tuple, previous: tuple | None, compose: Callable[[int, list[Any]], tuple],
-                tol: Tolerance, hasher: Hasher = host_hash, after: tuple = (), mutated: Sequence[int] = ()) -> Digest:
+                tol: Tolerance, hasher: Hasher = host_hash, after: tuple = (), mutated: Sequence[int] = (),
+                opinion: Opinion | None = None) -> Digest:
     """Compare a checked call's outputs (composed into what the task compares) with the reference for the inputs it
     was given, and the arguments the reference changes in place (`mutated`, wire order) as the call left them with
     `after`, the reference's; keep what the integrity checks need (`previous`: the previous call's reference, where
-    a wrong output may have come from), and free the outputs."""
+    a wrong output may have come from), and free the outputs. `opinion`: how a miss is judged again (the reference
+    in float64, engine/pipeline/judge/exact.py)."""
     got = compose(call.variant, list(call.outputs or []))
     c = tol.compare(got, ref)
+    if not c.ok and opinion is not None and (second := opinion(got, ref, c, tol)).ok:
+        second.details.append(f"{FLOAT64_NOTE} ({c.reason[:300]})")
+        c = second
     near = False
     if not c.ok:
         # imported here: the parent imports this module (analysis.py's hack names); fresh's imports are the judge's

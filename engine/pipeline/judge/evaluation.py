@@ -311,7 +311,7 @@ class Judge(TimingPhase):
             try:
                 ref, after = refs.expected(call)
                 digest_call(call, ref, previous[0] if previous else None, compose, tol, self.hasher, after,
-                            refs.mutated)
+                            refs.mutated, refs.opinion(call))
                 if chained:   # on the GPU beside variants that are (no copy each way), else in host memory
                     previous[:] = [ref if not refs.prep.variants[0].parked else moved(ref, "cpu", {})]
             except Exception as exc:  # noqa: BLE001 - raised again by the judgement, inside `compared`

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.pipeline.judge.configs import seeded
+from engine.pipeline.judge.exact import ExactReferences, Opinion
 from engine.pipeline.judge.parking import loaded
 from engine.pipeline.protocol import wire
 
@@ -230,15 +231,23 @@ def _misses(x: Any, y: Any, tol: Tolerance) -> int:
 
 
 class FreshReferences:
-    """Each checked call's reference for exactly the inputs it was given (`reference_of`), and the values the
-    reference leaves in the arguments it changes in place (`expected_of`): the References the judge's digests and
-    judgements read (engine/pipeline/judge/digest.py)."""
+    """Each checked call's reference for exactly the inputs it was given (`reference_of`), the values the reference
+    leaves in the arguments it changes in place (`expected_of`), and the float64 second opinion on a call that misses
+    it (`opinion`): the References the judge's digests and judgements read (engine/pipeline/judge/digest.py)."""
 
     def __init__(self, runtime: TaskRuntime, prep: Prepared, rebuild: Rebuild):
         self.runtime, self.prep, self.rebuild = runtime, prep, rebuild
+        self.exact = ExactReferences(runtime, prep)
 
     def __len__(self) -> int:
         return len(self.prep.variants)
+
+    def opinion(self, call: Any) -> Opinion:
+        """The judge's second opinion on a miss of this call's reference (engine/pipeline/judge/exact.py)."""
+        fresh = self.prep.fresh or Fresh()
+        if not fresh.active:
+            return self.exact.opinion(call.variant, None)
+        return self.exact.opinion(call.variant, lambda ts: self.rebuild(ts, call.seed, fresh.modes, fresh.alphas))
 
     @property
     def mutated(self) -> tuple[int, ...]:

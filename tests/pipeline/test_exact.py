@@ -1,0 +1,104 @@
+"""The judge's float64 second opinion (engine/pipeline/judge/exact.py), on the CPU through the judge's own analysis
+and the stand-in helper (tests/doubles/timing_helper.py): a call that misses the task-dtype reference only because
+that reference's own rounding is past the tolerance passes, and says so; a wrong call still fails, and costs the
+judge at most TRIES float64 references per config.
+
+The fixture task (tests/fixtures/cancelling_shift) computes (x + 1e4) - 1e4: in float32 that rounds x to about 5e-4,
+far past its tolerance of 1e-5, while in float64 it is x. The same through the installed `kbench eval` on a GPU:
+tests/pipeline/test_gpu_exact.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.harness.runtimes import runtime_for
+from engine.pipeline.judge import exact
+from engine.pipeline.judge.digest import FLOAT64_NOTE
+from engine.tasks.loader import load_task
+from tests.doubles.timing_helper import Session
+from tests.paths import FIXTURES
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task(FIXTURES / "cancelling_shift")
+
+
+def _session(task, fn, name="odd"):
+    return Session(runtime_for(task, "forward"), next(c for c in task.configs if c.name == name), fn)
+
+
+def _remake(s, call):
+    f = s.prep.fresh
+    return lambda ts: s.refs.rebuild(ts, call.seed, f.modes, f.alphas)
+
+
+def _counted(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = exact.reference64
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(exact, "reference64", counting)
+    return calls
+
+
+def test_the_exact_value_passes_where_only_the_float32_reference_rounds_and_the_verdict_says_so(task, monkeypatch):
+    asked = _counted(monkeypatch)
+    s = _session(task, lambda x, shift: x.clone())
+    first = s.tolerance.compare((s.live[0].clone(),), s.refs.for_call(s.check_job().calls[0]))
+    assert not first.ok    # the float32 reference misses the exact value by its own rounding
+    corr, integ = s.judge_check(s.check_job())
+    assert corr.ok and integ.ok, (corr, integ)
+    assert FLOAT64_NOTE in corr.reason and corr.reason.startswith("4 of 4 calls")
+    assert len(asked) >= 4     # one float64 reference per call it rescued
+
+
+def test_a_kernel_that_rounds_as_the_reference_does_needs_no_second_opinion(task, monkeypatch):
+    asked = _counted(monkeypatch)
+    s = _session(task, lambda x, shift: (x + shift) - shift)
+    corr, integ = s.judge_check(s.check_job())
+    assert corr.ok and integ.ok and corr.reason == "" and not asked
+
+
+@pytest.mark.parametrize("wrong", [lambda x, shift: x + 1e-3, lambda x, shift: x * 1.001])
+def test_a_wrong_kernel_fails_against_both_and_costs_at_most_tries_float64_references(task, monkeypatch, wrong):
+    asked = _counted(monkeypatch)
+    s = _session(task, wrong)
+    corr, _ = s.judge_check(s.check_job())
+    assert not corr.ok and "outside" in corr.reason and FLOAT64_NOTE not in corr.reason
+    assert 1 <= len(asked) <= exact.TRIES
+
+
+def test_a_reference_that_cannot_stay_in_float64_gives_no_second_opinion(task, monkeypatch):
+    """A reference that fixes its dtype (here: the model's forward casts back to float32) returns no float64
+    outputs: the judge takes no opinion from it and the first comparison stands."""
+    s = _session(task, lambda x, shift: x.clone())
+    real = s.runtime.ref.forward_fn
+    monkeypatch.setattr(s.runtime.ref, "forward_fn", lambda x, shift: real(x, shift).float())
+    call = s.check_job().calls[0]
+    assert exact.reference64(s.runtime, s.prep, call.variant, _remake(s, call)) is None
+
+
+def test_the_float64_reference_leaves_the_runtime_as_it_found_it(task):
+    """Its widened copies are the float64 run's alone: afterwards the runtime holds the variant's own objects."""
+    s = _session(task, lambda x, shift: x.clone())
+    call = s.check_job().calls[1]
+    ref64 = exact.reference64(s.runtime, s.prep, call.variant, _remake(s, call))
+    assert ref64 is not None and ref64[0].dtype == torch.float64
+    state = s.prep.variants[call.variant].state
+    assert all(s.runtime.__dict__[k] is v for k, v in state.items())
+    assert all(t.dtype == torch.float32 for t in s.runtime.inputs())
+
+
+def test_the_correctness_verdict_names_the_configs_only_the_float64_reference_took():
+    from engine.pipeline.eval_types import ConfigRow, EvalReport
+    from engine.pipeline.verdicts import _passed_with_notes
+    note = f"2 of 4 calls {FLOAT64_NOTE} (whose own rounding is past the tolerance)"
+    report = EvalReport("t", "forward", "h", "native", [], [ConfigRow("plain", True), ConfigRow("odd", True, note),
+                                                          ConfigRow("wide", True, note)], {}, {})
+    assert _passed_with_notes(report) == f"; odd: {note} (and 1 more configs)"
+    report.rows = [ConfigRow("plain", True)]
+    assert _passed_with_notes(report) == ""
