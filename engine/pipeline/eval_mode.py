@@ -11,7 +11,8 @@ checked on 5 trials and timed (upstream averages the mean time over the configs 
 --use_fast_math, with the CUTLASS headers kbench puts on every build); torch's default precision, as upstream sets
 none (cuDNN may use TF32, matmuls do not). On a KernelBench problem: 5 correctness trials, every config timed, and
 torch's default precision (cuDNN TF32 on), as KernelBench's eval leaves it. The judge's other checks (fresh inputs,
-integrity) stay: they never make a correct kernel fail.
+integrity) stay: they never make a correct kernel fail. Its comparison is upstream's: with the float32 reference only,
+without kbench's float64 second opinion (engine/pipeline/judge/exact.py), which could pass what upstream fails.
 """
 
 from __future__ import annotations
@@ -52,9 +53,15 @@ class ModePlan:
     # code; a built-in task's reference is kbench's rewrite, whose draws upstream never made
     upstream_draws: bool = False
 
+    @property
+    def float64_opinion(self) -> bool:
+        """Whether a call that misses the float32 reference is compared with the float64 one (engine/pipeline/judge/
+        exact.py): not in the upstream mode, whose benchmarks compare with their float32 reference only."""
+        return self.mode != UPSTREAM
+
     def to_json(self) -> dict:
-        return {"mode": self.mode, "configs": self.configs, "timing_configs": self.timing_configs,
-                "trials": self.trials, "nvcc_flags": list(self.nvcc_flags),
+        return {"mode": self.mode, "float64_opinion": self.float64_opinion, "configs": self.configs,
+                "timing_configs": self.timing_configs, "trials": self.trials, "nvcc_flags": list(self.nvcc_flags),
                 "numerics": self.numerics.to_json() if self.numerics else None, "settings": self.settings,
                 "seeds": "upstream" if self.upstream_draws else "kbench"}
 
@@ -74,6 +81,7 @@ class ModePlan:
             parts.append("torch's default precision (cuDNN TF32 "
                          f"{'on' if self.numerics.cudnn_tf32 else 'off'}, matmul TF32 "
                          f"{'on' if self.numerics.matmul_tf32 else 'off'})")
+        parts.append("compared with the float32 reference only (no float64 second opinion)")
         return "; ".join(parts)
 
 

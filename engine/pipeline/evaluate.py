@@ -155,7 +155,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
         baselines=tuple(opts.baselines), timing_params=opts.timing_params,
         integrity=opts.integrity, deadline_s=opts.timeout_s, gpu=opts.gpu,
         numerics=mode.numerics.to_json() if mode.numerics else None, upstream_draws=mode.upstream_draws,
-        gpu_keep=opts.gpu_keep)
+        float64_opinion=mode.float64_opinion, gpu_keep=opts.gpu_keep)
     if opts.reuse_baselines and opts.timing:
         bkey = key_for(request.task, direction, opts.gpu, request.baselines, jsonable.dump(request.timing_params))
         request = replace(request, session_baselines=SESSION.for_request(bkey))

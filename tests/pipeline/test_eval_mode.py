@@ -51,6 +51,9 @@ def test_upstream_mode_asks_for_upstreams_settings_trials_flags_and_precision(ju
     assert report["mode"]["mode"] == "upstream" and report["mode"]["nvcc_flags"] == ["--use_fast_math"]
     # a built-in task's reference is kbench's own rewrite: upstream never drew for it, kbench's seeds stay
     assert req["upstream_draws"] is False and report["mode"]["seeds"] == "kbench"
+    # upstream compares with its float32 reference only: no float64 second opinion (engine/pipeline/judge/exact.py)
+    assert req["float64_opinion"] is False and report["mode"]["float64_opinion"] is False
+    assert "float32 reference only" in eval_mode.plan(task, "forward", eval_mode.UPSTREAM).describe()
 
 
 def test_kbench_mode_keeps_its_own_rules(judged, toolchains, capsys):
@@ -58,7 +61,7 @@ def test_kbench_mode_keeps_its_own_rules(judged, toolchains, capsys):
     assert rc == 0, out + err
     (req,) = judged
     assert req["trials"] == 2 and req["numerics"] is None and toolchains[0].extra_nvcc == ()
-    assert req["upstream_draws"] is False
+    assert req["upstream_draws"] is False and req["float64_opinion"] is True
     assert json.loads(out)["mode"]["mode"] == "kbench"
 
 

@@ -15,6 +15,7 @@ import torch
 from engine.harness.runtimes import runtime_for
 from engine.pipeline.judge import exact
 from engine.pipeline.judge.digest import FLOAT64_NOTE
+from engine.pipeline.judge.fresh import FreshReferences, emulated
 from engine.tasks.loader import load_task
 from tests.doubles.timing_helper import Session
 from tests.paths import FIXTURES
@@ -54,6 +55,16 @@ def test_the_exact_value_passes_where_only_the_float32_reference_rounds_and_the_
     assert corr.ok and integ.ok, (corr, integ)
     assert FLOAT64_NOTE in corr.reason and corr.reason.startswith("4 of 4 calls")
     assert len(asked) >= 4     # one float64 reference per call it rescued
+
+
+def test_the_upstream_modes_request_takes_no_second_opinion(task, monkeypatch):
+    """`float64_opinion` false (the upstream mode: its benchmarks compare with the float32 reference only): the exact
+    kernel fails as upstream's allclose would fail it, and no float64 reference is computed."""
+    asked = _counted(monkeypatch)
+    s = _session(task, lambda x, shift: x.clone())
+    s.refs = FreshReferences(s.runtime, s.prep, emulated, float64=False)
+    corr, _ = s.judge_check(s.check_job())
+    assert not corr.ok and "outside" in corr.reason and not asked
 
 
 def test_a_kernel_that_rounds_as_the_reference_does_needs_no_second_opinion(task, monkeypatch):

@@ -297,7 +297,7 @@ class Judge(TimingPhase):
     def _references(self, runtime: TaskRuntime, prep: Prepared) -> FreshReferences:
         """Each checked call's reference, for exactly the inputs it was given (engine/pipeline/judge/fresh.py)."""
         assert self.local is not None
-        return FreshReferences(runtime, prep, self.local.rebuild)
+        return FreshReferences(runtime, prep, self.local.rebuild, float64=self.req.float64_opinion)
 
     def _digester(self, refs: FreshReferences, compose: Callable[[int, list[Any]], tuple], tol: analysis.Tolerance,
                   chained: bool = False) -> Callable[[analysis.Call], None]:

@@ -235,15 +235,18 @@ class FreshReferences:
     leaves in the arguments it changes in place (`expected_of`), and the float64 second opinion on a call that misses
     it (`opinion`): the References the judge's digests and judgements read (engine/pipeline/judge/digest.py)."""
 
-    def __init__(self, runtime: TaskRuntime, prep: Prepared, rebuild: Rebuild):
+    def __init__(self, runtime: TaskRuntime, prep: Prepared, rebuild: Rebuild, float64: bool = True):
         self.runtime, self.prep, self.rebuild = runtime, prep, rebuild
-        self.exact = ExactReferences(runtime, prep)
+        self.exact = ExactReferences(runtime, prep) if float64 else None
 
     def __len__(self) -> int:
         return len(self.prep.variants)
 
-    def opinion(self, call: Any) -> Opinion:
-        """The judge's second opinion on a miss of this call's reference (engine/pipeline/judge/exact.py)."""
+    def opinion(self, call: Any) -> Opinion | None:
+        """The judge's second opinion on a miss of this call's reference (engine/pipeline/judge/exact.py); None where
+        the request asks for none (the upstream mode)."""
+        if self.exact is None:
+            return None
         fresh = self.prep.fresh or Fresh()
         if not fresh.active:
             return self.exact.opinion(call.variant, None)

@@ -70,6 +70,9 @@ class JudgeRequest:
     # the upstream mode on an imported robust-kbench or KernelBench task: the trials' seeds and draws as upstream's
     # own evaluation makes them (engine.pipeline.judge.configs.upstream_trial_seeds, TaskRuntime.upstream_draws)
     upstream_draws: bool = False
+    # a call that misses the task-dtype reference is compared again with the reference in float64
+    # (engine/pipeline/judge/exact.py); off in the upstream mode, whose benchmarks compare with the float32 one only
+    float64_opinion: bool = True
     # the share of the GPU's memory the judge may fill with prepared variants before it parks a config's variants in
     # host memory (engine/pipeline/judge/parking.py); 0 parks every one (the least GPU memory, the slowest check)
     gpu_keep: float = GPU_KEEP
