@@ -113,3 +113,31 @@ def test_the_correctness_verdict_names_the_configs_only_the_float64_reference_to
     assert _passed_with_notes(report) == f"; odd: {note} (and 1 more configs)"
     report.rows = [ConfigRow("plain", True)]
     assert _passed_with_notes(report) == ""
+
+
+@pytest.mark.parametrize("source, direction, config", [
+    ("llama_rmsnorm", "backward", "odd-small"),                                  # native, autograd through forward_fn
+    (FIXTURES / "robust_kbench" / "linear", "backward", None),                   # robust-kbench's AutogradFunction
+    (FIXTURES / "robust_kbench" / "linear", "forward", None),
+    (FIXTURES / "kernelbench" / "matmul_relu.py", "forward", None),              # a KernelBench Model's own weights
+], ids=["native-backward", "rkb-backward", "rkb-forward", "kernelbench"])
+def test_every_runtime_gives_its_reference_in_float64(source, direction, config):
+    """The widening reaches what each runtime computes with (model, inputs, grad_out, the call's fresh values): the
+    float64 reference has every floating output in float64 and agrees with the float32 one to float32 rounding."""
+    t = load_task(source)
+    rt = runtime_for(t, direction)
+    cfg = next(c for c in t.configs if c.name == config) if config else min(
+        t.configs, key=lambda c: sum(v for v in {**c.model_kwargs, **c.input_kwargs}.values()
+                                     if isinstance(v, int) and not isinstance(v, bool)))
+    s = Session(rt, cfg, lambda *a: None)
+    for call in s.check_job().calls[:2]:
+        f = s.prep.fresh
+        remake = (lambda ts, c=call: s.refs.rebuild(ts, c.seed, f.modes, f.alphas)) if f and f.active else None
+        ref64 = exact.reference64(s.runtime, s.prep, call.variant, remake)
+        ref32 = s.refs.for_call(call)
+        assert ref64 is not None and len(ref64) == len(ref32), (source, direction)
+        for a, b in zip(ref64, ref32):
+            if isinstance(b, torch.Tensor) and b.is_floating_point():
+                assert a.dtype == torch.float64 and a.shape == b.shape
+                scale = float(b.abs().max()) or 1.0
+                assert float((a - b.double()).abs().max()) <= 1e-4 * scale, (source, direction)
