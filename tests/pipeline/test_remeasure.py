@@ -402,7 +402,7 @@ def test_an_out_of_memory_while_checked_is_excused_only_when_the_configs_integri
         monkeypatch.setattr(analysis, "judge_check", lambda *a: (CorrectnessResult(False, RUNNER_OOM), integrity))
         req = SimpleNamespace(direction="forward", candidate={}, configs=[task.configs[0].name], trials=1,
                               integrity=True, timing=False, timing_configs=[], numerics=None,
-                              upstream_draws=False, gpu_keep=0.125)
+                              upstream_draws=False, gpu_keep=0.125, float64_opinion=True)
         runner = SimpleNamespace(
             jail_report=None, load=lambda *a: "", decoder=lambda local, hold=False: None, drop=lambda *a: None,
             configure=lambda header, tensors, deadline: msg.Configured(cid="c"),
