@@ -84,9 +84,8 @@ class Call:
             return self.digest
         refs = references(refs)
         ref, after = refs.expected(self)
-        opinion = refs.opinion(self) if hasattr(refs, "opinion") else None   # FreshReferences: the float64 one
         return digest_call(self, ref, refs.for_call(previous) if previous is not None else None, compose, tol, hasher,
-                           after, refs.mutated, opinion)
+                           after, refs.mutated, refs.opinion(self))
 
 
 @dataclass
@@ -173,7 +172,7 @@ def judge_check(job: Job, refs: list[tuple], compose: Callable[[int, list[Any]],
                 integrity = _why_wrong(call, d, correct_by_variant, job.calls[:n]) or integrity
         else:
             worst_abs, worst_rel = max(worst_abs, c.max_abs_err), max(worst_rel, c.max_rel_err)
-            exact += any(x.startswith(FLOAT64_NOTE) for x in c.details)
+            exact += d.float64
     if job.error:
         where = f" at call {job.error_index + 1}" if job.error_index >= 0 else ""
         what = "raised" if job.error_where == "call" else ("returned" if job.error_where == "output" else "failed")

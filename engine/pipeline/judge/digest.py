@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from engine.pipeline.judge.exact import Opinion
 
 Hasher = Callable[[Any], int]   # a contiguous tensor -> a hash of its bytes
-# a passing comparison's detail where only the float64 reference took the call (engine/pipeline/judge/exact.py)
+# what a correctness verdict says of calls only the float64 reference took (engine/pipeline/judge/exact.py)
 FLOAT64_NOTE = "within the tolerance of the reference computed in float64, not of the task-dtype reference"
 
 
@@ -43,6 +43,7 @@ class Digest:
     # wrong, but within fresh.MARGIN x the tolerance of its own reference on all but the mismatch budget: numerics
     # (a decision flip, a sum's order), which an output kept from another call of a separated config never is
     near: bool = False
+    float64: bool = False          # right only against the reference in float64 (engine/pipeline/judge/exact.py)
 
 
 class References:
@@ -63,6 +64,10 @@ class References:
 
     def expected(self, call: Call) -> tuple[tuple, tuple]:
         return self.for_call(call), ()
+
+    def opinion(self, call: Call) -> Opinion | None:
+        """No second opinion: these references are fixed per variant (FreshReferences gives the float64 one)."""
+        return None
 
 
 def references(refs: Any) -> Any:
@@ -105,8 +110,8 @@ def digest_call(call: Call, ref: tuple, previous: tuple | None, compose: Callabl
     in float64, engine/pipeline/judge/exact.py)."""
     got = compose(call.variant, list(call.outputs or []))
     c = tol.compare(got, ref)
-    if not c.ok and opinion is not None and (second := opinion(got, ref, c, tol)).ok:
-        second.details.append(f"{FLOAT64_NOTE} ({c.reason[:300]})")
+    float64 = not c.ok and opinion is not None and (second := opinion(got, ref, c, tol)).ok
+    if float64:
         c = second
     near = False
     if not c.ok:
@@ -121,7 +126,7 @@ def digest_call(call: Call, ref: tuple, previous: tuple | None, compose: Callabl
         previous = _beside(previous, ref)
         follows = tol.compare(got, previous).ok and not tol.compare(ref, previous).ok
     d = Digest(c, follows, constant(got, ref), tuple(_hashed(x, hasher) for x in got),
-               tuple(_hashed(x, hasher) for x in ref), near)
+               tuple(_hashed(x, hasher) for x in ref), near, float64)
     call.digest, call.outputs = d, None
     return d
 
