@@ -4,7 +4,7 @@
 
 int rmsnorm_backward_partial_rows(int rows);
 void rmsnorm_backward_launch(const float* g, const float* x, const float* w, float* dx, float* dw,
-                             float* partial, int rows, int n, float eps, cudaStream_t stream);
+                             double* partial, int rows, int n, float eps, cudaStream_t stream);
 
 std::vector<torch::Tensor> backward(torch::Tensor grad_y, torch::Tensor x, torch::Tensor weight,
                                     double eps) {
@@ -21,9 +21,9 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_y, torch::Tensor x, torch
     auto dx = torch::empty_like(xc);
     auto dw = torch::zeros_like(wc);  // stays zero when there are no rows
     const int prow = rows ? rmsnorm_backward_partial_rows((int)rows) : 0;
-    auto partial = torch::empty({(int64_t)prow, n}, xc.options());
+    auto partial = torch::empty({(int64_t)prow, n}, xc.options().dtype(torch::kFloat64));  // grad_w's partial sums
     rmsnorm_backward_launch(gc.data_ptr<float>(), xc.data_ptr<float>(), wc.data_ptr<float>(),
-                            dx.data_ptr<float>(), dw.data_ptr<float>(), partial.data_ptr<float>(),
+                            dx.data_ptr<float>(), dw.data_ptr<float>(), partial.data_ptr<double>(),
                             (int)rows, (int)n, (float)eps, c10::cuda::getCurrentCUDAStream());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return {dx, dw.view_as(weight)};
