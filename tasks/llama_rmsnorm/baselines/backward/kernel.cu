@@ -9,7 +9,7 @@
 // ~2% of the traffic on the bench). Longer rows take two sweeps, partials accumulated in global.
 // Precision: grad_w sums g * x * r over every row (16,384 on robust-kbench's folder, where the tolerance is
 // atol = rtol = 1e-5). In float32 that sum's rounding is of the order of the tolerance on small entries whatever the
-// order (an emulation of this kernel's order put 3 of 512 columns outside it; on an H200, 36 of 4096 were), so r,
+// order (scripts/emulate_rmsnorm_bwd_sums.py: 4 of 512 columns outside it; on an H200, 36 of 4096 were), so r,
 // the products and every partial sum of grad_w are doubles: an FP64 multiply-add per element, far below what the
 // memory traffic costs. grad_x keeps float32 arithmetic, with r and its cube term rounded once from double.
 #include <cuda_runtime.h>
