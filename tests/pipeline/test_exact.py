@@ -83,12 +83,35 @@ def test_a_wrong_kernel_fails_against_both_and_costs_at_most_tries_float64_refer
     assert 1 <= len(asked) <= exact.TRIES
 
 
+def test_the_references_own_float32_casts_are_what_rescue_the_exact_kernel(task, monkeypatch):
+    """The fixture's reference takes its sum on `x.float()` (as robust-kbench's llama_rmsnorm takes its rms): followed
+    into float32, that cast rounds the second opinion as much as the first, and the exact kernel fails both."""
+    import contextlib
+    monkeypatch.setattr(exact, "keeping_float64", contextlib.nullcontext)
+    s = _session(task, lambda x, shift: x.clone())
+    corr, _ = s.judge_check(s.check_job())
+    assert not corr.ok and "outside" in corr.reason
+
+
+def test_float32_casts_of_float64_tensors_stay_float64_and_nothing_else_changes():
+    x, y = torch.randn(3, dtype=torch.float64), torch.randn(3)
+    with exact.keeping_float64():
+        kept = [x.float(), x.to(torch.float32), x.to("cpu", torch.float32), x.to(dtype=torch.float32),
+                x.type(torch.float32), x.type("torch.FloatTensor")]
+        others = [(y.double(), torch.float64), (y.float(), torch.float32), (x.to(torch.float16), torch.float16),
+                  (x.to(torch.int32), torch.int32), (y.to(torch.float32), torch.float32)]
+    assert all(t.dtype == torch.float64 and torch.equal(t, x) for t in kept)
+    assert all(t.dtype == want for t, want in others)
+    assert x.float().dtype == torch.float32    # outside the mode, a cast is a cast
+
+
 def test_a_reference_that_cannot_stay_in_float64_gives_no_second_opinion(task, monkeypatch):
-    """A reference that fixes its dtype (here: the model's forward casts back to float32) returns no float64
-    outputs: the judge takes no opinion from it and the first comparison stands."""
+    """A reference that fixes its dtype (here: the model's forward writes into a float32 buffer it makes) returns no
+    float64 outputs: the judge takes no opinion from it and the first comparison stands."""
     s = _session(task, lambda x, shift: x.clone())
     real = s.runtime.ref.forward_fn
-    monkeypatch.setattr(s.runtime.ref, "forward_fn", lambda x, shift: real(x, shift).float())
+    monkeypatch.setattr(s.runtime.ref, "forward_fn",
+                        lambda x, shift: torch.empty(x.shape, dtype=torch.float32).copy_(real(x, shift)))
     call = s.check_job().calls[0]
     assert exact.reference64(s.runtime, s.prep, call.variant, _remake(s, call)) is None
 

@@ -9,8 +9,11 @@ within that rounding of zero may fall either way. A call whose outputs match the
 in value is compared once more, at the task's own tolerance, against the reference in float64 (its model, its inputs
 and the call's fresh values widened; the result rounded to the outputs' dtypes): within that, it is correct. Nothing
 is loosened: the tolerance is the task's, and the float64 values are what the float32 ones approximate. A reference
-that cannot run in float64 (it fixes a dtype) gives no second opinion, one whose random draws depend on the dtype
-gives one that matches nothing: either way the first comparison stands.
+that casts to float32 itself (robust-kbench's llama_rmsnorm computes its rms from `x.float()`, meant to lift half
+precision) keeps float64 there: otherwise the second opinion carries that float32 rounding too, of the order of the
+tolerance on that folder, and an exact kernel misses it. A reference that cannot run in float64 (it fixes a dtype
+some other way) gives no second opinion, one whose random draws depend on the dtype gives one that matches nothing:
+either way the first comparison stands.
 
 Each config's checked calls get at most TRIES second opinions that do not rescue the call: a wrong kernel costs the
 judge that many float64 references, not one per call. The judge's own lack of memory for one is no second opinion.
@@ -54,6 +57,34 @@ def widened(x: Any) -> Any:
 Remake = Callable[[list[Any]], list[Any]]   # a variant's argument tensors -> the call's fresh ones
 
 
+def _as64(a: Any) -> Any:
+    import torch
+    if a is torch.float32:
+        return torch.float64
+    return a.replace("FloatTensor", "DoubleTensor") if isinstance(a, str) and a.endswith("FloatTensor") else a
+
+
+def keeping_float64() -> Any:
+    """A torch function mode under which a float64 tensor cast to float32 (`.float()`, `.to(torch.float32)`,
+    `.type(torch.float32)`) stays float64: the reference's own casts do not round its second opinion."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    casts = (torch.Tensor.to, torch.Tensor.type)
+
+    class KeepFloat64(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if args and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.float64:
+                if func is torch.Tensor.float:
+                    return args[0]
+                if func in casts:
+                    args = (args[0], *(_as64(a) for a in args[1:]))
+                    kwargs = {k: _as64(a) if k == "dtype" else a for k, a in kwargs.items()}
+            return func(*args, **kwargs)
+    return KeepFloat64()
+
+
 def reference64(runtime: TaskRuntime, prep: Prepared, v: int, remake: Remake | None) -> tuple | None:
     """The reference of a call of variant `v` (as engine/pipeline/judge/fresh.py's `expected_of` computes it: on the
     tensors `remake` gives the call, or on the variant's own inputs where it has no fresh values), with the setup and
@@ -68,9 +99,11 @@ def reference64(runtime: TaskRuntime, prep: Prepared, v: int, remake: Remake | N
                 tree = wire.encode_args(tuple(var.plan.args), tensors)
                 args = tuple(wire.decode_args(tree, [widened(t) for t in remake(tensors)]))
                 del tensors
-                out = tuple(seeded(var.plan.call_seed, lambda: runtime.fresh_reference(args)))
+                with keeping_float64():
+                    out = tuple(seeded(var.plan.call_seed, lambda: runtime.fresh_reference(args)))
             else:   # the variant's own inputs, as `prepare` computed its reference
-                out = tuple(seeded(var.plan.call_seed, lambda: runtime.reference(runtime.inputs())))
+                with keeping_float64():
+                    out = tuple(seeded(var.plan.call_seed, lambda: runtime.reference(runtime.inputs())))
         except torch.OutOfMemoryError:
             return None
         except Exception:  # noqa: BLE001 - the task's reference in float64: a second opinion, not a verdict
