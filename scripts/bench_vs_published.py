@@ -1,7 +1,7 @@
 """robust-kbench's published kernels against kbench's baselines, on robust-kbench's own task folders, in one run.
 
     python scripts/bench_vs_published.py CHECKOUT [--pairs mnist_linear:backward,...] [--on folder|builtin]
-                                         [--upstream] [--out TABLE.md] [--json ROWS.json] [--build]
+                                         [--upstream] [--out TABLE.md] [--json ROWS.json] [--build] [--jobs N]
 
 CHECKOUT is a robust-kbench checkout (SakanaAI/robust-kbench): `tasks/<task>/` (func_*.py, config_*.json) and
 `highlighted/<task>/<direction>/kernel.cu`, its published kernels. Every published (task, direction) is a row, and so
@@ -19,22 +19,32 @@ fault, and the geometric mean of its speedups over eager. The markdown table goe
 
 Where no GPU is visible nothing can be measured: the script says so, prints the table of what it would run (each
 row `no GPU`) and exits 3; `--build` compiles every kernel first, to check the builds on such a machine.
+
+Before any measurement every kernel of the table is compiled, `--jobs` at a time (default: half the cores, at most 8),
+into kbench's build cache, so the GPU then measures one kernel after another without waiting on nvcc; each build's
+outcome is one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.candidates import load_candidate  # noqa: E402
+from engine.harness.build import stage as builds  # noqa: E402
 from engine.harness.device_info import no_gpu_visible  # noqa: E402
 from engine.harness.stats import geomean  # noqa: E402
-from engine.pipeline.eval_types import EvalOptions
+from engine.harness.toolchain_cache import cached_toolchain  # noqa: E402
+from engine.pipeline import eval_mode  # noqa: E402
+from engine.pipeline.eval_types import EvalOptions  # noqa: E402
 from engine.pipeline.evaluate import evaluate  # noqa: E402
 from engine.tasks.loader import builtin_task_names, load_task  # noqa: E402
 from engine.tasks.model import ALL_CONFIGS, direction_configs  # noqa: E402
@@ -61,8 +71,37 @@ def kernels(checkout: Path, name: str, direction: str) -> list[tuple[str, Path |
     return [(PUBLISHED, published if published.is_file() else None), (BASELINE, builtin)]
 
 
+def _task(checkout: Path, name: str, on: str):
+    return load_task(checkout / "tasks" / name if on == "folder" else name)
+
+
+def prebuild(checkout: Path, pairs: list[tuple[str, str]], on: str, mode: str, jobs: int) -> int:
+    """Compile every kernel of the table, `jobs` at a time, with the flags its evaluation will use (the mode's),
+    into the build cache its evaluation reads; one line each on stderr. Returns how many failed."""
+    cache_root = EvalOptions().cache_root
+    base = cached_toolchain(cache_root)
+    work = []
+    for name, direction in pairs:
+        flags = eval_mode.plan(_task(checkout, name, on), direction, mode).nvcc_flags
+        tc = replace(base, extra_nvcc=flags) if flags else base
+        work += [(f"{name} {direction} {who}", path, tc) for who, path in kernels(checkout, name, direction) if path]
+
+    def one(item):
+        label, path, tc = item
+        return label, builds.build_candidate(load_candidate(path), cache_root, tc)
+
+    failed = 0
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        for label, built in pool.map(one, work):
+            failed += not built.ok
+            print(f"built {label}: " + (f"ok in {built.seconds:.1f} s" + (" (cached)" if built.cache_hit else "")
+                                        if built.ok else f"failed: {' '.join(str(built.error).split())[:160]}"),
+                  file=sys.stderr, flush=True)
+    return failed
+
+
 def measure(checkout: Path, name: str, direction: str, on: str, mode: str, measure_gpu: bool) -> list[dict]:
-    task = load_task(checkout / "tasks" / name if on == "folder" else name)
+    task = _task(checkout, name, on)
     configs = direction_configs(task, direction)
     if on == "builtin":
         configs = [c for c in configs if c.startswith("rkb-")]
@@ -129,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
     ap.add_argument("--json", type=Path, default=None, help="every row, with per-config figures and verdicts")
     ap.add_argument("--build", action="store_true", help="without a GPU: compile every kernel anyway")
+    ap.add_argument("--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
+                    help="kernels compiled at once before the measurements")
     args = ap.parse_args(argv)
     if not (args.checkout / "tasks").is_dir():
         print(f"bench_vs_published: {args.checkout} has no tasks/ folder: not a robust-kbench checkout",
@@ -140,10 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_vs_published: no CUDA GPU is visible ({why}): nothing can be measured"
               + ("; compiling every kernel" if args.build else "; the table below is what a GPU run measures"),
               file=sys.stderr, flush=True)
+    mode = "upstream" if args.upstream else "kbench"
+    if why is None or args.build:
+        prebuild(args.checkout, pairs, args.on, mode, args.jobs)
     rows: list[dict] = []
     for name, direction in pairs:
-        rows.extend(measure(args.checkout, name, direction, args.on, "upstream" if args.upstream else "kbench",
-                            why is None or args.build))
+        rows.extend(measure(args.checkout, name, direction, args.on, mode, why is None or args.build))
         if args.json:   # after each pair: a run cut short keeps what it measured
             args.json.write_text(json.dumps(rows, indent=1))
     text = table(rows)

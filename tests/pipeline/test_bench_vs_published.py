@@ -47,3 +47,46 @@ def test_without_a_gpu_the_script_says_so_and_prints_what_it_would_run(tmp_path)
 def test_a_folder_that_is_not_a_checkout_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "not a robust-kbench checkout" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_vs_published", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("upstream", [False, True], ids=["kbench", "upstream"])
+def test_every_kernel_is_compiled_first_jobs_at_a_time_with_its_modes_flags(tmp_path, monkeypatch, upstream):
+    """The prebuild compiles each kernel of the table once, with the nvcc flags its evaluation will use (upstream's
+    mode adds --use_fast_math), several at once; a failed build is counted and said, not raised. The real builds
+    through this path were seen on the 2-core box: one nvcc failure, one extension built, then read from the cache
+    by the evaluation that followed."""
+    import threading
+    import time
+    from types import SimpleNamespace
+    mod = _script()
+    checkout = _checkout(tmp_path / "rkb")
+    (checkout / "highlighted" / "linear" / "backward").mkdir(parents=True)
+    shutil.copy(FIXTURES / "robust_kbench" / "candidates" / "linear_backward_correct.cu",
+                checkout / "highlighted" / "linear" / "backward" / "kernel.cu")
+    seen, running, peak, lock = [], [0], [0], threading.Lock()
+
+    def fake_build(candidate, cache_root, toolchain, **kw):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.3)
+        with lock:
+            running[0] -= 1
+            seen.append((candidate.source_hash, tuple(toolchain.extra_nvcc or ())))
+        ok = len(seen) != 1
+        return SimpleNamespace(ok=ok, seconds=0.3, cache_hit=False, error=None if ok else "nvcc: expected a ')'")
+    monkeypatch.setattr(mod.builds, "build_candidate", fake_build)
+    pairs = [("linear", "forward"), ("linear", "backward"), ("mnist_pool", "forward"), ("mnist_pool", "backward")]
+    failed = mod.prebuild(checkout, pairs, "folder", "upstream" if upstream else "kbench", jobs=2)
+    kernels = [p for n, d in pairs for _, p in mod.kernels(checkout, n, d) if p]
+    assert len(seen) == len(kernels) == 4 and len({h for h, _ in seen}) == 4
+    assert failed == 1 and peak[0] == 2
+    assert all(("--use_fast_math" in flags) == upstream for _, flags in seen), seen
