@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 import uuid
 
@@ -87,16 +88,29 @@ def test_the_app_says_the_first_session_waits_for_the_precompiled_header(user, t
 PCH_REFERENCE_S = 40.0     # torch's precompiled header on the idle 2-core box (BENCHMARKS.md, a KernelBench typo)
 
 
+def _children_cpu() -> float:
+    """User + system seconds of every child this process has waited for, and of the children they waited for."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 @pytest.mark.slow
 def test_a_kernelbench_typo_is_reported_in_seconds_naming_its_line(user):
     """A one-character typo in a ModelNew's CUDA source: the compile verdict quotes nvcc's error and the line, in
     under 30 s of build on an idle 2-core machine (torch's precompiled header, built once per machine, aside).
-    Other work on the machine stretches every compile by its load, so the bound does too."""
+    Other work on the machine stretches the wall time, so that bound scales with the load. The load average lags,
+    and a shared machine's other tenants are not in it: one CI run measured 63 s of wall for this build at load 1.5
+    per CPU, on a day its whole run took 2.6x as long as usual. So the build also passes on the CPU time the command
+    and every process it waited for spent, which contention does not stretch: 45 s, since the build runs its
+    compilers side by side (46 s of CPU in 28.5 s of wall at load 0.6 on the 2-core box, 2026-12-01). Either bound
+    scales with how much slower this machine built torch's header than the reference box; minutes fail both."""
     cand = user.cwd / "swish_typo.py"
     cand.write_text((KB / "candidates" / "scaled_swish_compile_error.py").read_text()
                     + f"\n# {uuid.uuid4().hex}: a source of its own, so no earlier build of it is in the cache\n")
     load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    cpu0 = _children_cpu()
     out = user.run("eval", str(KB / "scaled_swish.py"), str(cand), "--json", env=NO_GPU, timeout=900)
+    cpu = _children_cpu() - cpu0
     assert out.returncode == 1, out.stdout + out.stderr
     report = json.loads(out.stdout)
     compile_ = next(v for v in report["verdicts"] if v["stage"] == "compile")
@@ -105,14 +119,14 @@ def test_a_kernelbench_typo_is_reported_in_seconds_naming_its_line(user):
     assert "y[i] = scal * x[i]" in compile_["reason"]                      # the offending line, quoted
     steps = report["build"]["steps"]
     took = report["build"]["seconds"] - steps.get("pch", 0.0)
-    # the one-minute load average lags: the higher of its figures before and after stands for the build's
     load = max(load, os.getloadavg()[0] / (os.cpu_count() or 1))
-    # A shared CI machine can be slower than its load says (another tenant's work is not in our load average).
     # The test run's own build of torch's header measured the machine (tests/prebuilt_pch.py): that build took
     # 40 s on the idle 2-core box the 30 s were set on (BENCHMARKS.md), so a slower one stretches the bound.
     slower = max(steps.get("pch", 0.0), prebuilt_pch.built_seconds() or 0.0) / PCH_REFERENCE_S
-    assert took < 30 * max(1.0, load, slower), (f"{took:.1f} s at load {load:.1f} per CPU, the header build "
-                                                 f"{slower:.1f}x the reference box's; steps {steps}")
+    print(f"TYPO-BUILD cpu {cpu:.1f} s, wall {took:.1f} s, load {load:.2f} per CPU, header build {slower:.2f}x")
+    assert took < 30 * max(1.0, load, slower) or cpu < 45 * max(1.0, slower), (
+        f"{took:.1f} s of wall at load {load:.1f} per CPU, {cpu:.1f} s of CPU, the header build {slower:.1f}x the "
+        f"reference box's; steps {steps}")
     assert "kbench_torch.h" in compile_["data"]["log"]      # main.cpp was compiled against the precompiled header
 
 
