@@ -32,7 +32,6 @@ import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,8 +81,7 @@ def prebuild(checkout: Path, pairs: list[tuple[str, str]], on: str, mode: str, j
     base = cached_toolchain(cache_root)
     work = []
     for name, direction in pairs:
-        flags = eval_mode.plan(_task(checkout, name, on), direction, mode).nvcc_flags
-        tc = replace(base, extra_nvcc=flags) if flags else base
+        tc = eval_mode.plan(_task(checkout, name, on), direction, mode).candidate_toolchain(base)
         work += [(f"{name} {direction} {who}", path, tc) for who, path in kernels(checkout, name, direction) if path]
 
     def one(item):

@@ -17,13 +17,17 @@ without kbench's float64 second opinion (engine/pipeline/judge/exact.py), which 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from engine.config.sections import EVAL_MODES as MODES
 from engine.config.sections import MODE_TRIALS
 from engine.errors import KbenchError
 from engine.harness.numerics import Numerics
 from engine.tasks.model import ALL_CONFIGS, UPSTREAM_TAG, Task, direction_configs
+
+if TYPE_CHECKING:
+    from engine.harness.toolchain import Toolchain
 
 KBENCH, UPSTREAM = MODES
 OWN_TRIALS = MODE_TRIALS[KBENCH]
@@ -58,6 +62,12 @@ class ModePlan:
         """Whether a call that misses the float32 reference is compared with the float64 one (engine/pipeline/judge/
         exact.py): not in the upstream mode, whose benchmarks compare with their float32 reference only."""
         return self.mode != UPSTREAM
+
+    def candidate_toolchain(self, base: Toolchain) -> Toolchain:
+        """The toolchain the candidate's build runs under this mode: the machine's, with the mode's nvcc flags. The
+        one place that says so, so a prebuild (scripts/bench_vs_published.py) fills the cache entries the
+        evaluation then reads."""
+        return replace(base, extra_nvcc=self.nvcc_flags) if self.nvcc_flags else base
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "float64_opinion": self.float64_opinion, "configs": self.configs,

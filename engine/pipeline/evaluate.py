@@ -114,7 +114,7 @@ def evaluate(task: Task, candidate: Candidate, direction: str, options: EvalOpti
             return report
     say(f"compiling {candidate.format} candidate {candidate.source_hash}")
     base_toolchain = cached_toolchain(opts.cache_root)   # no torch import here: an earlier run's detection
-    toolchain = replace(base_toolchain, extra_nvcc=mode.nvcc_flags) if mode.nvcc_flags else base_toolchain
+    toolchain = mode.candidate_toolchain(base_toolchain)
     if (wait := expected_wait(candidate, opts.cache_root, toolchain)) is not None:
         say(wait)
     build = builds.build_candidate(candidate, opts.cache_root, toolchain, timeout_s=opts.build_timeout_s)

@@ -117,3 +117,15 @@ def test_the_plan_groups_an_imported_folders_configs_by_settings_mode():
     assert fwd.upstream_draws and bwd.upstream_draws                   # upstream's own code: its seeds and draws
     assert not eval_mode.plan(task, "forward", "kbench").upstream_draws
     assert "upstream's trial seeds" in fwd.describe()
+
+
+
+def test_the_candidates_toolchain_is_the_machines_with_the_modes_flags():
+    # evaluate() and the published-kernel prebuild both ask the plan, so a prebuild fills the entries evaluate reads
+    from tests.harness.test_toolchain_cache import fake_toolchain
+    base = fake_toolchain()
+    task = load_task("mnist_linear")
+    assert eval_mode.plan(task, "forward", "kbench").candidate_toolchain(base) == base
+    upstream = eval_mode.plan(task, "forward", "upstream").candidate_toolchain(base)
+    assert upstream.extra_nvcc == ("--use_fast_math",) and upstream.key() != base.key()
+    assert upstream.archs == base.archs and upstream.nvcc == base.nvcc
