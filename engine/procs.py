@@ -243,6 +243,18 @@ class StandbyChild:
         finally:
             self._tmp.cleanup()
 
+    def let_go(self, grace_s: float) -> None:
+        """Not needed: EOF on its stdin and `grace_s` to exit by itself (removing its runner's folder), then
+        stopped (0: at once)."""
+        if grace_s > 0:
+            try:
+                if self.proc.stdin is not None:
+                    self.proc.stdin.close()
+                self.proc.wait(timeout=grace_s)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass            # stopped below all the same
+        self.stop()
+
     def discard(self) -> None:
         """Not needed after all: close its stdin (it cleans up and exits), then make sure of it."""
         try:

@@ -279,6 +279,8 @@ ROOMS: tuple[tuple[str, str], ...] = (
          "and read, the verdicts and the report"),
     ("judge", "the judge process: trusted, never runs candidate code; references, comparison, timing"),
     ("runner", "the processes that run candidate code, jailed before it loads: the runner, the profile child"),
+    ("keeper", "the keeper of a kept judge: a detached kbench process holding one standby judge between `kbench "
+               "eval` commands, stopping it when the command that claimed it goes"),
     ("protocol", "what crosses between them: the request and result files, control messages, wire, arena"),
     ("timer", "kbench's compiled timing helper, loaded by the judge and the runner"),
 )

@@ -1,8 +1,14 @@
 """`kbench eval` of a built candidate, side by side in one call: this tree with fresh baselines (cold), this tree
-with the baselines it keeps on disk (cached), and an older tree the same way; N rounds, interleaved.
+with the baselines it keeps on disk (cached), the same claiming the judge the previous command kept (kept judge),
+and an older tree the same way; N rounds, interleaved, `--pause` seconds between commands (a person reading the
+verdict: the time a kept judge has to come up).
 
     python scripts/bench_eval.py [--task llama_rmsnorm] [--candidate DIR] [--old OLD_TREE] [-n 5] [--json F]
-                                 [--nvml-stand-in]
+                                 [--pause 8] [--nvml-stand-in]
+
+Only the "kept judge" runs keep a judge for the next command (`[eval] keep_judge_s`, engine/pipeline/kept_judge.py),
+in a state folder of their own, so no other run claims it; the rest run with KBENCH_KEEP_JUDGE_S=0. The judges
+still kept at the end are ended.
 
 Each run is the CLI a person runs, `python -m engine.cli eval TASK CANDIDATE --json` in a process of its own,
 with the tree on PYTHONPATH, from a neutral folder, with kbench's defaults (a private KBENCH_CACHE, shared by the
@@ -79,7 +85,8 @@ def run_once(tree: Path, args: list[str], env: dict[str, str], work: Path, old: 
     elif marks.is_file() and (lines := marks.read_text().splitlines()):
         row["request_at"] = json.loads(lines[0])["request_at"]
     row["judge"] = ph.get("judge")
-    row["judge_start"] = ph.get("judge.judge_start", ph.get("judge.standby_up"))
+    # a kept judge was up before the command began: nothing of its start was waited for
+    row["judge_start"] = 0.0 if ph.get("judge.kept") == 1.0 else ph.get("judge.judge_start", ph.get("judge.standby_up"))
     row["judge_idle"] = ph.get("judge.standby_idle")
     return row
 
@@ -110,6 +117,15 @@ def table(runs: dict[str, list[dict]]) -> str:
     return "\n".join(out)
 
 
+def _end_kept(state: Path) -> None:
+    """The keepers the kept-judge runs left (their judges' supervisors go with them: parent-death signal)."""
+    for path in state.glob("kbench/kept/*/keeper.json"):
+        try:
+            os.kill(int(json.loads(path.read_text())["pid"]), signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+
+
 def _cut(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -122,6 +138,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=5, help="rounds (default 5)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--nvml-stand-in", action="store_true", help="run the judge path on a machine without a GPU")
+    ap.add_argument("--pause", type=float, default=8.0, help="seconds between commands (default 8)")
     args = ap.parse_args()
     # a run cut by its caller's time limit (SIGTERM) still prints the table of the rounds it finished
     signal.signal(signal.SIGTERM, _cut)
@@ -129,9 +146,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kbench-bench-eval-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KBENCH_", "PYTHONPATH"))}
     env.update(KBENCH_CACHE=str(work / "cache"), CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"),
-               BENCH_OUTER_PATH=os.environ.get("PYTHONPATH", ""))
+               BENCH_OUTER_PATH=os.environ.get("PYTHONPATH", ""), KBENCH_KEEP_JUDGE_S="0",
+               XDG_STATE_HOME=str(work / "state"), XDG_RUNTIME_DIR="")
     if args.nvml_stand_in:
         env["BENCH_STAND_IN"] = "1"
+    kept_env = {**env, "KBENCH_KEEP_JUDGE_S": "300", "XDG_STATE_HOME": str(work / "kept-state")}
     old_tree = Path(args.old).resolve() if args.old else None
     # a tree from before the early judge has no start.* phases: its judge call is timed by OLD_BOOT's wrapper
     old_boot = old_tree is not None and not (old_tree / "engine" / "pipeline" / "early_judge.py").is_file()
@@ -146,23 +165,28 @@ def main() -> int:
             raise SystemExit(f"cut during {name}'s first evaluation: nothing measured") from None
         print(f"{name}: first evaluation (build, helper, baselines) {time.monotonic() - t0:.1f} s, exit "
               f"{first.get('rc')}", file=sys.stderr, flush=True)
-    kinds = [("this tree, --fresh-baselines", REPO, False, ["--fresh-baselines"]),
-             ("this tree, cached", REPO, False, [])]
+    kinds = [("this tree, --fresh-baselines", REPO, False, ["--fresh-baselines"], env),
+             ("this tree, cached", REPO, False, [], env),
+             ("this tree, cached, kept judge", REPO, False, [], kept_env)]
     if old_tree:
-        kinds += [("old tree, --fresh-baselines", old_tree, old_boot, ["--fresh-baselines"]),
-                  ("old tree, cached", old_tree, old_boot, [])]
+        kinds += [("old tree, --fresh-baselines", old_tree, old_boot, ["--fresh-baselines"], env),
+                  ("old tree, cached", old_tree, old_boot, [], env)]
+    run_once(REPO, ["eval", args.task, cand, "--json"], kept_env, work, False)   # leaves the first kept judge
     runs: dict[str, list[dict]] = {k[0]: [] for k in kinds}
     done = 0
     try:
         for i in range(args.n):
-            for kind, tree, old, extra in kinds:
-                row = run_once(tree, ["eval", args.task, cand, "--json", *extra], env, work, old)
+            for kind, tree, old, extra, kind_env in kinds:
+                time.sleep(args.pause)
+                row = run_once(tree, ["eval", args.task, cand, "--json", *extra], kind_env, work, old)
                 runs[kind].append(row)
                 print(f"round {i + 1} {kind}: {json.dumps({k: v for k, v in row.items() if k != 'phases'})}",
                       file=sys.stderr, flush=True)
             done = i + 1
     except KeyboardInterrupt:
         print(f"cut during round {done + 1}: the table holds what was measured", file=sys.stderr, flush=True)
+    finally:
+        _end_kept(work / "kept-state")
     device = next((r.get("device") for rows in runs.values() for r in rows if r.get("device")), {})
     print(f"`kbench eval {args.task}` of a built candidate, {done} of {args.n} rounds whole, on "
           f"{device.get('gpu') or 'no GPU'} (driver {device.get('driver')}, torch {device.get('torch')})\n")

@@ -22,6 +22,9 @@ from engine.config.env import env_raw
 from tests.paths import REPO
 
 os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+# `kbench eval` leaves a judge up for the next command (engine/pipeline/kept_judge.py); in the suite only the tests
+# of that feature ask for one (tests/acceptance/test_kept_judge.py), so no test's judge is claimed by another's
+os.environ.setdefault("KBENCH_KEEP_JUDGE_S", "0")
 
 # A test run started in the background (a non-interactive shell's `cmd &`, a CI runner) inherits SIGINT ignored, and
 # every kbench the tests start would inherit that too and never see a test's Ctrl-C. Python's own handler here

@@ -17,7 +17,9 @@ def user_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GIT_", "KBENCH_", "XDG_")) and not k.endswith(("_API_KEY", "_TOKEN"))}
-    env.update(HOME=str(home), CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"), **(extra or {}))
+    # no judge kept between commands (engine/pipeline/kept_judge.py) unless the test asks for one in `extra`
+    env.update(HOME=str(home), CUDA_HOME=os.environ.get("CUDA_HOME", "/usr/local/cuda"), KBENCH_KEEP_JUDGE_S="0",
+               **(extra or {}))
     return env
 
 

@@ -17,8 +17,10 @@ from engine.config.load import load_config
 from engine.eval_records import record
 from engine.pipeline import eval_mode
 from engine.pipeline.baseline_cache import FRESH, USE
+from engine.pipeline.early_judge import helper_timer
 from engine.pipeline.eval_types import EvalOptions, options_from_config
 from engine.pipeline.evaluate import evaluate, profile_after
+from engine.pipeline.kept_judge import keep_for_next, keep_seconds
 from engine.pipeline.report import render, render_profile
 from engine.tasks.glue.generated import load_for_task
 from engine.tasks.loader import load_task
@@ -59,6 +61,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(render_profile(report, verdict=True))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
+    _keep_a_judge(report, opts, args.gpu, quiet)
     j = report.judgement
     if j.passed:
         return 0
@@ -87,3 +90,18 @@ def _keep_for_export(report, task, direction: str, candidate, opts: EvalOptions,
         return
     if rec is not None and not quiet:
         print(f"verdict recorded for `kbench export --from-dir`: {rec.summary}", file=sys.stderr)
+
+
+def _keep_a_judge(report, opts: EvalOptions, gpu: int | None, quiet: bool) -> None:
+    """After an evaluation that reached a judge, leave one up for the next `kbench eval` on this GPU
+    (engine/pipeline/kept_judge.py), and say so: a process that outlives the command is never a surprise."""
+    idle_s = keep_seconds(opts.keep_judge_s)
+    if "judge" not in report.phases or idle_s <= 0 or (timer := helper_timer(opts.cache_root)) is None:
+        return
+    try:
+        started = keep_for_next(timer, gpu, idle_s)
+    except OSError:              # a full or read-only home: the next command starts its own judge
+        return
+    if started and not quiet:
+        print(f"… a judge stays up {idle_s:.0f} s for the next `kbench eval` on this GPU "
+              "([eval] keep_judge_s = 0: none)", file=sys.stderr)

@@ -183,6 +183,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"[eval] library_policy: expected pure or engineering, got {cfg.eval.library_policy!r}.")
     if cfg.eval.mode not in EVAL_MODES:
         raise ConfigError(f"[eval] mode: expected {' or '.join(EVAL_MODES)}, got {cfg.eval.mode!r}.")
+    if cfg.eval.keep_judge_s < 0:
+        raise ConfigError(f"[eval] keep_judge_s is a number of seconds, 0 for none; got {cfg.eval.keep_judge_s}.")
     if not 0.0 <= cfg.eval.gpu_keep <= 1.0:
         raise ConfigError(f"[eval] gpu_keep is a share of the GPU's memory, from 0 to 1; got {cfg.eval.gpu_keep}.")
     for problem in cfg.timing.problems():   # the first, as every rule here

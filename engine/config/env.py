@@ -40,6 +40,8 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("KBENCH_JAIL_LIMITS", "", "limits for every jailed step (compilers, the KernelBench import, the runner, "
                                      "the profiler): `memory=8G,processes=256,file=1G,scratch=4G,output=4M,"
                                      "open_files=4096`, any subset (INTEGRITY.md, \"Limits\")"),
+    EnvVar("KBENCH_KEEP_JUDGE_S", "", "seconds `kbench eval` keeps a judge up for the next `kbench eval` on the "
+                                      "same GPU; 0: none (else `[eval] keep_judge_s`, 300)"),
     EnvVar("KBENCH_WORKSPACE_GC_EVERY", "200", "run `git gc --auto` in the workspace every this many commits; 0: never"),
     EnvVar("KBENCH_SECRETS_FD", "", "internal: the pipe through which kbench hands the API keys to itself when it "
                                     "re-executes without them in its environment (engine.secrets)"),

@@ -139,6 +139,9 @@ class EvalConfig:
     # The share of the GPU's memory the judge may keep prepared inputs and references in; a config whose variants
     # would take more is parked in host memory between uses (less GPU memory, a slower check). 0: always park.
     gpu_keep: float = GPU_KEEP
+    # `kbench eval` leaves a judge up (its runner jailed, CUDA ready, no candidate) for this many seconds, for the
+    # next `kbench eval` on the same GPU to claim instead of starting one (engine/pipeline/kept_judge.py); 0: none
+    keep_judge_s: float = 300.0
 
 
 @dataclass(frozen=True)

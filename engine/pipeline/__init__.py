@@ -7,6 +7,8 @@ A module's folder says which process runs it, the one thing a reader of a trust 
 - `judge/`: the judge process (`python -m engine.pipeline.judge`), trusted, never running candidate code;
 - `runner/`: the processes that run candidate code, jailed before it loads (`python -m engine.pipeline.runner`,
   one per candidate; the profile child);
+- `keeper/`: the keeper of a kept judge (`python -m engine.pipeline.keeper`), a detached kbench process that holds
+  one standby judge between `kbench eval` commands (kept_judge.py is its client);
 - `protocol/`: what crosses between them (the request and result files, the control messages and their wire
   format, the shared-memory arena, the timing helper's one call): imports neither side;
 - `timer/`: kbench's compiled timing helper, which both the judge and the runner load.

@@ -20,7 +20,6 @@ phases say when the judge was started, when it was up, and when the request reac
 
 from __future__ import annotations
 
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from engine.harness.build.cache import _read_entry, entry_dir
 from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain_cache import cached_toolchain
 from engine.pipeline import timer as timers
+from engine.pipeline.kept_judge import KeptJudge, claim
 from engine.pipeline.protocol.result import STANDBY_STATE, StandbyState
 from engine.pipeline.protocol.types import TimerSpec
 from engine.procs import StandbyChild, process_age
@@ -44,12 +44,14 @@ def process_start() -> float:
 
 @dataclass
 class EarlyJudge:
-    """A standby judge for one evaluation, or the reason there is none (`why_not`)."""
-    child: StandbyChild | None
+    """A standby judge for one evaluation (started now, or kept from an earlier `kbench eval`: `kept`), or the
+    reason there is none (`why_not`)."""
+    child: StandbyChild | KeptJudge | None
     timer: TimerSpec | None
     origin: float                      # time.monotonic() at this process's start
     spawned_at: float | None = None    # time.monotonic() when the judge was started
     why_not: str = ""
+    kept: bool = False                 # claimed from an earlier command's keeper (engine/pipeline/kept_judge.py)
     handed: bool = False               # the request went to it
     interrupted: bool = False          # the command was interrupted: close at once
     phases: dict[str, float] = field(default_factory=dict)
@@ -57,7 +59,7 @@ class EarlyJudge:
     def since_start(self, t: float) -> float:
         return round(t - self.origin, 3)
 
-    def take(self, timer: TimerSpec) -> StandbyChild | None:
+    def take(self, timer: TimerSpec) -> StandbyChild | KeptJudge | None:
         """The judge, for a request timed with `timer`; None (and it is let go) where it runs another helper,
         has died, or said it did not come up (its trouble is not the candidate's: the caller starts one cold).
         A judge still warming up is taken: it reads the request once up, sooner than a cold one would be."""
@@ -75,7 +77,11 @@ class EarlyJudge:
         return child
 
     def judged(self, seconds: dict[str, float]) -> None:
-        """Note when the judge was up, from its result's `standby_up` (its own age then)."""
+        """Note when the judge was up, from its result's `standby_up` (its own age then); a kept judge was up
+        before this command began."""
+        if self.kept:
+            self.phases["judge.kept"] = 1.0 if self.handed else 0.0
+            return
         if self.handed and self.spawned_at is not None and "standby_up" in seconds:
             self.phases["start.judge_ready"] = self.since_start(self.spawned_at + float(seconds["standby_up"]))
 
@@ -86,17 +92,11 @@ class EarlyJudge:
             _let_go(child, grace_s)
 
 
-def _let_go(child: StandbyChild, grace_s: float) -> None:
-    """A judge that is up gets EOF on its stdin and `grace_s` to exit by itself (removing its runner's folder);
-    one still warming up is stopped at once: a typo in a task name is not kept waiting for a judge's start."""
-    if grace_s > 0 and child.state(STANDBY_STATE) is not None:
-        try:
-            if child.proc.stdin is not None:
-                child.proc.stdin.close()
-            child.proc.wait(timeout=grace_s)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass            # stopped below all the same
-    child.stop()
+def _let_go(child: StandbyChild | KeptJudge, grace_s: float) -> None:
+    """A judge that is up gets `grace_s` to exit by itself (removing its runner's folder; a kept one goes back to
+    its keeper); one still warming up is stopped at once: a typo in a task name is not kept waiting for a judge's
+    start."""
+    child.let_go(grace_s if child.state(STANDBY_STATE) is not None else 0.0)
 
 
 def start_early(gpu: int | None, cache_root: Path, origin: float | None = None) -> EarlyJudge:
@@ -105,11 +105,21 @@ def start_early(gpu: int | None, cache_root: Path, origin: float | None = None) 
     origin = process_start() if origin is None else origin
     if (why := no_gpu_visible(gpu)) is not None:
         return EarlyJudge(None, None, origin, why_not=f"no GPU: {why}")
-    built = _read_entry(entry_dir(cache_root, cached_toolchain(cache_root), timers.timer_candidate()))
-    if built is None or not built.ok or built.so_path is None or not built.module_name:
+    if (timer := helper_timer(cache_root)) is None:
         return EarlyJudge(None, None, origin, why_not="the timing helper is not built yet")
-    timer = TimerSpec(str(built.so_path), str(built.module_name))
+    if (kept := claim(timer, gpu)) is not None:
+        early = EarlyJudge(kept, timer, origin, kept=True)
+        early.phases["start.judge_claimed"] = early.since_start(time.monotonic())
+        return early
     child = StandbyChild(JUDGE, [timer.so_path, timer.module_name], gpu=gpu)
     early = EarlyJudge(child, timer, origin, spawned_at=time.monotonic())
     early.phases["start.judge_spawned"] = early.since_start(early.spawned_at)
     return early
+
+
+def helper_timer(cache_root: Path) -> TimerSpec | None:
+    """The timing helper an earlier run built with the toolchain it detected; None before the first build."""
+    built = _read_entry(entry_dir(cache_root, cached_toolchain(cache_root), timers.timer_candidate()))
+    if built is None or not built.ok or built.so_path is None or not built.module_name:
+        return None
+    return TimerSpec(str(built.so_path), str(built.module_name))

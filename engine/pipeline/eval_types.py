@@ -75,6 +75,9 @@ class EvalOptions:
     # the share of the GPU's memory the judge may keep prepared variants in before it parks a config's in host
     # memory (JudgeRequest.gpu_keep); 0 parks every config's: the least GPU memory, a slower check
     gpu_keep: float = GPU_KEEP
+    # seconds `kbench eval` leaves a judge up for the next command ([eval] keep_judge_s); 0: none. Only the CLI's
+    # `eval` acts on it (engine/pipeline/kept_judge.py): sessions keep their own spares (`warm`)
+    keep_judge_s: float = 0.0
 
 
 def options_from_config(config: Config, **overrides: Any) -> EvalOptions:
@@ -90,7 +93,7 @@ def options_from_config(config: Config, **overrides: Any) -> EvalOptions:
                           "timing_configs": list(e.timing_configs) if e.timing_configs else None,
                           "baselines": ("eager", "compile") if e.compile_baseline else ("eager",),
                           "library_policy": e.library_policy, "mode": e.mode, "timing_params": config.timing,
-                          "gpu_keep": e.gpu_keep}
+                          "gpu_keep": e.gpu_keep, "keep_judge_s": e.keep_judge_s}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return EvalOptions(**kw)
 

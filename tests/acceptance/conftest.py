@@ -88,7 +88,8 @@ def user(tmp_path, _shared_cache) -> User:
     env = {k: os.environ[k] for k in _KEPT if k in os.environ}
     env.setdefault("CUDA_HOME", "/usr/local/cuda")
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(_shared_cache),
-               TERM="xterm-256color", PYTHONUNBUFFERED="1")
+               TERM="xterm-256color", PYTHONUNBUFFERED="1",
+               KBENCH_KEEP_JUDGE_S="0")   # no kept judge between commands unless a test asks (test_kept_judge.py)
     if shutil.which("git", path=env.get("PATH")) is None:
         pytest.fail("git is not on PATH")
     return User(home, env)

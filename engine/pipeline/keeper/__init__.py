@@ -1,0 +1,1 @@
+"""The keeper: a detached kbench process that holds one standby judge between `kbench eval` commands."""
