@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "engine.cli.cmd_eval",
     "engine.cli.cmd_glue",
     "engine.cli.cmd_roofline",
+    "engine.cli.cmd_judges",
     "engine.cli.cmd_workspace",
     "engine.cli.cmd_fsck",
     "engine.cli.cmd_evolve",

@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from engine.pipeline.protocol.types import TimerSpec
 from engine.procs import ChildOutcome, scrubbed_env, start_ticks
 
 KEEPER = "engine.pipeline.keeper"
+SETTINGS = "settings.json"
 WAIT_WARMING_S = 8.0     # a keeper's judge still coming up is waited for this long (less than a start of our own)
 CONNECT_S = 2.0
 ENGINE = Path(__file__).resolve().parents[1]
@@ -205,6 +207,7 @@ def keep_for_next(timer: TimerSpec, gpu: int | None, idle_s: float) -> bool:
             if not _private(folder) or _state(folder) is not None:
                 return False
             settings = Settings(str(folder), timer.so_path, timer.module_name, gpu, float(idle_s))
+            (folder / SETTINGS).write_text(json.dumps(dataclasses.asdict(settings)))   # for `kbench judges`
             # its own session: no terminal's signals, and it outlives this command by design (module docstring)
             proc = subprocess.Popen([sys.executable, "-m", KEEPER, json.dumps(dataclasses.asdict(settings))],
                                     cwd=folder, env=scrubbed_env(), stdin=subprocess.DEVNULL,
@@ -225,3 +228,50 @@ def keep_seconds(configured: float) -> float:
     naming the variable)."""
     return max(env_float("KBENCH_KEEP_JUDGE_S", default=configured), 0.0) if env_raw("KBENCH_KEEP_JUDGE_S") \
         else configured
+
+
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """One judge kept now, as `kbench judges` lists it."""
+    pid: int
+    state: str                  # warming | ready | claimed
+    gpu: int | None
+    since_s: float              # seconds since its keeper last changed state
+    left_s: float | None        # seconds before it ends unclaimed (ready only)
+    folder: str
+
+
+def kept_now() -> list[Kept]:
+    """The judges kept for this user now (keepers alive), in any folder of kept_root()."""
+    out = []
+    root = kept_root()
+    for folder in sorted(root.glob("*")) if _private(root) else []:
+        if not folder.is_dir() or (state := _state(folder)) is None:
+            continue
+        try:
+            gpu = json.loads((folder / SETTINGS).read_text()).get("gpu")
+        except (OSError, ValueError):
+            gpu = None
+        now = time.time()
+        until = state.get("idle_until")
+        out.append(Kept(int(state["pid"]), str(state.get("state")), gpu, round(now - float(state.get("at", now)), 1),
+                        round(max(float(until) - now, 0.0), 1) if until and state.get("state") == "ready" else None,
+                        str(folder)))
+    return out
+
+
+def stop_kept(kept: list[Kept], wait_s: float = 10.0) -> list[Kept]:
+    """End these keepers (SIGTERM: each lets its judge go and removes its folder); those still alive after."""
+    ticks = {k.pid: start_ticks(k.pid) for k in kept}
+    for k in kept:
+        if ticks[k.pid] is not None:
+            try:
+                os.kill(k.pid, signal.SIGTERM)
+            except OSError:
+                pass
+    deadline = time.monotonic() + wait_s
+    left = kept
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [k for k in left if ticks[k.pid] is not None and start_ticks(k.pid) == ticks[k.pid]]
+    return left

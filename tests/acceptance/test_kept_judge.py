@@ -132,3 +132,19 @@ def test_a_kbench_killed_before_its_request_puts_the_judge_back(keeping):
     assert back and back["pid"] == kept["pid"], kept_states(keeping)       # the same keeper, its judge unused
     nxt = keeping.run("eval", "gelu_bias", str(BASELINE), "--json", timeout=300)
     assert json.loads(nxt.stdout)["phases"]["judge.kept"] == 1.0, nxt.stdout[-2000:]
+
+
+def test_kbench_judges_lists_the_kept_judge_and_stop_ends_it(keeping):
+    keeping.run("eval", "gelu_bias", str(BASELINE), timeout=300)
+    kept = wait_for(lambda: ready(keeping), 120)
+    assert kept, kept_states(keeping)
+    tree = [int(kept["pid"]), *children(int(kept["pid"]))]
+    listed = keeping.run("judges", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert row["pid"] == kept["pid"] and row["state"] == "ready" and 0 < row["left_s"] <= 60, row
+    stop = keeping.run("judges", "--stop")
+    assert stop.returncode == 0 and "stopped 1 kept judge" in stop.stdout, stop.stdout + stop.stderr
+    assert wait_for(lambda: not any(start_ticks(p) for p in tree), 10), [p for p in tree if start_ticks(p)]
+    assert not Path(kept["folder"]).exists()
+    assert "no judge is kept" in keeping.run("judges").stdout

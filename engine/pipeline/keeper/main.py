@@ -26,8 +26,10 @@ import os
 import secrets
 import select
 import shutil
+import signal
 import socket
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
@@ -85,6 +87,8 @@ def read_line(conn: socket.socket, timeout_s: float | None, limit: int = MAX_LIN
 def main(argv: list[str]) -> int:
     s = Settings(**json.loads(argv[0]))
     folder = Path(s.folder)
+    # `kbench judges --stop`: let the judge go and remove the folder, as at the end of the idle time
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         return _keep(s, folder)
     finally:
@@ -104,6 +108,13 @@ def _remove(folder: Path) -> None:
 def _keep(s: Settings, folder: Path) -> int:
     write_state(folder, "warming")
     child = StandbyChild(JUDGE, [s.timer_so, s.timer_module], gpu=s.gpu)
+    try:
+        return _hold(s, folder, child)
+    finally:
+        child.stop()        # whatever ended the keeper (nothing happens to a judge that has ended)
+
+
+def _hold(s: Settings, folder: Path, child: StandbyChild) -> int:
     deadline = time.monotonic() + UP_WITHIN_S
     while (state := StandbyState.read(child.state(STANDBY_STATE))) is None:
         if not child.alive() or time.monotonic() > deadline:
