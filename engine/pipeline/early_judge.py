@@ -28,7 +28,7 @@ from engine.harness.build.cache import _read_entry, entry_dir
 from engine.harness.device_info import no_gpu_visible
 from engine.harness.toolchain_cache import cached_toolchain
 from engine.pipeline import timer as timers
-from engine.pipeline.kept_judge import KeptJudge, claim
+from engine.pipeline.kept_judge import KeptJudge, claim, warming
 from engine.pipeline.protocol.result import STANDBY_STATE, StandbyState
 from engine.pipeline.protocol.types import TimerSpec
 from engine.procs import StandbyChild, process_age
@@ -52,6 +52,9 @@ class EarlyJudge:
     spawned_at: float | None = None    # time.monotonic() when the judge was started
     why_not: str = ""
     kept: bool = False                 # claimed from an earlier command's keeper (engine/pipeline/kept_judge.py)
+    # an earlier command's keeper was still starting its judge for `gpu`: claimed when the request is ready (`take`)
+    pending: bool = False
+    gpu: int | None = None
     handed: bool = False               # the request went to it
     interrupted: bool = False          # the command was interrupted: close at once
     phases: dict[str, float] = field(default_factory=dict)
@@ -64,6 +67,11 @@ class EarlyJudge:
         has died, or said it did not come up (its trouble is not the candidate's: the caller starts one cold).
         A judge still warming up is taken: it reads the request once up, sooner than a cold one would be."""
         child, self.child = self.child, None
+        if child is None and self.pending and timer == self.timer:
+            child = claim(timer, self.gpu)       # up by now, or within a few seconds more
+            self.pending, self.kept = False, child is not None
+            if child is not None:
+                self.phases["start.judge_claimed"] = self.since_start(time.monotonic())
         if child is None:
             return None
         state = StandbyState.read(child.state(STANDBY_STATE))
@@ -107,10 +115,12 @@ def start_early(gpu: int | None, cache_root: Path, origin: float | None = None) 
         return EarlyJudge(None, None, origin, why_not=f"no GPU: {why}")
     if (timer := helper_timer(cache_root)) is None:
         return EarlyJudge(None, None, origin, why_not="the timing helper is not built yet")
-    if (kept := claim(timer, gpu)) is not None:
+    if (kept := claim(timer, gpu, wait_s=0)) is not None:
         early = EarlyJudge(kept, timer, origin, kept=True)
         early.phases["start.judge_claimed"] = early.since_start(time.monotonic())
         return early
+    if warming(timer, gpu):    # the last command's kept judge is coming up: no second one meanwhile
+        return EarlyJudge(None, timer, origin, pending=True, gpu=gpu)
     child = StandbyChild(JUDGE, [timer.so_path, timer.module_name], gpu=gpu)
     early = EarlyJudge(child, timer, origin, spawned_at=time.monotonic())
     early.phases["start.judge_spawned"] = early.since_start(early.spawned_at)

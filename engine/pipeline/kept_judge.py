@@ -169,6 +169,12 @@ def claim(timer: TimerSpec, gpu: int | None, *, wait_s: float = WAIT_WARMING_S) 
     return None
 
 
+def warming(timer: TimerSpec, gpu: int | None) -> bool:
+    """Whether a keeper for an evaluation on `gpu` with `timer` is still starting its judge."""
+    folder = kept_root() / key_for(timer, gpu)
+    return _private(folder) and (state := _state(folder)) is not None and state.get("state") == "warming"
+
+
 def _connect(folder: Path, keeper_pid: int) -> KeptJudge | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     fd = -1

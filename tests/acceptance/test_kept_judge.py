@@ -148,3 +148,16 @@ def test_kbench_judges_lists_the_kept_judge_and_stop_ends_it(keeping):
     assert wait_for(lambda: not any(start_ticks(p) for p in tree), 10), [p for p in tree if start_ticks(p)]
     assert not Path(kept["folder"]).exists()
     assert "no judge is kept" in keeping.run("judges").stdout
+
+
+def test_a_judge_still_coming_up_is_claimed_once_the_build_is_done_and_no_second_is_started(keeping):
+    """The next command begins while the last one's kept judge is still starting: it starts no judge of its own
+    (two would compete for the GPU) and claims the kept one when its candidate is built."""
+    first = keeping.run("eval", "gelu_bias", str(BASELINE), timeout=300)
+    assert first.returncode == 3, first.stderr[-3000:]
+    assert any(s.get("state") == "warming" for s in kept_states(keeping)), kept_states(keeping)   # not up yet
+    nxt = keeping.run("eval", "gelu_bias", str(variant(keeping)), "--json", timeout=600)     # nvcc runs
+    assert nxt.returncode == 3, nxt.stdout[-2000:] + nxt.stderr[-3000:]
+    phases = json.loads(nxt.stdout)["phases"]
+    assert "start.judge_spawned" not in phases, phases
+    assert phases["judge.kept"] == 1.0 and phases["start.judge_claimed"] >= phases["start.build_done"], phases

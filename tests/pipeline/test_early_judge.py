@@ -50,6 +50,10 @@ class FakeChild:
     def stop(self) -> None:
         self.discarded = True
 
+    def let_go(self, grace_s: float) -> None:
+        self.graced = grace_s
+        self.stop()
+
     def run(self, request: dict, timeout_s: float) -> ChildOutcome:
         self.requests.append(request)
         return self.answer(request)
@@ -92,13 +96,11 @@ def test_a_judge_that_cannot_serve_is_let_go(tmp_path, how):
 
 @pytest.mark.parametrize("up", [False, True])
 def test_close_lets_a_judge_that_was_never_asked_go(tmp_path, up):
-    waited: list[float] = []
     child = FakeChild(tmp_path, state={"ok": True} if up else None)
-    child.proc = SimpleNamespace(stdin=None, wait=lambda timeout: waited.append(timeout))
     early = early_with(child)
     early.close()
     assert child.discarded and early.take(TIMER) is None
-    assert waited == ([ej.CLOSE_GRACE_S] if up else [])    # EOF and a grace only for a judge that is up
+    assert child.graced == (ej.CLOSE_GRACE_S if up else 0.0)    # a grace only for a judge that is up
 
 
 def test_none_is_started_without_a_gpu_or_without_the_timing_helper(tmp_path, monkeypatch):
@@ -163,3 +165,19 @@ def test_evaluate_hands_the_request_to_the_early_judge_and_falls_back_to_a_cold_
     report = ev.evaluate(task, cand, "forward", ev.EvalOptions(), progress=said.append, early=early)
     assert len(child.requests) == 1 and len(judged) == 1 and report.passed   # died before any config: cold
     assert not any("once more" in m or "re-measuring" in m for m in said), said   # at once, not as a retry
+
+
+@pytest.mark.parametrize("grace", [5.0, 0.0])
+def test_a_standby_child_let_go_with_a_grace_gets_eof_and_exits_by_itself(tmp_path, grace):
+    from engine.procs import StandbyChild
+    out = tmp_path / "out"
+    child = StandbyChild("tests.doubles.standby_eof", [str(out)])
+    deadline = time.monotonic() + 30
+    while not out.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out.read_text() == "up"
+    child.let_go(grace)
+    assert not child.alive()
+    if grace:
+        assert out.read_text() == "eof"      # it saw EOF and ended by itself, within its grace
+        assert child.proc.returncode == 0
