@@ -9,6 +9,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from engine.pipeline import kept_judge
 from engine.pipeline.keeper import main as keeper
 from engine.pipeline.protocol.types import TimerSpec
@@ -42,6 +44,7 @@ def test_a_claimer_that_goes_mid_evaluation_stops_the_judge():
     assert not judge.stopped.is_set()           # working while its claimer waits
     theirs.close()                              # the claiming kbench exits, or is killed
     t.join(timeout=10)
+    ours.close()
     assert judge.stopped.is_set() and served == [True]
 
 
@@ -54,6 +57,8 @@ def test_the_answer_goes_back_to_a_claimer_that_waits():
     theirs.sendall(json.dumps({"request": {}, "timeout_s": 5}).encode() + b"\n")
     line = keeper.read_line(theirs, 10)
     t.join(timeout=10)
+    ours.close()
+    theirs.close()
     assert json.loads(line)["outcome"]["result"] == {"finished": True}
 
 
@@ -62,13 +67,19 @@ def test_a_claimer_that_lets_go_before_its_request_leaves_the_judge_on_offer():
     judge = SlowJudge()
     theirs.close()
     assert keeper._serve(ours, judge) is False and not judge.stopped.is_set()
+    ours.close()
 
 
-def test_a_kept_folder_open_to_others_or_a_stranger_on_its_socket_is_not_claimed(tmp_path, monkeypatch):
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """The kept judge's folder for TIMER on the default GPU, in a HOME of the test's own (not yet made)."""
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-    folder = kept_judge.kept_root() / kept_judge.key_for(TIMER, None)
+    return kept_judge.kept_root() / kept_judge.key_for(TIMER, None)
+
+
+def test_a_kept_folder_open_to_others_or_a_stranger_on_its_socket_is_not_claimed(folder, monkeypatch):
     folder.mkdir(parents=True, mode=0o755)
     os.chmod(folder, 0o755)
     pid = os.getpid()
@@ -85,14 +96,13 @@ def test_a_kept_folder_open_to_others_or_a_stranger_on_its_socket_is_not_claimed
     t = threading.Thread(target=lambda: got.append(stranger.accept()), daemon=True)
     t.start()
     assert kept_judge.claim(TIMER, None, wait_s=0) is None
+    t.join(timeout=5)
+    for conn, _ in got:
+        conn.close()
     stranger.close()
 
 
-def test_a_dead_keepers_state_is_cleared(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-    folder = kept_judge.kept_root() / kept_judge.key_for(TIMER, None)
+def test_a_dead_keepers_state_is_cleared(folder):
     folder.mkdir(parents=True, mode=0o700)
     (folder / keeper.STATE).write_text(json.dumps({"pid": 999999999, "ticks": 5, "state": "ready"}))
     assert kept_judge.claim(TIMER, None, wait_s=0) is None
@@ -123,6 +133,7 @@ def test_the_keeper_answers_only_a_claim_with_its_token(tmp_path, monkeypatch):
     wrong.connect(keeper.SOCK)
     wrong.sendall(b"claim guessed\n")
     assert keeper.read_line(wrong, 5) is None           # closed without an answer
+    wrong.close()
     assert (tmp_path / keeper.SOCK).exists()             # still on offer
     right = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     right.connect(keeper.SOCK)
@@ -131,4 +142,5 @@ def test_the_keeper_answers_only_a_claim_with_its_token(tmp_path, monkeypatch):
     t.join(timeout=10)
     assert got and got[0] is not None and not (tmp_path / keeper.SOCK).exists()   # no one else can find it
     got[0].close()
+    right.close()
     listener.close()
