@@ -320,6 +320,18 @@ def descendants(pid: int, tree: dict[int, list[int]] | None = None) -> list[int]
     return out
 
 
+def running(pid: int, ticks: int | None) -> bool:
+    """Whether the process `pid` that started at `ticks` (start_ticks) still runs: not gone, not another process
+    that took its pid, not a zombie (a process that ended and that its parent, perhaps a subreaper that never
+    waits, has not reaped)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0] not in ("Z", "X") and ticks is not None and int(fields[19]) == ticks
+
+
 def start_ticks(pid: int) -> int | None:
     st = _stat(pid)
     return st[1] if st else None

@@ -38,7 +38,7 @@ from engine.config.env import env_float, env_raw
 from engine.pipeline.keeper.main import SOCK, STATE, TOKEN, Settings, peer_uid, read_line
 from engine.pipeline.protocol.result import StandbyState
 from engine.pipeline.protocol.types import TimerSpec
-from engine.procs import ChildOutcome, scrubbed_env, start_ticks
+from engine.procs import ChildOutcome, running, scrubbed_env, start_ticks
 
 KEEPER = "engine.pipeline.keeper"
 SETTINGS = "settings.json"
@@ -92,7 +92,7 @@ def _state(folder: Path) -> dict[str, Any] | None:
         pid, ticks = int(state["pid"]), state["ticks"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if start_ticks(pid) != ticks:
+    if not running(pid, ticks):
         _clear(folder)
         return None
     return state
@@ -270,7 +270,7 @@ def stop_kept(kept: list[Kept], wait_s: float = 10.0) -> list[Kept]:
     """End these keepers (SIGTERM: each lets its judge go and removes its folder); those still alive after."""
     ticks = {k.pid: start_ticks(k.pid) for k in kept}
     for k in kept:
-        if ticks[k.pid] is not None:
+        if running(k.pid, ticks[k.pid]):
             try:
                 os.kill(k.pid, signal.SIGTERM)
             except OSError:
@@ -279,5 +279,5 @@ def stop_kept(kept: list[Kept], wait_s: float = 10.0) -> list[Kept]:
     left = kept
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = [k for k in left if ticks[k.pid] is not None and start_ticks(k.pid) == ticks[k.pid]]
+        left = [k for k in left if running(k.pid, ticks[k.pid])]
     return left

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.procs import start_ticks
+from engine.procs import running, start_ticks
 from tests.acceptance.test_eval_early_judge import BASELINE, claimed, start, variant  # noqa: F401 - fixture
 from tests.conftest import HAS_GPU
 
@@ -47,7 +47,12 @@ def wait_for(cond, timeout: float):
 
 
 def alive(state: dict) -> bool:
-    return start_ticks(int(state["pid"])) == state["ticks"]
+    return running(int(state["pid"]), state["ticks"])
+
+
+def up(pids: list[int]) -> list[int]:
+    """Those of `pids` still running (a zombie is not: the suite's worker may be a subreaper that never waits)."""
+    return [p for p in pids if running(p, start_ticks(p))]
 
 
 def children(pid: int) -> list[int]:
@@ -92,7 +97,7 @@ def test_the_next_eval_claims_the_judge_the_last_one_left(keeping):
     # the same verdict a judge of its own gives: no GPU found by the judge itself
     assert any("GPU" in v["reason"] for v in report["verdicts"] if v["status"] == "skipped"), report["verdicts"]
     # the kept judge served one request and is gone; a fresh one is kept for the command after
-    assert wait_for(lambda: not alive(kept) and not any(start_ticks(p) for p in judge_tree), 30), judge_tree
+    assert wait_for(lambda: not alive(kept) and not up(judge_tree), 30), up(judge_tree)
     again = wait_for(lambda: ready(keeping), 120)
     assert again and again["pid"] != kept["pid"], kept_states(keeping)
 
@@ -105,7 +110,7 @@ def test_an_unclaimed_judge_goes_after_its_idle_time(keeping):
     assert kept, kept_states(keeping)
     tree = [int(kept["pid"]), *children(int(kept["pid"]))]
     assert len(tree) >= 3, tree             # the keeper, the judge's supervisor, the judge (and its runner)
-    assert wait_for(lambda: not any(start_ticks(p) for p in tree), 30), [p for p in tree if start_ticks(p)]
+    assert wait_for(lambda: not up(tree), 30), up(tree)
     assert not Path(kept["folder"]).exists()
 
 
@@ -145,7 +150,7 @@ def test_kbench_judges_lists_the_kept_judge_and_stop_ends_it(keeping):
     assert row["pid"] == kept["pid"] and row["state"] == "ready" and 0 < row["left_s"] <= 60, row
     stop = keeping.run("judges", "--stop")
     assert stop.returncode == 0 and "stopped 1 kept judge" in stop.stdout, stop.stdout + stop.stderr
-    assert wait_for(lambda: not any(start_ticks(p) for p in tree), 10), [p for p in tree if start_ticks(p)]
+    assert wait_for(lambda: not up(tree), 10), up(tree)
     assert not Path(kept["folder"]).exists()
     assert "no judge is kept" in keeping.run("judges").stdout
 

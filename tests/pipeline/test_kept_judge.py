@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,21 @@ def test_the_keeper_answers_only_a_claim_with_its_token(tmp_path, monkeypatch):
     got[0].close()
     right.close()
     listener.close()
+
+
+def test_a_keeper_that_ended_unreaped_is_not_running():
+    """A keeper's parent after its command exits may be a subreaper that never waits: its zombie is not a keeper."""
+    import subprocess
+    import sys
+
+    from engine.procs import running
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    ticks = start_ticks(child.pid)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert start_ticks(child.pid) == ticks and not running(child.pid, ticks)     # still listed, not running
+    child.wait()
+    assert not running(child.pid, ticks)
+    assert running(os.getpid(), start_ticks(os.getpid())) and not running(os.getpid(), 0)
