@@ -35,7 +35,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from engine.config.env import env_float, env_raw
-from engine.pipeline.keeper.main import SOCK, STATE, TOKEN, Settings, peer_uid, read_line
+from engine.pipeline.keeper.main import SOCK, STATE, TOKEN, Settings, peer_cred, read_line
 from engine.pipeline.protocol.result import StandbyState
 from engine.pipeline.protocol.types import TimerSpec
 from engine.procs import ChildOutcome, running, scrubbed_env, start_ticks
@@ -182,7 +182,7 @@ def _connect(folder: Path, keeper_pid: int) -> KeptJudge | None:
         fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
         conn.settimeout(CONNECT_S)
         conn.connect(f"/proc/self/fd/{fd}/{SOCK}")     # short, whatever the folder's path length
-        pid, uid = peer_uid(conn)
+        pid, uid = peer_cred(conn)
         if uid != os.getuid() or pid != keeper_pid:
             raise ConnectionRefusedError("not the keeper its state names")
         token = (folder / TOKEN).read_text().strip()

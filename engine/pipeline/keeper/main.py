@@ -63,7 +63,7 @@ def write_state(folder: Path, state: str, **extra: Any) -> None:
     os.replace(tmp, folder / STATE)
 
 
-def peer_uid(conn: socket.socket) -> tuple[int, int]:
+def peer_cred(conn: socket.socket) -> tuple[int, int]:
     """(pid, uid) of the process at the other end, from the kernel (SO_PEERCRED), not from what it says."""
     pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     return pid, uid
@@ -163,7 +163,8 @@ def _listen(folder: Path, left: float) -> socket.socket:
 
 
 def _claim(listener: socket.socket, idle_until: float, child: StandbyChild, token: str) -> socket.socket | None:
-    """The first connection of this user that says `claim`, answered `claimed`; None once idle or the judge died.
+    """The first connection of this user that says `claim` with the token, answered `claimed`; None once idle or
+    the judge died.
     The socket is removed before the answer: a second client cannot find it."""
     uid = os.getuid()
     while child.alive() and (left := idle_until - time.monotonic()) > 0:
@@ -175,7 +176,7 @@ def _claim(listener: socket.socket, idle_until: float, child: StandbyChild, toke
         except OSError:
             return None
         try:
-            _pid, peer = peer_uid(conn)
+            _pid, peer = peer_cred(conn)
         except OSError:
             conn.close()
             continue
