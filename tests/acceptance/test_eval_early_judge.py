@@ -142,13 +142,18 @@ def test_a_failing_build_leaves_no_judge_behind(claimed):
 
 
 def test_ctrl_c_during_the_build_leaves_no_judge_behind(claimed):
-    cand = variant(claimed)
-    proc = start(claimed, "eval", "gelu_bias", str(cand))
-    watch = Watch(proc)
-    assert watch.until(lambda: bool(watch.standby_judges()), timeout=120), list(watch.seen.values())
-    os.killpg(proc.pid, signal.SIGINT)              # what a terminal's Ctrl-C does to the foreground job
-    t0 = time.monotonic()
-    out, err = proc.communicate(timeout=60)
+    for _ in range(3):
+        cand = variant(claimed)
+        proc = start(claimed, "eval", "gelu_bias", str(cand))
+        watch = Watch(proc)
+        assert watch.until(lambda: bool(watch.standby_judges()), timeout=120), list(watch.seen.values())
+        os.killpg(proc.pid, signal.SIGINT)              # what a terminal's Ctrl-C does to the foreground job
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        # a small kernel on an idle core builds in a second or two: where the verdict was out before the Ctrl-C
+        # landed (a loaded machine noticed the judge late), the build was not interrupted; try a new variant
+        if "=> COMPILED, NOT CHECKED" not in out:
+            break
     assert proc.returncode == 130, out[-2000:] + err[-3000:]
     took = time.monotonic() - t0
     assert took < 2.0 * busy(), f"{took:.1f} s"      # not kept waiting for the judge to finish starting
