@@ -89,7 +89,9 @@ class StepGroup:
     def create(cls, memory: int, processes: int) -> "StepGroup | None":
         """A new group with these limits (0: none), or None where this machine gives kbench no cgroup."""
         paths = _own_paths()
-        name = f"kbench-{os.getpid()}-{next(_counter)}"
+        # a random part too: a group left behind by an earlier process of the same pid (pids are reused; a killed
+        # supervisor cannot remove its group) would make mkdir fail, and the step would run without its limits
+        name = f"kbench-{os.getpid()}-{next(_counter)}-{os.urandom(4).hex()}"
         try:
             v2 = _v2_base(paths)
             if v2 is not None:
