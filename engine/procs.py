@@ -257,13 +257,7 @@ class StandbyChild:
 
     def discard(self) -> None:
         """Not needed after all: close its stdin (it cleans up and exits), then make sure of it."""
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            self.proc.wait(timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        self.stop()
+        self.let_go(20.0)
 
     def stop(self) -> None:
         """End it now, whatever it is doing (its supervisor kills its tree), and remove its folder."""

@@ -21,6 +21,7 @@ What makes it safe to reuse:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -35,7 +36,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from engine.config.env import env_float, env_raw
-from engine.pipeline.keeper.main import SOCK, STATE, TOKEN, Settings, peer_cred, read_line
+from engine.pipeline.keeper.main import SOCK, STATE, TOKEN, Settings, peer_cred, read_line, write_state
 from engine.pipeline.protocol.result import StandbyState
 from engine.pipeline.protocol.types import TimerSpec
 from engine.procs import ChildOutcome, running, scrubbed_env, start_ticks
@@ -58,8 +59,10 @@ def kept_root(env: dict[str, str] | None = None) -> Path:
     return Path(state) / "kbench" / "kept"
 
 
+@functools.cache
 def _sources_stamp() -> str:
-    """The engine's sources as they are now (newest change, count): an edited or updated kbench starts its own."""
+    """The engine's sources as this process found them (newest change, count; walked once per process, not for each
+    of a command's lookups): an edited or updated kbench starts its own."""
     newest, count = 0, 0
     for path in ENGINE.rglob("*.py"):
         try:
@@ -109,9 +112,8 @@ def _clear(folder: Path) -> None:
 class KeptJudge:
     """A claimed kept judge, used where a StandbyChild would be (EarlyJudge, evaluate's early path)."""
 
-    def __init__(self, conn: socket.socket, keeper_pid: int):
+    def __init__(self, conn: socket.socket):
         self.conn: socket.socket | None = conn
-        self.keeper_pid = keeper_pid
 
     def alive(self) -> bool:
         return self.conn is not None
@@ -195,7 +197,7 @@ def _connect(folder: Path, keeper_pid: int) -> KeptJudge | None:
     finally:
         if fd >= 0:
             os.close(fd)
-    return KeptJudge(conn, keeper_pid)
+    return KeptJudge(conn)
 
 
 def keep_for_next(timer: TimerSpec, gpu: int | None, idle_s: float) -> bool:
@@ -219,10 +221,7 @@ def keep_for_next(timer: TimerSpec, gpu: int | None, idle_s: float) -> bool:
                                     cwd=folder, env=scrubbed_env(), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             # its state at once, under the lock: a second command finds it warming and starts no other
-            pid = proc.pid
-            tmp = folder / f"{STATE}.{pid}"
-            tmp.write_text(json.dumps({"pid": pid, "ticks": start_ticks(pid), "state": "warming", "at": time.time()}))
-            os.replace(tmp, folder / STATE)
+            write_state(folder, "warming", pid=proc.pid)
             _STARTED.append(proc)   # not waited for: it outlives this command, and init reaps it
             return True
     except (Timeout, OSError):

@@ -54,9 +54,10 @@ class Settings:
     idle_s: float
 
 
-def write_state(folder: Path, state: str, **extra: Any) -> None:
-    """The keeper's state file, rewritten whole: who it is (pid and start time, against pid reuse) and how far."""
-    pid = os.getpid()
+def write_state(folder: Path, state: str, pid: int | None = None, **extra: Any) -> None:
+    """The keeper's state file, rewritten whole: who it is (pid, default this process's, and start time, against pid
+    reuse) and how far."""
+    pid = os.getpid() if pid is None else pid
     data = {"pid": pid, "ticks": start_ticks(pid), "state": state, "at": time.time(), **extra}
     tmp = folder / f"{STATE}.{pid}"
     tmp.write_text(json.dumps(data))
@@ -118,11 +119,9 @@ def _hold(s: Settings, folder: Path, child: StandbyChild) -> int:
     deadline = time.monotonic() + UP_WITHIN_S
     while (state := StandbyState.read(child.state(STANDBY_STATE))) is None:
         if not child.alive() or time.monotonic() > deadline:
-            child.stop()
-            return 0
+            return 0                   # _keep stops it
         time.sleep(0.05)
     if not state.ok:                   # its trouble is not the next candidate's: nothing is kept
-        child.stop()
         return 0
     token = secrets.token_hex(16)
     fd = os.open(folder / TOKEN, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
